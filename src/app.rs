@@ -1,0 +1,161 @@
+//! Wiring only: start the poller and the HTTP server, handle signals, shut down gracefully.
+//!
+//! SIGHUP reloads the configuration: an invalid new file is rejected, logged and counted, and the
+//! running configuration stays. SIGTERM and SIGINT stop the server and the poller within a second.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+use crate::config::{self, Config, Overrides};
+use crate::logging::LogHandle;
+use crate::metrics::{self, RenderConfig};
+use crate::poller::{self, Control, PollerConfig, Published};
+use crate::snapshot::Snapshot;
+use crate::{http, AgentCounters};
+
+/// How long in-flight requests get to finish after SIGTERM.
+const DRAIN: Duration = Duration::from_millis(800);
+
+/// Failures that stop the daemon (exit status 1).
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("cannot listen on {addr}: {source}; is another exporter (dcgm-exporter?) using the port? pick another with --listen")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Where the configuration comes from, so that SIGHUP can read it again.
+pub struct ConfigSource {
+    pub path: PathBuf,
+    pub required: bool,
+    pub overrides: Overrides,
+}
+
+/// Builds the renderer's view of the configuration.
+fn render_config(c: &Config) -> RenderConfig {
+    let hostname = c
+        .hostname
+        .clone()
+        .or_else(|| std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()))
+        .or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+        })
+        .unwrap_or_default();
+    RenderConfig {
+        dcgm: c.metrics_dcgm,
+        native: c.metrics_native,
+        hostname,
+        hostname_label: c.hostname_label.clone(),
+    }
+}
+
+fn poller_config(c: &Config) -> PollerConfig {
+    PollerConfig {
+        nvml_lib: c.nvml_lib.clone(),
+        interval: c.interval,
+        render: render_config(c),
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result<(), AppError> {
+    let counters = Arc::new(AgentCounters::new());
+    let pconfig = poller_config(&config);
+    let first = Snapshot::starting(SystemTime::now());
+    let initial = Published {
+        metrics: metrics::render(&first, &pconfig.render, &counters),
+        snapshot: Arc::new(first),
+        interval: pconfig.interval,
+    };
+    let (tx, rx) = watch::channel(Arc::new(initial));
+
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| AppError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let poller = poller::spawn(pconfig, counters.clone(), tx)?;
+    let local = listener.local_addr()?;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        config = %config.file.as_ref().map_or("built-in defaults".into(), |p| p.display().to_string()),
+        "listening on {local}"
+    );
+
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let app = http::router(http::AppState { published: rx });
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.wait_for(|stop| *stop).await;
+            })
+            .await
+    });
+
+    let control = poller.control.clone();
+    wait_for_signals(config, &source, &log, &counters, &control).await?;
+
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    match tokio::time::timeout(DRAIN, server).await {
+        Ok(Ok(Err(e))) => tracing::error!(error = %e, "HTTP server failed"),
+        Ok(_) => {}
+        Err(_) => tracing::warn!("connections still open after {DRAIN:?}; closing them"),
+    }
+    // Joining the poller waits at most for its current NVML call.
+    let _ = tokio::task::spawn_blocking(move || poller.stop()).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signals(
+    mut current: Config,
+    source: &ConfigSource,
+    log: &LogHandle,
+    counters: &AgentCounters,
+    control: &std::sync::mpsc::Sender<Control>,
+) -> Result<(), AppError> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            _ = hup.recv() => {
+                match config::load(&source.path, source.required, &source.overrides) {
+                    Ok(new) => {
+                        if new.listen != current.listen {
+                            tracing::warn!(old = %current.listen, new = %new.listen, "the listen address changes only on restart");
+                        }
+                        if new.log_format != current.log_format {
+                            tracing::warn!("the log format changes only on restart");
+                        }
+                        log.set_config_level(new.log_level.as_deref());
+                        let _ = control.send(Control::Reconfigure(poller_config(&new)));
+                        counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(interval = ?new.interval, "configuration reloaded");
+                        current = new;
+                    }
+                    Err(e) => {
+                        counters.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(error = %e, "configuration reload rejected; keeping the running configuration");
+                    }
+                }
+            }
+        }
+    }
+}

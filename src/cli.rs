@@ -1,0 +1,85 @@
+//! The command line, as clap parses it. Every flag also reads `GPU_STEWARD_<FLAG>` from the
+//! environment (flag > environment > config file > default). Usage errors exit with status 2.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{self, LogFormat, Overrides};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpu-steward",
+    version,
+    about = "Node-local GPU agent: dcgm-exporter compatible metrics, honest health checks"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon.
+    Run(RunArgs),
+    /// Run the daemon against the simulated NVML with a bundled 8×H100 node.
+    Demo(DemoArgs),
+    /// Validate a configuration file and print what it would do.
+    CheckConfig {
+        /// The file to check.
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Configuration file (absent default file = built-in defaults).
+    #[arg(long, env = "GPU_STEWARD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to serve HTTP on [default: 0.0.0.0:9400].
+    #[arg(long, env = "GPU_STEWARD_LISTEN", value_name = "ADDR", value_parser = config::parse_listen)]
+    pub listen: Option<SocketAddr>,
+    /// NVML library to load [default: libnvidia-ml.so.1].
+    #[arg(long, env = "GPU_STEWARD_NVML_LIB", value_name = "PATH")]
+    pub nvml_lib: Option<String>,
+    /// Poll interval, e.g. 500ms, 5s [default: 5s].
+    #[arg(long, env = "GPU_STEWARD_INTERVAL", value_name = "DURATION", value_parser = config::parse_interval)]
+    pub interval: Option<Duration>,
+    /// Log level or filter (error, warn, info, debug, trace) [default: RUST_LOG, else config, else info].
+    #[arg(long, env = "GPU_STEWARD_LOG_LEVEL", value_name = "LEVEL", value_parser = config::parse_log_level)]
+    pub log_level: Option<String>,
+    /// Log format [default: text].
+    #[arg(long, env = "GPU_STEWARD_LOG_FORMAT", value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Scenario file for the simulated NVML [default: the bundled 8×H100 node].
+    #[arg(long, env = "GPU_STEWARD_SCENARIO", value_name = "FILE")]
+    pub scenario: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+impl RunArgs {
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            listen: self.listen,
+            nvml_lib: self.nvml_lib.clone(),
+            interval: self.interval,
+            log_level: self.log_level.clone(),
+            log_format: self.log_format,
+        }
+    }
+
+    /// The config path and whether it must exist (it must when given explicitly).
+    pub fn config_path(&self) -> (PathBuf, bool) {
+        match &self.config {
+            Some(p) => (p.clone(), true),
+            None => (PathBuf::from(config::DEFAULT_CONFIG), false),
+        }
+    }
+}

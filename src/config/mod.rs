@@ -1,0 +1,254 @@
+//! One validated `Config` from the TOML file, the environment and the command line.
+//!
+//! Precedence: flag > `GPU_STEWARD_*` environment variable > config file > default. Flags and
+//! environment variables are resolved by clap into `Overrides`; this module merges them over the
+//! file. Every error names the file, line and column and says how to fix it.
+
+mod file;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use file::{parse_interval, parse_listen, parse_log_level, LogFormat};
+
+use file::FileConfig;
+
+pub const DEFAULT_CONFIG: &str = "/etc/gpu-steward/config.toml";
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:9400";
+pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Values given on the command line or in the environment.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<SocketAddr>,
+    pub nvml_lib: Option<String>,
+    pub interval: Option<Duration>,
+    pub log_level: Option<String>,
+    pub log_format: Option<LogFormat>,
+}
+
+/// The agent's whole configuration, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The file it came from, if one was read.
+    pub file: Option<PathBuf>,
+    pub listen: SocketAddr,
+    pub nvml_lib: String,
+    pub interval: Duration,
+    pub metrics_dcgm: bool,
+    pub metrics_native: bool,
+    /// Overrides the hostname label value; default `NODE_NAME`, else the host name.
+    pub hostname: Option<String>,
+    pub hostname_label: String,
+    /// A `tracing` filter; `None` leaves it to `RUST_LOG` or `info`.
+    pub log_level: Option<String>,
+    pub log_format: LogFormat,
+    pub api_enabled: bool,
+    pub api_token_file: PathBuf,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}:{line}:{column}: {message}")]
+    Invalid {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Loads `path` (if it exists, or fails if `required`) and applies `overrides`.
+pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let (file, parsed) = match std::fs::read_to_string(path) {
+        Ok(text) => (
+            Some(path.to_path_buf()),
+            parse(&path.display().to_string(), &text)?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+            (None, FileConfig::default())
+        }
+        Err(source) => {
+            return Err(ConfigError::Read {
+                file: path.display().to_string(),
+                source,
+            })
+        }
+    };
+    Ok(merge(file, parsed, overrides))
+}
+
+/// Parses config text; `name` is used in error messages.
+fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        let (line, column) = e.span().map_or((1, 1), |span| line_col(text, span.start));
+        ConfigError::Invalid {
+            file: name.to_string(),
+            line,
+            column,
+            message: e.message().trim().to_string(),
+        }
+    })
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
+    let default_listen: SocketAddr = DEFAULT_LISTEN
+        .parse()
+        .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 9400)));
+    Config {
+        file,
+        listen: o.listen.or(f.server.listen).unwrap_or(default_listen),
+        nvml_lib: o
+            .nvml_lib
+            .clone()
+            .or(f.nvml.library)
+            .unwrap_or_else(|| DEFAULT_NVML_LIB.to_string()),
+        interval: o.interval.or(f.poller.interval).unwrap_or(DEFAULT_INTERVAL),
+        metrics_dcgm: f.metrics.dcgm,
+        metrics_native: f.metrics.native,
+        hostname: f.metrics.hostname,
+        hostname_label: f.metrics.hostname_label,
+        log_level: o.log_level.clone().or(f.log.level),
+        log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Text),
+        api_enabled: f.api.enabled,
+        api_token_file: f.api.token_file,
+    }
+}
+
+impl Config {
+    /// A human summary of what this configuration makes the agent do (for `check-config`).
+    pub fn describe(&self) -> String {
+        let on = |b: bool| if b { "on" } else { "off" };
+        let source = self
+            .file
+            .as_ref()
+            .map_or("built-in defaults".to_string(), |f| f.display().to_string());
+        let hostname_label = if self.hostname_label.is_empty() {
+            "left out".to_string()
+        } else {
+            format!("'{}'", self.hostname_label)
+        };
+        format!(
+            "configuration from {source}\n\
+             serve HTTP on {listen}: /metrics, /health, /health/gpus, /livez, /readyz\n\
+             load NVML from '{lib}' and poll every {interval}\n\
+             metrics: dcgm-compatible {dcgm}, native {native}, hostname label {hostname_label}\n\
+             mutating API (/api/v1): {api}\n\
+             log: level {level}, format {format:?}\n",
+            listen = self.listen,
+            lib = self.nvml_lib,
+            interval = humantime::format_duration(self.interval),
+            dcgm = on(self.metrics_dcgm),
+            native = on(self.metrics_native),
+            api = if self.api_enabled {
+                format!("on, token from {}", self.api_token_file.display())
+            } else {
+                "off".to_string()
+            },
+            level = self.log_level.as_deref().unwrap_or("info (or RUST_LOG)"),
+            format = self.log_format,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        parse("c.toml", text)
+            .map(|_| ())
+            .expect_err("must be rejected")
+            .to_string()
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = merge(
+            None,
+            parse("c.toml", "").expect("valid"),
+            &Overrides::default(),
+        );
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9400");
+        assert_eq!(c.interval, Duration::from_secs(5));
+        assert_eq!(c.nvml_lib, "libnvidia-ml.so.1");
+        assert!(c.metrics_dcgm && c.metrics_native && !c.api_enabled);
+        assert_eq!(c.hostname_label, "Hostname");
+    }
+
+    #[test]
+    fn unknown_key_is_reported_at_its_position() {
+        let e = err("[poller]\ninterval = \"5s\"\nintervall = \"1s\"\n");
+        assert!(
+            e.starts_with("c.toml:3:1: unknown field `intervall`"),
+            "{e}"
+        );
+        assert!(e.contains("expected `interval`"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_point_at_the_value_and_say_what_to_do() {
+        let e = err("[poller]\ninterval = \"5x\"\n");
+        assert!(e.starts_with("c.toml:2:12: invalid duration '5x'"), "{e}");
+        assert!(e.contains("'500ms'"), "{e}");
+        let e = err("[poller]\ninterval = \"10ms\"\n");
+        assert!(e.contains("shorter than the minimum of 100ms"), "{e}");
+        let e = err("[server]\nlisten = \"localhost\"\n");
+        assert!(
+            e.starts_with("c.toml:2:10: invalid listen address 'localhost'"),
+            "{e}"
+        );
+        let e = err("[log]\nformat = \"xml\"\n");
+        assert!(e.starts_with("c.toml:2:10:"), "{e}");
+        let e = err("[metrics]\nhostname_label = \"host-name\"\n");
+        assert!(e.contains("invalid label name 'host-name'"), "{e}");
+        let e = err("[metrics]\ndcgm = \"yes\"\n");
+        assert!(e.starts_with("c.toml:2:8:"), "{e}");
+    }
+
+    #[test]
+    fn syntax_errors_have_positions() {
+        let e = err("[poller\ninterval = 5\n");
+        assert!(e.starts_with("c.toml:1:"), "{e}");
+    }
+
+    #[test]
+    fn flags_and_environment_win_over_the_file() {
+        let f = parse(
+            "c.toml",
+            "[server]\nlisten = \"127.0.0.1:1\"\n[poller]\ninterval = \"2s\"\n",
+        )
+        .expect("valid");
+        let o = Overrides {
+            interval: Some(Duration::from_millis(500)),
+            ..Overrides::default()
+        };
+        let c = merge(None, f, &o);
+        assert_eq!(c.interval, Duration::from_millis(500));
+        assert_eq!(c.listen.to_string(), "127.0.0.1:1");
+    }
+
+    #[test]
+    fn line_col_counts_characters() {
+        assert_eq!(line_col("ab\ncdé\nx", 0), (1, 1));
+        assert_eq!(line_col("ab\ncdé\nx", 3), (2, 1));
+        assert_eq!(line_col("ab\ncdé\nx", 9), (3, 1));
+    }
+}

@@ -1,0 +1,129 @@
+//! The HTTP surface: an axum router over the latest published snapshot.
+//!
+//! Handlers only read what the poller published; none of them calls NVML, so a wedged driver
+//! can never hang a scrape or a probe. Unknown paths answer 404 and wrong methods 405, both with
+//! a reason; the server keeps serving whatever a client sends.
+
+mod health;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use tokio::sync::watch;
+
+use crate::metrics::CONTENT_TYPE;
+use crate::poller::Published;
+
+/// What every handler can read.
+#[derive(Clone)]
+pub struct AppState {
+    pub published: watch::Receiver<Arc<Published>>,
+}
+
+impl AppState {
+    /// The newest publication (an `Arc` clone; the lock is held only for the clone).
+    pub fn latest(&self) -> Arc<Published> {
+        self.published.borrow().clone()
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(landing))
+        .route("/metrics", get(metrics))
+        .route("/livez", get(livez))
+        .route("/readyz", get(health::readyz))
+        .route("/health", get(health::health))
+        .route("/health/gpus", get(health::gpus))
+        .route("/health/gpus/{gpu}", get(health::gpu))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let published = state.latest();
+    let now = SystemTime::now();
+    let gzip = accepts_gzip(&headers);
+    let body = if gzip {
+        published.metrics.gzip(now)
+    } else {
+        published.metrics.plain(now)
+    };
+    let mut response = (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE)),
+            (header::VARY, HeaderValue::from_static("Accept-Encoding")),
+        ],
+        body,
+    )
+        .into_response();
+    if gzip {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    response
+}
+
+/// True when `Accept-Encoding` lists gzip with a non-zero quality.
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let coding = parts.next().unwrap_or("");
+            let q_zero = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !q_zero
+        })
+}
+
+async fn livez() -> &'static str {
+    "ok\n"
+}
+
+async fn landing() -> Html<String> {
+    Html(format!(
+        "<!doctype html><html><head><title>gpu-steward</title></head><body>\
+         <h1>gpu-steward {version}</h1><p>Node-local GPU agent.</p><ul>\
+         <li><a href=\"/metrics\">/metrics</a>: Prometheus metrics (dcgm-exporter compatible and native)</li>\
+         <li><a href=\"/health\">/health</a>: agent and per-GPU health (application/health+json)</li>\
+         <li><a href=\"/health/gpus\">/health/gpus</a>: per-GPU health, 503 when a GPU fails</li>\
+         <li><a href=\"/readyz\">/readyz</a>: readiness</li>\
+         <li><a href=\"/livez\">/livez</a>: liveness</li>\
+         </ul></body></html>\n",
+        version = env!("CARGO_PKG_VERSION")
+    ))
+}
+
+async fn not_found(uri: Uri) -> (StatusCode, String) {
+    (
+        StatusCode::NOT_FOUND,
+        format!(
+            "not found: '{}'; the endpoints are listed at /\n",
+            uri.path()
+        ),
+    )
+}
+
+async fn method_not_allowed() -> (StatusCode, &'static str) {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed: these endpoints are read-only, use GET\n",
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1 @@
+//! Router tests through `Router::oneshot`: no socket, no NVML.

@@ -1,0 +1,57 @@
+//! gpu-steward: a node-local GPU agent.
+//!
+//! It polls NVML on one thread, publishes an immutable snapshot each interval, and serves
+//! dcgm-exporter compatible and native Prometheus metrics and an honest health API from it.
+//!
+//! # Layout
+//!
+//! - [`cli`]: command line (clap); [`config`]: one validated `Config` from file, env and flags.
+//! - [`gpu`]: the NVML boundary, the only module that names `nvml_wrapper`; plain data out.
+//! - [`poller`]: owns NVML on a blocking thread; publishes `Published` (snapshot + metrics).
+//! - [`snapshot`]: the immutable view of the node at one instant.
+//! - [`metrics`]: renders the snapshot once per poll (dcgm family, native family, agent).
+//! - [`health`]: pure verdicts (agent readiness, per-GPU health and actions).
+//! - [`http`]: the axum router (`/metrics`, `/health*`, `/livez`, `/readyz`, `/`).
+//! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
+//!
+//! Dependencies point one way: `app` → `http`/`poller` → `metrics`/`health` → `snapshot`;
+//! `poller` → `gpu` → `snapshot`.
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod gpu;
+pub mod health;
+pub mod http;
+pub mod logging;
+pub mod metrics;
+pub mod poller;
+pub mod snapshot;
+
+use std::sync::atomic::AtomicU64;
+use std::time::SystemTime;
+
+/// Counters the rest of the agent bumps and the metrics renderer reads.
+#[derive(Debug)]
+pub struct AgentCounters {
+    pub started_at: SystemTime,
+    pub reloads_ok: AtomicU64,
+    pub reloads_failed: AtomicU64,
+}
+
+impl AgentCounters {
+    pub fn new() -> Self {
+        AgentCounters {
+            started_at: SystemTime::now(),
+            reloads_ok: AtomicU64::new(0),
+            reloads_failed: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Default for AgentCounters {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,68 @@
+//! Logging through `tracing-subscriber`, as text or JSON on stderr (journald and container
+//! runtimes collect it), with a level that a config reload can change.
+//!
+//! Level precedence: `--log-level` / `GPU_STEWARD_LOG_LEVEL` > `RUST_LOG` > `[log] level` >
+//! `info`. The format is fixed at start: changing it needs a restart.
+
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{reload, EnvFilter, Registry};
+
+use crate::config::LogFormat;
+
+/// Lets a reload change the level.
+pub struct LogHandle {
+    handle: reload::Handle<EnvFilter, Registry>,
+    /// The level from the flag or environment, which wins over any config file.
+    flag_level: Option<String>,
+}
+
+/// The filter directive in force given the flag, `RUST_LOG` and the config.
+fn directive(flag: Option<&str>, config: Option<&str>) -> String {
+    if let Some(l) = flag {
+        return l.to_string();
+    }
+    if let Ok(l) = std::env::var("RUST_LOG") {
+        if !l.is_empty() && EnvFilter::try_new(&l).is_ok() {
+            return l;
+        }
+    }
+    config.unwrap_or("info").to_string()
+}
+
+/// Installs the global subscriber. Call once, before anything logs.
+pub fn init(
+    flag_level: Option<String>,
+    config_level: Option<&str>,
+    format: LogFormat,
+) -> LogHandle {
+    let filter = EnvFilter::new(directive(flag_level.as_deref(), config_level));
+    let (filter, handle) = reload::Layer::new(filter);
+    let registry = tracing_subscriber::registry().with(filter);
+    let result = match format {
+        LogFormat::Text => registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .try_init(),
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
+    };
+    if let Err(e) = result {
+        eprintln!("gpu-steward: logging was already initialised: {e}");
+    }
+    LogHandle { handle, flag_level }
+}
+
+impl LogHandle {
+    /// Applies the level of a reloaded config (unless a flag or `RUST_LOG` overrides it).
+    pub fn set_config_level(&self, config_level: Option<&str>) {
+        let d = directive(self.flag_level.as_deref(), config_level);
+        if let Err(e) = self.handle.reload(EnvFilter::new(&d)) {
+            tracing::error!(error = %e, "cannot change the log level");
+        }
+    }
+}

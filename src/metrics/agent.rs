@@ -1,0 +1,127 @@
+//! The agent's own metrics: build, NVML state, poll duration and success per source, errors by
+//! NVML function, snapshot timestamp, config reloads. Always rendered, whatever the families.
+
+use std::sync::atomic::Ordering;
+
+use super::{unix_seconds, Families, Family};
+use crate::snapshot::{NvmlStatus, Snapshot};
+use crate::AgentCounters;
+
+pub(super) fn render(snapshot: &Snapshot, counters: &AgentCounters, out: &mut Families) {
+    let mut build = Family::gauge(
+        "gpu_steward_build_info",
+        "Build of the running agent, value 1.",
+    );
+    build.add(
+        &[
+            ("version", env!("CARGO_PKG_VERSION")),
+            (
+                "revision",
+                option_env!("GPU_STEWARD_REVISION").unwrap_or("unknown"),
+            ),
+        ],
+        1.0,
+    );
+    out.push(build);
+
+    let mut start = Family::gauge(
+        "gpu_steward_start_time_seconds",
+        "When the agent started (Unix time).",
+    );
+    start.add::<&str>(&[], unix_seconds(counters.started_at));
+    out.push(start);
+
+    let mut up = Family::gauge(
+        "gpu_steward_nvml_up",
+        "1 if NVML is initialised and answering, 0 while the agent retries.",
+    );
+    up.add::<&str>(
+        &[],
+        if snapshot.nvml == NvmlStatus::Up {
+            1.0
+        } else {
+            0.0
+        },
+    );
+    out.push(up);
+
+    let mut count = Family::gauge(
+        "gpu_steward_gpus",
+        "GPUs NVML reports, including lost ones (nvmlDeviceGetCount_v2).",
+    );
+    if snapshot.nvml == NvmlStatus::Up {
+        count.add::<&str>(&[], snapshot.gpus.len() as f64);
+    }
+    out.push(count);
+
+    let mut init = Family::counter(
+        "gpu_steward_nvml_init_errors_total",
+        "Failed attempts to load or initialise NVML, by error.",
+    );
+    for (error, n) in &snapshot.nvml_init_errors {
+        init.add(&[("error", error.as_str())], *n as f64);
+    }
+    out.push(init);
+
+    let mut errors = Family::counter(
+        "gpu_steward_nvml_errors_total",
+        "NVML calls that failed (not counting 'not supported'), by function and error.",
+    );
+    for ((function, error), n) in &snapshot.nvml_errors {
+        errors.add(
+            &[("function", *function), ("error", error.as_str())],
+            *n as f64,
+        );
+    }
+    out.push(errors);
+
+    let mut polls = Family::counter("gpu_steward_polls_total", "Polls completed.");
+    polls.add::<&str>(&[], snapshot.polls as f64);
+    out.push(polls);
+
+    let mut duration = Family::gauge(
+        "gpu_steward_poll_duration_seconds",
+        "How long the last poll took.",
+    );
+    duration.add::<&str>(&[], snapshot.poll_duration.as_secs_f64());
+    out.push(duration);
+
+    let mut source_duration = Family::gauge(
+        "gpu_steward_poll_source_duration_seconds",
+        "How long each source (group of NVML calls) took in the last poll, over all GPUs.",
+    );
+    let mut source_success = Family::gauge(
+        "gpu_steward_poll_source_success",
+        "1 if every call of the source succeeded or was not supported in the last poll.",
+    );
+    for (source, status) in &snapshot.sources {
+        source_duration.add(&[("source", *source)], status.duration.as_secs_f64());
+        source_success.add(
+            &[("source", *source)],
+            if status.success { 1.0 } else { 0.0 },
+        );
+    }
+    out.push(source_duration);
+    out.push(source_success);
+
+    let mut taken = Family::gauge(
+        "gpu_steward_snapshot_timestamp_seconds",
+        "When the snapshot served was taken (Unix time).",
+    );
+    taken.add::<&str>(&[], unix_seconds(snapshot.taken_at));
+    out.push(taken);
+
+    let mut reloads = Family::counter(
+        "gpu_steward_config_reloads_total",
+        "Configuration reloads (SIGHUP), by result.",
+    );
+    reloads.add(
+        &[("result", "success")],
+        counters.reloads_ok.load(Ordering::Relaxed) as f64,
+    );
+    reloads.add(
+        &[("result", "failure")],
+        counters.reloads_failed.load(Ordering::Relaxed) as f64,
+    );
+    out.push(reloads);
+}

@@ -1,0 +1,101 @@
+//! `/metrics`: two families rendered from a snapshot, once per poll.
+//!
+//! - `dcgm`: names, units and labels of NVIDIA's dcgm-exporter 4.x, so existing dashboards, alert
+//!   rules and autoscaler queries keep working;
+//! - `native`: `gpu_steward_*` series following the Prometheus naming rules (base units, ratios,
+//!   `_total` counters, identity in `gpu_steward_gpu_info`);
+//! - `agent`: the agent's own health (always on).
+//!
+//! Rendering happens on the poller thread right after a poll; a scrape copies the bytes and
+//! appends one line computed at scrape time (the snapshot's age). Nothing here calls NVML.
+
+mod agent;
+mod dcgm;
+mod family;
+mod gzip;
+mod native;
+
+use std::time::SystemTime;
+
+use crate::snapshot::Snapshot;
+use crate::AgentCounters;
+
+pub use family::{Families, Family};
+
+/// `Content-Type` of the Prometheus text format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// What the renderer needs from the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderConfig {
+    pub dcgm: bool,
+    pub native: bool,
+    /// Value of dcgm-exporter's hostname label (`NODE_NAME`, else the host name).
+    pub hostname: String,
+    /// Name of that label: `Hostname` as dcgm-exporter 4.x, `hostname` as its newer releases;
+    /// empty to leave it out (dcgm-exporter's `--no-hostname`).
+    pub hostname_label: String,
+}
+
+/// One snapshot's exposition, ready to serve.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    pub text: Vec<u8>,
+    gzip: gzip::GzipPrefix,
+    taken_at: SystemTime,
+}
+
+impl Rendered {
+    /// The plain body for a scrape at `now`.
+    pub fn plain(&self, now: SystemTime) -> Vec<u8> {
+        let tail = self.tail(now);
+        let mut out = Vec::with_capacity(self.text.len() + tail.len());
+        out.extend_from_slice(&self.text);
+        out.extend_from_slice(&tail);
+        out
+    }
+
+    /// The gzip body for a scrape at `now`.
+    pub fn gzip(&self, now: SystemTime) -> Vec<u8> {
+        self.gzip.finish(&self.tail(now))
+    }
+
+    fn tail(&self, now: SystemTime) -> Vec<u8> {
+        let age = now
+            .duration_since(self.taken_at)
+            .unwrap_or_default()
+            .as_secs_f64();
+        format!(
+            "# HELP gpu_steward_snapshot_age_seconds Seconds since the snapshot served by this \
+             scrape was taken, computed at scrape time.\n\
+             # TYPE gpu_steward_snapshot_age_seconds gauge\n\
+             gpu_steward_snapshot_age_seconds {age:.3}\n"
+        )
+        .into_bytes()
+    }
+}
+
+/// Renders every enabled family of `snapshot`.
+pub fn render(snapshot: &Snapshot, config: &RenderConfig, counters: &AgentCounters) -> Rendered {
+    let mut families = Families::default();
+    if config.dcgm {
+        dcgm::render(snapshot, config, &mut families);
+    }
+    if config.native {
+        native::render(snapshot, &mut families);
+    }
+    agent::render(snapshot, counters, &mut families);
+    let text = families.encode().into_bytes();
+    Rendered {
+        gzip: gzip::GzipPrefix::new(&text),
+        text,
+        taken_at: snapshot.taken_at,
+    }
+}
+
+/// Seconds since the Unix epoch, for `_timestamp_seconds` series.
+pub(crate) fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}

@@ -1,0 +1,284 @@
+//! The native family: `gpu_steward_*` series in base units (bytes, celsius, watts, joules, hertz,
+//! ratios 0-1), counters ending in `_total`, identity in `gpu_steward_gpu_info` and per-GPU series
+//! labelled `gpu` and `uuid` only (plus a dimension label where the metric has one).
+
+use super::{unix_seconds, Families, Family};
+use crate::snapshot::{GpuReading, GpuSnapshot, GpuStatus, Snapshot};
+
+/// The clock event (throttle) reasons NVML defines, by bit (`nvmlClocksEventReason*`).
+pub const CLOCK_EVENT_REASONS: &[(u64, &str)] = &[
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
+
+type Value = fn(&GpuReading) -> Option<f64>;
+
+fn ratio(percent: Option<u32>) -> Option<f64> {
+    percent.map(|p| f64::from(p) / 100.0)
+}
+
+fn watts(mw: Option<u32>) -> Option<f64> {
+    mw.map(|mw| f64::from(mw) / 1000.0)
+}
+
+fn flag(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// Per-GPU series without a dimension label: (name, help, value).
+const GAUGES: &[(&str, &str, Value)] = &[
+    ("gpu_steward_gpu_utilization_ratio", "Fraction of the last sample period during which a kernel ran on the GPU (nvmlDeviceGetUtilizationRates.gpu).", |r| ratio(r.gpu_util_percent)),
+    ("gpu_steward_memory_utilization_ratio", "Fraction of the last sample period during which device memory was read or written (nvmlDeviceGetUtilizationRates.memory).", |r| ratio(r.mem_util_percent)),
+    ("gpu_steward_encoder_utilization_ratio", "Video encoder utilization (nvmlDeviceGetEncoderUtilization).", |r| ratio(r.enc_util_percent)),
+    ("gpu_steward_decoder_utilization_ratio", "Video decoder utilization (nvmlDeviceGetDecoderUtilization).", |r| ratio(r.dec_util_percent)),
+    ("gpu_steward_memory_total_bytes", "Installed framebuffer memory (nvmlDeviceGetMemoryInfo_v2.total).", |r| r.memory.map(|m| m.total as f64)),
+    ("gpu_steward_memory_used_bytes", "Framebuffer memory allocated, excluding reserved (nvmlDeviceGetMemoryInfo_v2.used).", |r| r.memory.map(|m| m.used as f64)),
+    ("gpu_steward_memory_free_bytes", "Framebuffer memory free (nvmlDeviceGetMemoryInfo_v2.free).", |r| r.memory.map(|m| m.free as f64)),
+    ("gpu_steward_memory_reserved_bytes", "Framebuffer memory reserved by the driver and firmware (nvmlDeviceGetMemoryInfo_v2.reserved).", |r| r.memory.map(|m| m.reserved as f64)),
+    ("gpu_steward_bar1_memory_total_bytes", "BAR1 aperture size (nvmlDeviceGetBAR1MemoryInfo.bar1Total).", |r| r.bar1_total_bytes.map(|v| v as f64)),
+    ("gpu_steward_bar1_memory_used_bytes", "BAR1 memory in use (nvmlDeviceGetBAR1MemoryInfo.bar1Used).", |r| r.bar1_used_bytes.map(|v| v as f64)),
+    ("gpu_steward_temperature_celsius", "GPU die temperature (nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU).", |r| r.temperature_c.map(f64::from)),
+    ("gpu_steward_memory_temperature_celsius", "Memory (HBM) temperature (field NVML_FI_DEV_MEMORY_TEMP).", |r| r.memory_temperature_c.map(f64::from)),
+    ("gpu_steward_power_watts", "Board power draw (nvmlDeviceGetPowerUsage).", |r| watts(r.power_mw)),
+    ("gpu_steward_power_limit_watts", "Power management limit (nvmlDeviceGetPowerManagementLimit).", |r| watts(r.power_limit_mw)),
+    ("gpu_steward_enforced_power_limit_watts", "Power limit the driver enforces, the minimum of all limiters (nvmlDeviceGetEnforcedPowerLimit).", |r| watts(r.enforced_power_limit_mw)),
+    ("gpu_steward_fan_speed_ratio", "Intended fan speed as a fraction of the maximum (nvmlDeviceGetFanSpeed_v2, fan 0).", |r| ratio(r.fan_percent)),
+    ("gpu_steward_pcie_transmit_bytes_per_second", "PCIe transmit throughput over a 20 ms sample (nvmlDeviceGetPcieThroughput TX, KB/s x 1024).", |r| r.pcie_tx_kbs.map(|v| f64::from(v) * 1024.0)),
+    ("gpu_steward_pcie_receive_bytes_per_second", "PCIe receive throughput over a 20 ms sample (nvmlDeviceGetPcieThroughput RX, KB/s x 1024).", |r| r.pcie_rx_kbs.map(|v| f64::from(v) * 1024.0)),
+    ("gpu_steward_pcie_link_generation", "Current PCIe link generation (nvmlDeviceGetCurrPcieLinkGeneration).", |r| r.pcie_generation.map(f64::from)),
+    ("gpu_steward_pcie_link_width", "Current PCIe link width in lanes (nvmlDeviceGetCurrPcieLinkWidth).", |r| r.pcie_width.map(f64::from)),
+    ("gpu_steward_ecc_enabled", "1 if ECC is enabled (nvmlDeviceGetEccMode current).", |r| r.ecc_enabled.map(flag)),
+    ("gpu_steward_retired_pages_pending", "1 if pages are pending retirement until the next reset (nvmlDeviceGetRetiredPagesPendingStatus).", |r| r.retired_pages.pending.map(flag)),
+    ("gpu_steward_remapped_rows_pending", "1 if row remapping is pending until the next GPU reset (nvmlDeviceGetRemappedRows isPending).", |r| r.remapped_rows.map(|x| flag(x.pending))),
+    ("gpu_steward_row_remap_failed", "1 if a row remapping has failed (nvmlDeviceGetRemappedRows failureOccurred).", |r| r.remapped_rows.map(|x| flag(x.failure))),
+    ("gpu_steward_mig_mode_enabled", "1 if MIG mode is currently enabled (nvmlDeviceGetMigMode current).", |r| r.mig_mode_current.map(flag)),
+    ("gpu_steward_mig_mode_pending_enabled", "1 if MIG mode will be enabled after the next reset (nvmlDeviceGetMigMode pending).", |r| r.mig_mode_pending.map(flag)),
+    ("gpu_steward_recovery_action", "Driver-recommended recovery action: 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).", |r| r.recovery_action.map(f64::from)),
+    ("gpu_steward_gpu_processes", "Compute and graphics processes running on the GPU (nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetGraphicsRunningProcesses_v3).", |r| r.processes.as_ref().map(|p| p.len() as f64)),
+];
+
+const COUNTERS: &[(&str, &str, Value)] = &[
+    ("gpu_steward_energy_joules_total", "Energy consumed since the driver was loaded (nvmlDeviceGetTotalEnergyConsumption, mJ / 1000).", |r| r.energy_mj.map(|mj| mj as f64 / 1000.0)),
+    ("gpu_steward_pcie_replays_total", "PCIe replays (nvmlDeviceGetPcieReplayCounter).", |r| r.pcie_replay_count.map(f64::from)),
+];
+
+/// Series with one dimension label: (name, help, label, [(label value, value)]).
+type Dimensioned = fn(&GpuReading) -> Vec<(&'static str, Option<f64>)>;
+
+const DIMENSIONED: &[(&str, &str, &str, bool, Dimensioned)] = &[
+    ("gpu_steward_clock_hertz", "Current clock frequency (nvmlDeviceGetClockInfo, MHz x 1e6).", "clock", false, |r| {
+        let c = r.clocks_mhz;
+        hz(&[("graphics", c.graphics), ("sm", c.sm), ("memory", c.memory), ("video", c.video)])
+    }),
+    ("gpu_steward_ecc_errors_volatile_total", "ECC errors since the last driver load (nvmlDeviceGetTotalEccErrors, NVML_VOLATILE_ECC).", "error", true, |r| vec![
+        ("corrected", r.ecc.corrected_volatile.map(|v| v as f64)),
+        ("uncorrected", r.ecc.uncorrected_volatile.map(|v| v as f64)),
+    ]),
+    ("gpu_steward_ecc_errors_aggregate_total", "ECC errors over the GPU's lifetime (nvmlDeviceGetTotalEccErrors, NVML_AGGREGATE_ECC).", "error", true, |r| vec![
+        ("corrected", r.ecc.corrected_aggregate.map(|v| v as f64)),
+        ("uncorrected", r.ecc.uncorrected_aggregate.map(|v| v as f64)),
+    ]),
+    ("gpu_steward_retired_pages", "Framebuffer pages retired, by cause (nvmlDeviceGetRetiredPages).", "cause", false, |r| vec![
+        ("single_bit", r.retired_pages.single_bit.map(|v| v as f64)),
+        ("double_bit", r.retired_pages.double_bit.map(|v| v as f64)),
+    ]),
+    ("gpu_steward_remapped_rows_total", "Memory rows remapped, by the kind of error that caused it (nvmlDeviceGetRemappedRows).", "error", true, |r| vec![
+        ("correctable", r.remapped_rows.map(|x| f64::from(x.correctable))),
+        ("uncorrectable", r.remapped_rows.map(|x| f64::from(x.uncorrectable))),
+    ]),
+    ("gpu_steward_clock_event_active", "1 while the clock event (throttle) reason is active (nvmlDeviceGetCurrentClocksThrottleReasons).", "reason", false, |r| {
+        CLOCK_EVENT_REASONS
+            .iter()
+            .map(|(bit, name)| (*name, r.clock_event_reasons.map(|b| flag(b & bit != 0))))
+            .collect()
+    }),
+];
+
+fn hz(clocks: &[(&'static str, Option<u32>)]) -> Vec<(&'static str, Option<f64>)> {
+    clocks
+        .iter()
+        .map(|(k, v)| (*k, v.map(|mhz| f64::from(mhz) * 1e6)))
+        .collect()
+}
+
+pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
+    render_identity(snapshot, out);
+    let up: Vec<&GpuSnapshot> = snapshot
+        .gpus
+        .iter()
+        .filter(|g| g.status == GpuStatus::Up)
+        .collect();
+    let labels = |g: &GpuSnapshot| [("gpu", g.index.to_string()), ("uuid", g.uuid().to_string())];
+    for (table, counter) in [(GAUGES, false), (COUNTERS, true)] {
+        for (name, help, value) in table {
+            let mut f = new_family(name, help, counter);
+            for g in &up {
+                f.add_opt(&labels(g), value(&g.reading));
+            }
+            out.push(f);
+        }
+    }
+    for (name, help, label, counter, values) in DIMENSIONED {
+        let mut f = new_family(name, help, *counter);
+        for g in &up {
+            let [gpu, uuid] = labels(g);
+            for (dim, v) in values(&g.reading) {
+                f.add_opt(&[gpu.clone(), uuid.clone(), (label, dim.to_string())], v);
+            }
+        }
+        out.push(f);
+    }
+    render_xids(snapshot, out);
+}
+
+fn new_family(name: &str, help: &str, counter: bool) -> Family {
+    if counter {
+        Family::counter(name, help)
+    } else {
+        Family::gauge(name, help)
+    }
+}
+
+/// Identity and limits, which stay known for a lost GPU; `gpu_up` for every GPU NVML counts.
+fn render_identity(snapshot: &Snapshot, out: &mut Families) {
+    let driver = snapshot.driver.as_ref();
+    let mut info = Family::gauge(
+        "gpu_steward_gpu_info",
+        "GPU identity, value 1: join on gpu and uuid for the name, bus id and versions.",
+    );
+    let mut up = Family::gauge(
+        "gpu_steward_gpu_up",
+        "1 if the GPU answered this poll, 0 if it is lost or unreadable.",
+    );
+    let mut thresholds = Family::gauge(
+        "gpu_steward_temperature_threshold_celsius",
+        "Temperature thresholds (nvmlDeviceGetTemperatureThreshold).",
+    );
+    let mut max_clock = Family::gauge(
+        "gpu_steward_clock_max_hertz",
+        "Maximum clock frequency (nvmlDeviceGetMaxClockInfo, MHz x 1e6).",
+    );
+    let mut power_default = Family::gauge(
+        "gpu_steward_power_default_limit_watts",
+        "Default power management limit (nvmlDeviceGetPowerManagementDefaultLimit).",
+    );
+    let mut pcie_max_gen = Family::gauge(
+        "gpu_steward_pcie_link_max_generation",
+        "Maximum PCIe link generation of the GPU and system (nvmlDeviceGetMaxPcieLinkGeneration).",
+    );
+    let mut pcie_max_width = Family::gauge(
+        "gpu_steward_pcie_link_max_width",
+        "Maximum PCIe link width (nvmlDeviceGetMaxPcieLinkWidth).",
+    );
+    for g in &snapshot.gpus {
+        let gpu = g.index.to_string();
+        let uuid = g.uuid().to_string();
+        up.add(
+            &[("gpu", gpu.as_str()), ("uuid", uuid.as_str())],
+            flag(g.status == GpuStatus::Up),
+        );
+        let Some(id) = &g.identity else { continue };
+        let cc = id
+            .compute_capability
+            .map(|(a, b)| format!("{a}.{b}"))
+            .unwrap_or_default();
+        info.add(
+            &[
+                ("gpu", gpu.clone()),
+                ("uuid", uuid.clone()),
+                ("name", id.name.clone()),
+                ("pci_bus_id", id.pci_bus_id.clone()),
+                ("pci_device_id", format!("0x{:08X}", id.pci_device_id)),
+                ("serial", id.serial.clone().unwrap_or_default()),
+                ("architecture", id.architecture.clone().unwrap_or_default()),
+                ("compute_capability", cc),
+                (
+                    "driver_version",
+                    driver.map(|d| d.driver_version.clone()).unwrap_or_default(),
+                ),
+                (
+                    "cuda_version",
+                    driver
+                        .and_then(|d| d.cuda_version)
+                        .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
+                        .unwrap_or_default(),
+                ),
+            ],
+            1.0,
+        );
+        let t = id.thresholds;
+        for (kind, v) in [
+            ("shutdown", t.shutdown_c),
+            ("slowdown", t.slowdown_c),
+            ("gpu_max", t.gpu_max_c),
+            ("memory_max", t.memory_max_c),
+        ] {
+            thresholds.add_opt(
+                &[("gpu", gpu.as_str()), ("uuid", &uuid), ("threshold", kind)],
+                v,
+            );
+        }
+        let c = id.max_clocks_mhz;
+        for (clock, v) in hz(&[
+            ("graphics", c.graphics),
+            ("sm", c.sm),
+            ("memory", c.memory),
+            ("video", c.video),
+        ]) {
+            max_clock.add_opt(
+                &[("gpu", gpu.as_str()), ("uuid", &uuid), ("clock", clock)],
+                v,
+            );
+        }
+        let labels = [("gpu", gpu.as_str()), ("uuid", uuid.as_str())];
+        power_default.add_opt(&labels, watts(id.power_default_limit_mw));
+        pcie_max_gen.add_opt(&labels, id.max_pcie_generation);
+        pcie_max_width.add_opt(&labels, id.max_pcie_width);
+    }
+    for f in [
+        info,
+        up,
+        thresholds,
+        max_clock,
+        power_default,
+        pcie_max_gen,
+        pcie_max_width,
+    ] {
+        out.push(f);
+    }
+}
+
+fn render_xids(snapshot: &Snapshot, out: &mut Families) {
+    let mut total = Family::counter(
+        "gpu_steward_xid_errors_total",
+        "XID errors received from the NVML event stream since the agent started.",
+    );
+    let mut last = Family::gauge(
+        "gpu_steward_xid_last_timestamp_seconds",
+        "When the XID was last received (Unix time).",
+    );
+    for g in &snapshot.gpus {
+        for (xid, stat) in &g.xids {
+            let labels = [
+                ("gpu", g.index.to_string()),
+                ("uuid", g.uuid().to_string()),
+                ("xid", xid.to_string()),
+            ];
+            total.add(&labels, stat.count as f64);
+            last.add(&labels, unix_seconds(stat.last_seen));
+        }
+    }
+    out.push(total);
+    out.push(last);
+}

@@ -1,0 +1,412 @@
+//! The poller: the one task that talks to NVML.
+//!
+//! It runs on a dedicated blocking thread (NVML calls block, sometimes for long), polls every GPU
+//! each interval, renders the metrics once, and publishes an immutable `Published` through a
+//! `tokio::sync::watch` channel. Scrapes and health checks only read what was published.
+//!
+//! It must never exit on an NVML failure: a missing library or driver is retried with backoff, a
+//! lost GPU is reported while the others keep reporting, and a changed device count triggers a
+//! re-enumeration. Only `Control::Shutdown` (or the control channel closing) stops it.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::watch;
+
+use crate::gpu::{CallLog, ProcessCursor, Session, XidEvent, XidWatcher};
+use crate::metrics::{self, RenderConfig, Rendered};
+use crate::snapshot::{
+    GpuIdentity, GpuReading, GpuSnapshot, GpuStatus, NvmlStatus, Snapshot, SourceStatus, XidStat,
+};
+use crate::AgentCounters;
+
+/// What the poller needs to know; replaced as a whole on reload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PollerConfig {
+    /// Path or name of `libnvidia-ml.so.1`.
+    pub nvml_lib: String,
+    pub interval: Duration,
+    pub render: RenderConfig,
+}
+
+/// Messages to the poller thread.
+#[derive(Debug)]
+pub enum Control {
+    Reconfigure(PollerConfig),
+    Shutdown,
+}
+
+/// What the poller publishes each interval: the snapshot and its rendered metrics.
+#[derive(Debug)]
+pub struct Published {
+    pub snapshot: Arc<Snapshot>,
+    pub metrics: Rendered,
+    /// The poll interval in force when this was published (readiness uses it).
+    pub interval: Duration,
+}
+
+/// Handle to the running poller thread.
+pub struct PollerHandle {
+    pub control: Sender<Control>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PollerHandle {
+    /// Asks the poller to stop and waits for it (the NVML session is shut down on the way out).
+    pub fn stop(mut self) {
+        let _ = self.control.send(Control::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the poller thread.
+pub fn spawn(
+    config: PollerConfig,
+    counters: Arc<AgentCounters>,
+    out: watch::Sender<Arc<Published>>,
+) -> std::io::Result<PollerHandle> {
+    let (control, rx) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("poller".into())
+        .spawn(move || Poller::new(config, counters).run(&rx, &out))?;
+    Ok(PollerHandle {
+        control,
+        thread: Some(thread),
+    })
+}
+
+/// Backoff between NVML initialisation attempts: 1 s doubling to 30 s.
+fn backoff(attempts: u32) -> Duration {
+    let secs = 1u64 << attempts.saturating_sub(1).min(5);
+    Duration::from_secs(secs.min(30))
+}
+
+struct Poller {
+    config: PollerConfig,
+    counters: Arc<AgentCounters>,
+    session: Option<Session>,
+    /// Declared after `session` is dropped first on purpose: see `shutdown_nvml`.
+    watcher: Option<XidWatcher>,
+    xid_tx: Sender<XidEvent>,
+    xid_rx: Receiver<XidEvent>,
+    nvml: NvmlStatus,
+    driver: Option<crate::snapshot::DriverInfo>,
+    gpus: Vec<GpuState>,
+    nvml_errors: BTreeMap<(&'static str, String), u64>,
+    init_errors: BTreeMap<String, u64>,
+    polls: u64,
+}
+
+/// What the poller remembers about one GPU index between polls.
+#[derive(Default)]
+struct GpuState {
+    identity: Option<Arc<GpuIdentity>>,
+    cursor: ProcessCursor,
+    xids: BTreeMap<u64, XidStat>,
+    last_xid: Option<u64>,
+    status: Option<GpuStatus>,
+}
+
+impl Poller {
+    fn new(config: PollerConfig, counters: Arc<AgentCounters>) -> Self {
+        let (xid_tx, xid_rx) = mpsc::channel();
+        Poller {
+            config,
+            counters,
+            session: None,
+            watcher: None,
+            xid_tx,
+            xid_rx,
+            nvml: NvmlStatus::Starting,
+            driver: None,
+            gpus: Vec::new(),
+            nvml_errors: BTreeMap::new(),
+            init_errors: BTreeMap::new(),
+            polls: 0,
+        }
+    }
+
+    fn run(mut self, control: &Receiver<Control>, out: &watch::Sender<Arc<Published>>) {
+        loop {
+            let started = Instant::now();
+            let snapshot = Arc::new(self.poll());
+            let metrics = metrics::render(&snapshot, &self.config.render, &self.counters);
+            out.send_replace(Arc::new(Published {
+                snapshot: snapshot.clone(),
+                metrics,
+                interval: self.config.interval,
+            }));
+            let wait = match &snapshot.nvml {
+                NvmlStatus::Down { attempts, .. } => backoff(*attempts),
+                _ => self.config.interval.saturating_sub(started.elapsed()),
+            };
+            match control.recv_timeout(wait) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Ok(Control::Reconfigure(config)) => {
+                    if config.nvml_lib != self.config.nvml_lib {
+                        tracing::info!(library = %config.nvml_lib, "NVML library changed, reloading");
+                        self.shutdown_nvml();
+                    }
+                    self.config = config;
+                }
+                Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        self.shutdown_nvml();
+    }
+
+    /// Stops the XID watcher before the session so that no thread uses NVML after shutdown.
+    fn shutdown_nvml(&mut self) {
+        self.watcher = None;
+        self.session = None;
+        self.driver = None;
+    }
+
+    fn poll(&mut self) -> Snapshot {
+        let started = Instant::now();
+        let taken_at = SystemTime::now();
+        let mut log = CallLog::default();
+        let session = match self.ensure_session(&mut log, taken_at) {
+            Some(s) => s,
+            None => return self.snapshot(taken_at, started, log, Vec::new()),
+        };
+        log.begin("identity");
+        let count = match session.device_count() {
+            Ok(n) => n,
+            Err(code) => {
+                // The driver went away under us (unloaded, reset): start over with backoff.
+                self.count_error("nvmlDeviceGetCount_v2", &code);
+                self.shutdown_nvml();
+                self.mark_down(
+                    format!("NVML stopped answering: nvmlDeviceGetCount_v2 failed with {code}"),
+                    code,
+                    taken_at,
+                );
+                return self.snapshot(taken_at, started, log, Vec::new());
+            }
+        };
+        if count as usize != self.gpus.len() {
+            if !self.gpus.is_empty() {
+                tracing::warn!(
+                    from = self.gpus.len(),
+                    to = count,
+                    "GPU count changed, re-enumerating"
+                );
+            }
+            self.gpus = (0..count).map(|_| GpuState::default()).collect();
+            self.watcher = None;
+        }
+        self.drain_xids();
+        let mut gpus = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            gpus.push(self.poll_gpu(&session, index, &mut log));
+        }
+        self.ensure_watcher(&session, &gpus);
+        self.snapshot(taken_at, started, log, gpus)
+    }
+
+    fn ensure_session(&mut self, log: &mut CallLog, now: SystemTime) -> Option<Session> {
+        if let Some(s) = &self.session {
+            return Some(s.clone());
+        }
+        match Session::open(&self.config.nvml_lib) {
+            Ok(session) => {
+                log.begin("system");
+                let driver = session.driver_info(log);
+                tracing::info!(
+                    library = %self.config.nvml_lib,
+                    driver = %driver.driver_version,
+                    "NVML initialised"
+                );
+                self.driver = Some(driver);
+                self.nvml = NvmlStatus::Up;
+                self.gpus.clear();
+                self.session = Some(session.clone());
+                Some(session)
+            }
+            Err(e) => {
+                *self.init_errors.entry(e.code.clone()).or_default() += 1;
+                self.mark_down(e.reason, e.code, now);
+                None
+            }
+        }
+    }
+
+    fn mark_down(&mut self, reason: String, error: String, now: SystemTime) {
+        let (since, attempts) = match &self.nvml {
+            NvmlStatus::Down {
+                since, attempts, ..
+            } => (*since, attempts + 1),
+            _ => (now, 1),
+        };
+        if attempts == 1 || matches!(&self.nvml, NvmlStatus::Down { reason: r, .. } if *r != reason)
+        {
+            tracing::error!(%reason, retry_in = ?backoff(attempts), "NVML unavailable; serving without GPU data and retrying");
+        }
+        self.nvml = NvmlStatus::Down {
+            reason,
+            error,
+            since,
+            attempts,
+        };
+    }
+
+    fn poll_gpu(&mut self, session: &Session, index: u32, log: &mut CallLog) -> GpuSnapshot {
+        let state = &mut self.gpus[index as usize];
+        let errors_before = log.errors.len();
+        log.lost = false;
+        let (status, reading) =
+            match session.read_gpu(index, state.identity.is_none(), &mut state.cursor, log) {
+                Ok((identity, reading)) => {
+                    if let Some(id) = identity {
+                        state.identity = Some(Arc::new(id));
+                    }
+                    let status = if log.lost {
+                        GpuStatus::Lost
+                    } else {
+                        GpuStatus::Up
+                    };
+                    (status, reading)
+                }
+                Err(code) if code == "gpu_is_lost" => (GpuStatus::Lost, GpuReading::default()),
+                Err(code) => (
+                    GpuStatus::Unreadable(format!("NVML cannot read this GPU: {code}")),
+                    GpuReading::default(),
+                ),
+            };
+        log.end();
+        if state.status.as_ref() != Some(&status) {
+            let uuid = state.identity.as_ref().map_or("", |i| i.uuid.as_str());
+            match &status {
+                GpuStatus::Up if state.status.is_some() => {
+                    tracing::info!(gpu = index, uuid, "GPU readable again")
+                }
+                GpuStatus::Up => {}
+                GpuStatus::Lost => tracing::error!(
+                    gpu = index,
+                    uuid,
+                    "GPU is lost (fallen off the bus or inaccessible)"
+                ),
+                GpuStatus::Unreadable(why) => {
+                    tracing::error!(gpu = index, uuid, reason = %why, "GPU unreadable")
+                }
+            }
+            state.status = Some(status.clone());
+        }
+        let failed_calls = (log.errors.len() - errors_before) as u32;
+        GpuSnapshot {
+            index,
+            identity: state.identity.clone(),
+            status,
+            reading,
+            failed_calls,
+            xids: state.xids.clone(),
+            last_xid: state.last_xid,
+        }
+    }
+
+    fn drain_xids(&mut self) {
+        while let Ok(event) = self.xid_rx.try_recv() {
+            match event {
+                XidEvent::Xid { index, xid, at } => {
+                    tracing::warn!(gpu = ?index, xid, "XID event");
+                    let Some(state) = index.and_then(|i| self.gpus.get_mut(i as usize)) else {
+                        continue;
+                    };
+                    let stat = state.xids.entry(xid).or_insert(XidStat {
+                        count: 0,
+                        last_seen: at,
+                    });
+                    stat.count += 1;
+                    stat.last_seen = at;
+                    state.last_xid = Some(xid);
+                }
+                XidEvent::Error { function, code } => self.count_error(function, &code),
+            }
+        }
+    }
+
+    /// (Re)starts the XID watcher when a reachable GPU is not registered yet. A GPU that became
+    /// lost does not restart it: the old event set still delivers that GPU's last XID (79).
+    fn ensure_watcher(&mut self, session: &Session, gpus: &[GpuSnapshot]) {
+        let missing = gpus.iter().any(|g| {
+            g.status == GpuStatus::Up
+                && !self
+                    .watcher
+                    .as_ref()
+                    .is_some_and(|w| w.registered.contains(&g.index))
+        });
+        if missing {
+            self.watcher = None;
+            self.drain_xids();
+            self.watcher = Some(session.watch_xids(self.xid_tx.clone()));
+        }
+    }
+
+    fn count_error(&mut self, function: &'static str, code: &str) {
+        *self
+            .nvml_errors
+            .entry((function, code.to_string()))
+            .or_default() += 1;
+    }
+
+    fn snapshot(
+        &mut self,
+        taken_at: SystemTime,
+        started: Instant,
+        mut log: CallLog,
+        gpus: Vec<GpuSnapshot>,
+    ) -> Snapshot {
+        log.end();
+        for (function, code) in std::mem::take(&mut log.errors) {
+            self.count_error(function, &code);
+        }
+        self.polls += 1;
+        let mut sources: BTreeMap<&'static str, SourceStatus> = log
+            .sources
+            .into_iter()
+            .map(|(name, (duration, success))| (name, SourceStatus { duration, success }))
+            .collect();
+        if self.session.is_some() {
+            let events_ok = self
+                .watcher
+                .as_ref()
+                .is_some_and(|w| !w.registered.is_empty())
+                || gpus.iter().all(|g| g.status != GpuStatus::Up);
+            sources.insert(
+                "events",
+                SourceStatus {
+                    duration: Duration::ZERO,
+                    success: events_ok,
+                },
+            );
+        }
+        Snapshot {
+            taken_at,
+            nvml: self.nvml.clone(),
+            driver: self.driver.clone(),
+            gpus,
+            sources,
+            poll_duration: started.elapsed(),
+            nvml_errors: self.nvml_errors.clone(),
+            nvml_init_errors: self.init_errors.clone(),
+            polls: self.polls,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_thirty_seconds() {
+        let secs: Vec<u64> = (1..=8).map(|a| backoff(a).as_secs()).collect();
+        assert_eq!(secs, vec![1, 2, 4, 8, 16, 30, 30, 30]);
+    }
+}

@@ -1,0 +1,259 @@
+//! An immutable view of the node at one instant, published by the poller.
+//!
+//! Everything downstream (metrics rendering, health, HTTP) reads a `Snapshot`; nothing downstream
+//! talks to NVML. Every telemetry value is an `Option`: `None` means NVML could not give it (not
+//! supported, failed, GPU lost), and renderers must leave such a series out rather than invent a 0.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// The state of the NVML library as the poller last saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NvmlStatus {
+    /// Not tried yet (the agent just started).
+    Starting,
+    /// Initialised; the snapshot's GPU data is live.
+    Up,
+    /// Loading or initialising failed; the poller retries with backoff.
+    Down {
+        /// Why, in words an operator can act on.
+        reason: String,
+        /// The NVML return code name or loader failure, for metrics (`driver_not_loaded`, ...).
+        error: String,
+        /// When the failure began.
+        since: SystemTime,
+        /// Consecutive failed attempts.
+        attempts: u32,
+    },
+}
+
+/// Driver and library versions, read once per NVML session.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DriverInfo {
+    pub driver_version: String,
+    pub nvml_version: Option<String>,
+    /// CUDA driver version as NVML encodes it (`13000` = 13.0).
+    pub cuda_version: Option<i32>,
+}
+
+/// What a GPU is, read once when the device is first seen (not every poll).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuIdentity {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub serial: Option<String>,
+    /// NVML's 8-digit-domain form, e.g. `00000000:18:00.0`.
+    pub pci_bus_id: String,
+    /// `(device << 16) | vendor`, e.g. `0x233010DE`.
+    pub pci_device_id: u32,
+    pub pci_subsystem_id: u32,
+    pub minor_number: Option<u32>,
+    pub architecture: Option<String>,
+    pub compute_capability: Option<(i32, i32)>,
+    pub power_default_limit_mw: Option<u32>,
+    pub power_min_limit_mw: Option<u32>,
+    pub power_max_limit_mw: Option<u32>,
+    pub max_clocks_mhz: Clocks,
+    pub thresholds: TemperatureThresholds,
+    pub max_pcie_generation: Option<u32>,
+    pub max_pcie_width: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Clocks {
+    pub graphics: Option<u32>,
+    pub sm: Option<u32>,
+    pub memory: Option<u32>,
+    pub video: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TemperatureThresholds {
+    pub shutdown_c: Option<u32>,
+    pub slowdown_c: Option<u32>,
+    pub gpu_max_c: Option<u32>,
+    pub memory_max_c: Option<u32>,
+}
+
+/// Framebuffer memory in bytes, as `nvmlMemory_v2_t` reports it (`used` excludes `reserved`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Memory {
+    pub total: u64,
+    pub reserved: u64,
+    pub used: u64,
+    pub free: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EccCounts {
+    pub corrected_volatile: Option<u64>,
+    pub uncorrected_volatile: Option<u64>,
+    pub corrected_aggregate: Option<u64>,
+    pub uncorrected_aggregate: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetiredPages {
+    pub single_bit: Option<u64>,
+    pub double_bit: Option<u64>,
+    pub pending: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemappedRows {
+    pub correctable: u32,
+    pub uncorrectable: u32,
+    pub pending: bool,
+    pub failure: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessKind {
+    Compute,
+    Graphics,
+}
+
+/// One process using a GPU, joined from the running-process lists and process utilization.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuProcess {
+    pub pid: u32,
+    pub kind: ProcessKind,
+    /// `None` when NVML reports `NVML_VALUE_NOT_AVAILABLE` (e.g. without privileges).
+    pub used_memory_bytes: Option<u64>,
+    pub sm_util_percent: Option<u32>,
+    pub mem_util_percent: Option<u32>,
+}
+
+/// Telemetry read on every poll. Every field is optional; see the module docs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuReading {
+    pub gpu_util_percent: Option<u32>,
+    pub mem_util_percent: Option<u32>,
+    pub enc_util_percent: Option<u32>,
+    pub dec_util_percent: Option<u32>,
+    pub memory: Option<Memory>,
+    pub bar1_total_bytes: Option<u64>,
+    pub bar1_used_bytes: Option<u64>,
+    pub temperature_c: Option<u32>,
+    pub memory_temperature_c: Option<u32>,
+    pub power_mw: Option<u32>,
+    pub power_limit_mw: Option<u32>,
+    pub enforced_power_limit_mw: Option<u32>,
+    pub energy_mj: Option<u64>,
+    pub clocks_mhz: Clocks,
+    pub fan_percent: Option<u32>,
+    /// NVML reports PCIe throughput in KB/s (1024 bytes).
+    pub pcie_tx_kbs: Option<u32>,
+    pub pcie_rx_kbs: Option<u32>,
+    pub pcie_replay_count: Option<u32>,
+    pub pcie_generation: Option<u32>,
+    pub pcie_width: Option<u32>,
+    pub ecc_enabled: Option<bool>,
+    pub ecc: EccCounts,
+    pub retired_pages: RetiredPages,
+    pub remapped_rows: Option<RemappedRows>,
+    /// `nvmlClocksEventReasons` bitmask.
+    pub clock_event_reasons: Option<u64>,
+    pub mig_mode_current: Option<bool>,
+    pub mig_mode_pending: Option<bool>,
+    /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`: 0 none, 1 gpu reset, 2 node reboot, 3 drain P2P,
+    /// 4 drain and reset.
+    pub recovery_action: Option<u32>,
+    pub processes: Option<Vec<GpuProcess>>,
+}
+
+/// Whether the GPU could be read this poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuStatus {
+    Up,
+    /// NVML answered `GPU_IS_LOST`: fallen off the bus or otherwise inaccessible.
+    Lost,
+    /// Its handle or identity could not be read, for the reason given.
+    Unreadable(String),
+}
+
+/// Counts of one XID on one GPU since the agent started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XidStat {
+    pub count: u64,
+    pub last_seen: SystemTime,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuSnapshot {
+    pub index: u32,
+    /// `None` when the GPU has never been readable since the agent started.
+    pub identity: Option<Arc<GpuIdentity>>,
+    pub status: GpuStatus,
+    pub reading: GpuReading,
+    /// NVML calls on this GPU that failed this poll (not counting "not supported").
+    pub failed_calls: u32,
+    /// Per-XID counts, keyed by XID.
+    pub xids: BTreeMap<u64, XidStat>,
+    /// The most recent XID on this GPU, as dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS` reports it.
+    pub last_xid: Option<u64>,
+}
+
+impl GpuSnapshot {
+    pub fn uuid(&self) -> &str {
+        self.identity.as_ref().map_or("", |i| i.uuid.as_str())
+    }
+}
+
+/// The poll result of one source (a group of related NVML calls), as node_exporter reports its
+/// collectors: one failing source never blanks the others.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SourceStatus {
+    pub duration: Duration,
+    pub success: bool,
+}
+
+/// A whole-node snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// Wall-clock time of the poll that produced it.
+    pub taken_at: SystemTime,
+    pub nvml: NvmlStatus,
+    pub driver: Option<DriverInfo>,
+    pub gpus: Vec<GpuSnapshot>,
+    /// Keyed by source name (`utilization`, `memory`, ...).
+    pub sources: BTreeMap<&'static str, SourceStatus>,
+    /// How long the whole poll took.
+    pub poll_duration: Duration,
+    /// Cumulative NVML call failures by (function, error), since the agent started.
+    pub nvml_errors: BTreeMap<(&'static str, String), u64>,
+    /// Cumulative NVML initialisation failures by error, since the agent started.
+    pub nvml_init_errors: BTreeMap<String, u64>,
+    /// Completed polls since the agent started.
+    pub polls: u64,
+}
+
+impl Snapshot {
+    /// The snapshot published before the first poll.
+    pub fn starting(now: SystemTime) -> Self {
+        Snapshot {
+            taken_at: now,
+            nvml: NvmlStatus::Starting,
+            driver: None,
+            gpus: Vec::new(),
+            sources: BTreeMap::new(),
+            poll_duration: Duration::ZERO,
+            nvml_errors: BTreeMap::new(),
+            nvml_init_errors: BTreeMap::new(),
+            polls: 0,
+        }
+    }
+
+    /// Looks a GPU up by index (`"3"`) or UUID (`"GPU-..."`).
+    pub fn gpu(&self, key: &str) -> Option<&GpuSnapshot> {
+        match key.parse::<u32>() {
+            Ok(index) => self.gpus.iter().find(|g| g.index == index),
+            Err(_) => self
+                .gpus
+                .iter()
+                .find(|g| g.uuid().eq_ignore_ascii_case(key)),
+        }
+    }
+}
