@@ -1,1 +1,28 @@
-//! placeholder
+//! A simulated `libnvidia-ml.so`: a cdylib exporting the NVML C ABI (symbol names and struct
+//! layouts of `nvml.h` as `nvml-wrapper-sys` 0.10 binds them), driven by a TOML scenario file
+//! named by `NVML_SIM_SCENARIO`. It lets gpu-steward's tests run the real NVML code paths on a
+//! machine without a GPU. It must never let a panic cross the C boundary, never block while
+//! holding its state lock, and must answer with the real driver's units and return codes.
+//!
+//! Layout:
+//! - [`ffi`]: return codes, error strings, the `export!` guard (panic catching, call counting)
+//!   and the pointer helpers every export uses.
+//! - [`models`]: the per-model table (data, one struct per GPU model).
+//! - [`scenario`]: the scenario file format, parsing and strict validation with `FILE:LINE:COL`.
+//! - [`resolve`]: turns a validated scenario entry into one concrete [`resolve::Gpu`] per index.
+//! - [`state`]: the global state (ref-counted init, live reload, stable handles, energy).
+//! - [`events`]: per-event-set delivery bookkeeping (each XID id once per set).
+//! - [`stats`]: the `NVML_SIM_STATS` call-count file.
+//! - `exports/*`: the `extern "C"` functions, grouped like nvml.h.
+
+pub mod events;
+pub mod ffi;
+pub mod models;
+pub mod resolve;
+pub mod scenario;
+pub mod state;
+pub mod stats;
+
+mod exports;
+
+pub use exports::EXPORTED;

@@ -1,0 +1,186 @@
+//! Device handles and identity: lookups by index, UUID, PCI bus id and serial; name, UUID,
+//! serial, PCI info, index, minor number, architecture, compute capability, brand, compute
+//! mode and MIG mode. Lookups of a lost GPU answer GPU_IS_LOST (nvml.h lists it for the
+//! handle calls; it is what makes nvidia-smi print "Unable to determine the device handle for
+//! GPU ...: GPU is lost"), while the GPU still counts in `nvmlDeviceGetCount_v2`.
+
+use std::ffi::{c_char, c_int, c_uint};
+
+use nvml_wrapper_sys::bindings::{
+    nvmlBrandType_t, nvmlComputeMode_t, nvmlDeviceArchitecture_t, nvmlDevice_t, nvmlPciInfo_t,
+};
+
+use crate::export;
+use crate::ffi::{self, get_str, put, put_str};
+use crate::resolve::PciAddr;
+use crate::state::{self, gpu};
+
+fn fixed<const N: usize>(s: &str) -> [c_char; N] {
+    let mut out = [0 as c_char; N];
+    for (o, b) in out.iter_mut().zip(s.bytes().take(N - 1)) {
+        *o = b as c_char;
+    }
+    out
+}
+
+export!(
+    /// INVALID_ARGUMENT past the count; GPU_IS_LOST for a lost GPU.
+    fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut nvmlDevice_t) {
+        let count = state::scenario()?.gpus.len();
+        if index as usize >= count {
+            return Err(ffi::INVALID_ARGUMENT);
+        }
+        put(device, state::find(|g| g.index == index)?)
+    }
+);
+
+export!(
+    fn nvmlDeviceGetHandleByIndex(index: c_uint, device: *mut nvmlDevice_t) {
+        let count = state::scenario()?.gpus.len();
+        if index as usize >= count {
+            return Err(ffi::INVALID_ARGUMENT);
+        }
+        put(device, state::find(|g| g.index == index)?)
+    }
+);
+
+export!(
+    fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut nvmlDevice_t) {
+        let wanted = get_str(uuid)?;
+        put(
+            device,
+            state::find(|g| g.uuid.eq_ignore_ascii_case(&wanted))?,
+        )
+    }
+);
+
+export!(
+    /// Accepts every form nvml.h lists, in any case, with or without the domain.
+    fn nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id: *const c_char, device: *mut nvmlDevice_t) {
+        let wanted = PciAddr::parse(&get_str(pci_bus_id)?).ok_or(ffi::INVALID_ARGUMENT)?;
+        put(device, state::find(|g| g.pci == wanted)?)
+    }
+);
+
+export!(
+    fn nvmlDeviceGetHandleByPciBusId(pci_bus_id: *const c_char, device: *mut nvmlDevice_t) {
+        let wanted = PciAddr::parse(&get_str(pci_bus_id)?).ok_or(ffi::INVALID_ARGUMENT)?;
+        put(device, state::find(|g| g.pci == wanted)?)
+    }
+);
+
+export!(
+    fn nvmlDeviceGetHandleBySerial(serial: *const c_char, device: *mut nvmlDevice_t) {
+        let wanted = get_str(serial)?;
+        put(device, state::find(|g| g.serial == wanted)?)
+    }
+);
+
+export!(
+    fn nvmlDeviceGetName(device: nvmlDevice_t, name: *mut c_char, length: c_uint) {
+        put_str(name, length, gpu(device)?.model.name)
+    }
+);
+
+export!(
+    fn nvmlDeviceGetUUID(device: nvmlDevice_t, uuid: *mut c_char, length: c_uint) {
+        put_str(uuid, length, &gpu(device)?.uuid)
+    }
+);
+
+export!(
+    fn nvmlDeviceGetSerial(device: nvmlDevice_t, serial: *mut c_char, length: c_uint) {
+        put_str(serial, length, &gpu(device)?.serial)
+    }
+);
+
+export!(
+    fn nvmlDeviceGetPciInfo_v3(device: nvmlDevice_t, pci: *mut nvmlPciInfo_t) {
+        let g = gpu(device)?;
+        put(
+            pci,
+            nvmlPciInfo_t {
+                busIdLegacy: fixed(&g.pci.bus_id_legacy()),
+                domain: g.pci.domain,
+                bus: g.pci.bus,
+                device: g.pci.device,
+                pciDeviceId: g.model.pci_device_id,
+                pciSubSystemId: g.model.pci_subsystem_id,
+                busId: fixed(&g.pci.bus_id()),
+            },
+        )
+    }
+);
+
+export!(
+    fn nvmlDeviceGetIndex(device: nvmlDevice_t, index: *mut c_uint) {
+        put(index, gpu(device)?.index)
+    }
+);
+
+export!(
+    /// The minor number (`/dev/nvidiaN`) equals the index here.
+    fn nvmlDeviceGetMinorNumber(device: nvmlDevice_t, minor_number: *mut c_uint) {
+        put(minor_number, gpu(device)?.index)
+    }
+);
+
+export!(
+    fn nvmlDeviceGetArchitecture(device: nvmlDevice_t, arch: *mut nvmlDeviceArchitecture_t) {
+        put(arch, gpu(device)?.model.architecture)
+    }
+);
+
+export!(
+    fn nvmlDeviceGetCudaComputeCapability(
+        device: nvmlDevice_t,
+        major: *mut c_int,
+        minor: *mut c_int,
+    ) {
+        let (ma, mi) = gpu(device)?.model.cuda_cc;
+        put(major, ma)?;
+        put(minor, mi)
+    }
+);
+
+export!(
+    fn nvmlDeviceGetBrand(device: nvmlDevice_t, brand: *mut nvmlBrandType_t) {
+        put(brand, gpu(device)?.model.brand)
+    }
+);
+
+export!(
+    /// Always NVML_COMPUTEMODE_DEFAULT (0).
+    fn nvmlDeviceGetComputeMode(device: nvmlDevice_t, mode: *mut nvmlComputeMode_t) {
+        gpu(device)?;
+        put(mode, 0)
+    }
+);
+
+export!(
+    /// Current and pending mode from the scenario (no pending change is simulated yet);
+    /// NOT_SUPPORTED on models without MIG.
+    fn nvmlDeviceGetMigMode(
+        device: nvmlDevice_t,
+        current_mode: *mut c_uint,
+        pending_mode: *mut c_uint,
+    ) {
+        let g = gpu(device)?;
+        if !g.model.mig_capable() {
+            return Err(ffi::NOT_SUPPORTED);
+        }
+        put(current_mode, c_uint::from(g.mig_mode))?;
+        put(pending_mode, c_uint::from(g.mig_mode))
+    }
+);
+
+export!(
+    /// 7 with MIG enabled, 0 with MIG disabled; NOT_SUPPORTED on models without MIG (CHOSEN).
+    fn nvmlDeviceGetMaxMigDeviceCount(device: nvmlDevice_t, count: *mut c_uint) {
+        let g = gpu(device)?;
+        if !g.model.mig_capable() {
+            return Err(ffi::NOT_SUPPORTED);
+        }
+        put(count, if g.mig_mode { 7 } else { 0 })
+    }
+);

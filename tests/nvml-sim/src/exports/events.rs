@@ -1,0 +1,102 @@
+//! Event sets: XID critical errors from the scenario's `[[gpu.event]]` tables, each id
+//! delivered once to every set registered for XIDs on that GPU. `nvmlEventSetWait*` polls in
+//! short steps and never sleeps while holding the state lock (the agent waits on one thread
+//! while it polls on another); it answers TIMEOUT when nothing arrives in time.
+
+use std::ffi::{c_uint, c_ulonglong};
+use std::time::{Duration, Instant};
+
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlEventData_t, nvmlEventSet_t};
+
+use crate::events::XID_CRITICAL_ERROR;
+use crate::export;
+use crate::ffi::{self, put, NvResult};
+use crate::state::{self, gpu};
+
+/// How long a waiting thread sleeps between looks at its set.
+const WAIT_STEP: Duration = Duration::from_millis(5);
+
+/// CHOSEN: SingleBitEcc 0x1, DoubleBitEcc 0x2, PState 0x4, XidCriticalError 0x8, Clock 0x10,
+/// plus MigConfigChange 0x100 on MIG-capable models. Only XIDs are ever delivered.
+fn supported(mig_capable: bool) -> c_ulonglong {
+    0x1F | if mig_capable { 0x100 } else { 0 }
+}
+
+export!(
+    fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) {
+        if set.is_null() {
+            return Err(ffi::INVALID_ARGUMENT);
+        }
+        put(set, state::event_set_create()?)
+    }
+);
+
+export!(
+    /// NOT_SUPPORTED when `event_types` has a bit the GPU does not support (nvml.h).
+    fn nvmlDeviceRegisterEvents(
+        device: nvmlDevice_t,
+        event_types: c_ulonglong,
+        set: nvmlEventSet_t,
+    ) {
+        let g = gpu(device)?;
+        if event_types & !supported(g.model.mig_capable()) != 0 {
+            return Err(ffi::NOT_SUPPORTED);
+        }
+        state::with_event_set(set, |s, _| {
+            s.register(g.index, event_types);
+            Ok(())
+        })
+    }
+);
+
+export!(
+    fn nvmlDeviceGetSupportedEventTypes(device: nvmlDevice_t, event_types: *mut c_ulonglong) {
+        let g = gpu(device)?;
+        put(event_types, supported(g.model.mig_capable()))
+    }
+);
+
+fn wait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uint) -> NvResult {
+    if data.is_null() {
+        return Err(ffi::INVALID_ARGUMENT);
+    }
+    let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
+    loop {
+        // The lock is taken and released inside `with_event_set`; we sleep without it.
+        if let Some((gpu, xid)) = state::with_event_set(set, |s, sc| Ok(s.next(&sc.gpus)))? {
+            return put(
+                data,
+                nvmlEventData_t {
+                    device: state::handle_of(gpu as usize),
+                    eventType: XID_CRITICAL_ERROR,
+                    eventData: xid,
+                    gpuInstanceId: 0xFFFF_FFFF,
+                    computeInstanceId: 0xFFFF_FFFF,
+                },
+            );
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(ffi::TIMEOUT);
+        }
+        std::thread::sleep(WAIT_STEP.min(deadline - now));
+    }
+}
+
+export!(
+    fn nvmlEventSetWait_v2(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeoutms: c_uint) {
+        wait(set, data, timeoutms)
+    }
+);
+
+export!(
+    fn nvmlEventSetWait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeoutms: c_uint) {
+        wait(set, data, timeoutms)
+    }
+);
+
+export!(
+    fn nvmlEventSetFree(set: nvmlEventSet_t) {
+        state::event_set_free(set)
+    }
+);

@@ -1,0 +1,362 @@
+//! A validated scenario resolved into concrete per-GPU values: every field the scenario left
+//! out takes the model's idle default here, and derived identity (UUID, serial, PCI bus id) is
+//! computed deterministically from the index and model. Exports read only these values.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::ffi::{code_by_name, Ret};
+use crate::models::Model;
+use crate::scenario::{Ecc, ProcessKind, RawGpu, RemappedRows, RetiredPages};
+
+/// One scenario, resolved.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub driver_version: String,
+    /// e.g. 13000 for CUDA 13.0.
+    pub cuda_version: i32,
+    pub init_error: Option<Ret>,
+    pub gpus: Vec<Gpu>,
+}
+
+impl Scenario {
+    /// `nvmlSystemGetNVMLVersion`: "<CUDA major>.<driver version>", e.g. "13.580.95.05"
+    /// (the real library prints "12.535.129.03" on a CUDA 12.2 driver).
+    pub fn nvml_version(&self) -> String {
+        format!("{}.{}", self.cuda_version / 1000, self.driver_version)
+    }
+}
+
+/// A PCI address; `bus_id()` prints it the way NVML does (`00000000:3B:00.0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PciAddr {
+    pub domain: u32,
+    pub bus: u32,
+    pub device: u32,
+    pub function: u32,
+}
+
+impl PciAddr {
+    /// Accepts the forms nvml.h lists for `nvmlDeviceGetHandleByPciBusId_v2` (hexadecimal):
+    /// `domain:bus:device.function`, `domain:bus:device` and `bus:device.function`; any case.
+    pub fn parse(s: &str) -> Option<PciAddr> {
+        let hex = |p: &str| {
+            (!p.is_empty() && p.len() <= 8).then_some(())?;
+            u32::from_str_radix(p, 16).ok()
+        };
+        let parts: Vec<&str> = s.split(':').collect();
+        let (domain, bus, rest) = match parts.as_slice() {
+            [d, b, rest] => (hex(d)?, hex(b)?, *rest),
+            [b, rest] if rest.contains('.') => (0, hex(b)?, *rest),
+            _ => return None,
+        };
+        let (device, function) = match rest.split_once('.') {
+            Some((d, f)) => (hex(d)?, hex(f)?),
+            None => (hex(rest)?, 0),
+        };
+        (bus <= 0xFF && device <= 0x1F && function <= 7).then_some(PciAddr {
+            domain,
+            bus,
+            device,
+            function,
+        })
+    }
+
+    pub fn bus_id(&self) -> String {
+        format!(
+            "{:08X}:{:02X}:{:02X}.{:X}",
+            self.domain, self.bus, self.device, self.function
+        )
+    }
+
+    /// The 16-byte legacy form (`0000:3B:00.0`) of `nvmlPciInfo_t::busIdLegacy`.
+    pub fn bus_id_legacy(&self) -> String {
+        format!(
+            "{:04X}:{:02X}:{:02X}.{:X}",
+            self.domain & 0xFFFF,
+            self.bus,
+            self.device,
+            self.function
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Process {
+    pub pid: u32,
+    pub kind: ProcessKind,
+    pub used_memory_mib: u64,
+    pub sm_util_percent: u32,
+    pub mem_util_percent: u32,
+    /// Index into the GPU's `mig_devices`, when the process runs in a MIG device.
+    pub mig_device: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    pub id: u64,
+    pub xid: u64,
+}
+
+/// One simulated GPU with every value concrete.
+#[derive(Debug, Clone)]
+pub struct Gpu {
+    pub index: u32,
+    pub model: &'static Model,
+    pub uuid: String,
+    pub serial: String,
+    pub pci: PciAddr,
+    pub mig_mode: bool,
+    pub mig_devices: Vec<String>,
+    pub power_limit_mw: u32,
+    pub lost: bool,
+    /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` value: none 0 … drain_and_reset 4.
+    pub recovery_action: u32,
+    pub unsupported: BTreeSet<String>,
+    pub errors: BTreeMap<String, Ret>,
+    pub gpu_util: u32,
+    pub mem_util: u32,
+    pub enc_util: u32,
+    pub dec_util: u32,
+    pub memory_used_mib: u64,
+    pub temperature_c: u32,
+    /// `None` on boards without a memory sensor, whatever the scenario says.
+    pub memory_temperature_c: Option<u32>,
+    pub power_mw: u32,
+    pub clocks: crate::models::Clocks,
+    pub pcie_tx_kib_s: u32,
+    pub pcie_rx_kib_s: u32,
+    pub pcie_replay_count: u32,
+    /// `None` on fanless boards (all six models), whatever the scenario says.
+    pub fan_percent: Option<u32>,
+    pub ecc: Ecc,
+    pub remapped_rows: RemappedRows,
+    pub retired_pages: RetiredPages,
+    pub throttle_reasons: u64,
+    pub processes: Vec<Process>,
+    pub events: Vec<Event>,
+}
+
+/// 64-bit FNV-1a, then a splitmix64 finaliser: stable across Rust versions (unlike
+/// `DefaultHasher`), so derived identities never change between builds.
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// Whether `s` looks like `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (hex digits).
+pub fn is_uuid(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix("GPU-") else {
+        return false;
+    };
+    let groups: Vec<&str> = rest.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+fn derived_uuid(index: u32, model: &Model) -> String {
+    let seed = format!("{}#{index}", model.key);
+    let a = stable_hash(seed.as_bytes());
+    let b = stable_hash(format!("{seed}/2").as_bytes());
+    let hex = format!("{a:016x}{b:016x}");
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+impl Gpu {
+    /// Resolves entry `g` (already validated) as GPU number `index`.
+    pub(crate) fn build(index: u32, model: &'static Model, g: &RawGpu) -> Gpu {
+        let pct = |v: &Option<toml::Spanned<u32>>| v.as_ref().map_or(0, |p| *p.get_ref());
+        let gpu_util = pct(&g.gpu_util_percent);
+        let mig_devices: Vec<String> = g
+            .mig_devices
+            .iter()
+            .flatten()
+            .map(|d| d.get_ref().clone())
+            .collect();
+        let mut clocks = model.idle_clocks;
+        if let Some(sm) = g.sm_clock_mhz {
+            clocks.sm = sm;
+            clocks.graphics = sm;
+        }
+        if let Some(mem) = g.mem_clock_mhz {
+            clocks.mem = mem;
+        }
+        let throttle_reasons = match &g.throttle_reasons {
+            Some(list) => list.iter().fold(0, |acc, r| acc | *r as u64),
+            // CHOSEN: without a list, an idle GPU reports GpuIdle and a busy one nothing.
+            None if gpu_util == 0 => 0x1,
+            None => 0,
+        };
+        let power_w = g
+            .power_w
+            .as_ref()
+            .map_or(model.idle_power_w, |p| *p.get_ref());
+        Gpu {
+            index,
+            model,
+            uuid: g
+                .uuid
+                .as_ref()
+                .map_or_else(|| derived_uuid(index, model), |u| u.get_ref().clone()),
+            serial: g.serial.as_ref().map_or_else(
+                || {
+                    format!(
+                        "{}",
+                        1_320_000_000_000
+                            + stable_hash(model.key.as_bytes()) % 1_000_000 * 1000
+                            + u64::from(index)
+                    )
+                },
+                |s| s.get_ref().clone(),
+            ),
+            pci: g
+                .pci_bus_id
+                .as_ref()
+                .and_then(|p| PciAddr::parse(p.get_ref()))
+                // CHOSEN: derived bus numbers start at 0x10 and step by one per index.
+                .unwrap_or(PciAddr {
+                    domain: 0,
+                    bus: 0x10 + index,
+                    device: 0,
+                    function: 0,
+                }),
+            mig_mode: g.mig_mode.as_ref().is_some_and(|m| *m.get_ref()),
+            mig_devices: mig_devices.clone(),
+            power_limit_mw: g
+                .power_limit_w
+                .as_ref()
+                .map_or(model.power_default_w, |p| *p.get_ref())
+                * 1000,
+            lost: g.lost.unwrap_or(false),
+            recovery_action: g.recovery_action.unwrap_or_default() as u32,
+            unsupported: g
+                .unsupported
+                .iter()
+                .flatten()
+                .map(|f| f.get_ref().clone())
+                .collect(),
+            errors: g
+                .errors
+                .iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.get_ref().clone(), code_by_name(v.get_ref())?)))
+                .collect(),
+            gpu_util,
+            mem_util: pct(&g.mem_util_percent),
+            enc_util: pct(&g.enc_util_percent),
+            dec_util: pct(&g.dec_util_percent),
+            memory_used_mib: g.memory_used_mib.as_ref().map_or(0, |m| *m.get_ref()),
+            temperature_c: g.temperature_c.unwrap_or(model.idle_temp_c),
+            memory_temperature_c: model
+                .idle_mem_temp_c
+                .map(|idle| g.memory_temperature_c.unwrap_or(idle)),
+            power_mw: (power_w * 1000.0).round() as u32,
+            clocks,
+            pcie_tx_kib_s: g.pcie_tx_kib_s.unwrap_or(0),
+            pcie_rx_kib_s: g.pcie_rx_kib_s.unwrap_or(0),
+            pcie_replay_count: g.pcie_replay_count.unwrap_or(0),
+            fan_percent: model
+                .has_fan
+                .then(|| g.fan_percent.as_ref().map_or(30, |f| *f.get_ref())),
+            ecc: g.ecc.unwrap_or_default(),
+            remapped_rows: g
+                .remapped_rows
+                .as_ref()
+                .map(|r| *r.get_ref())
+                .unwrap_or_default(),
+            retired_pages: g
+                .retired_pages
+                .as_ref()
+                .map(|r| *r.get_ref())
+                .unwrap_or_default(),
+            throttle_reasons,
+            processes: g
+                .process
+                .iter()
+                .map(|p| {
+                    let p = p.get_ref();
+                    Process {
+                        pid: p.pid,
+                        kind: p.kind,
+                        used_memory_mib: p.used_memory_mib,
+                        sm_util_percent: pct(&p.sm_util_percent),
+                        mem_util_percent: pct(&p.mem_util_percent),
+                        mig_device: p
+                            .mig_device
+                            .as_ref()
+                            .and_then(|d| mig_devices.iter().position(|m| m == d.get_ref())),
+                    }
+                })
+                .collect(),
+            events: g
+                .event
+                .iter()
+                .map(|e| Event {
+                    id: *e.id.get_ref(),
+                    xid: e.xid,
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether calls on this GPU to `function` are overridden by the scenario
+    /// (`errors` first, then `unsupported`).
+    pub fn override_for(&self, function: &str) -> Option<Ret> {
+        self.errors.get(function).copied().or_else(|| {
+            self.unsupported
+                .contains(function)
+                .then_some(crate::ffi::NOT_SUPPORTED)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pci_forms() {
+        let full = PciAddr::parse("00000000:3b:00.0").map(|p| p.bus_id());
+        assert_eq!(full.as_deref(), Some("00000000:3B:00.0"));
+        assert_eq!(
+            PciAddr::parse("0000:3B:00.0"),
+            PciAddr::parse("00000000:3B:00.0")
+        );
+        assert_eq!(
+            PciAddr::parse("3B:00.0"),
+            PciAddr::parse("00000000:3B:00.0")
+        );
+        assert_eq!(PciAddr::parse("0:3B:0"), PciAddr::parse("00000000:3B:00.0"));
+        assert!(PciAddr::parse("zz:00.0").is_none());
+        assert!(PciAddr::parse("3B").is_none());
+        let legacy = PciAddr::parse("00000000:3B:00.0").map(|p| p.bus_id_legacy());
+        assert_eq!(legacy.as_deref(), Some("0000:3B:00.0"));
+    }
+
+    #[test]
+    fn uuids() {
+        let m = crate::models::by_key("H100-SXM5-80GB").expect("model");
+        let a = derived_uuid(0, m);
+        assert!(is_uuid(&a), "{a}");
+        assert_eq!(a, derived_uuid(0, m));
+        assert_ne!(a, derived_uuid(1, m));
+        assert!(!is_uuid("GPU-123"));
+    }
+}

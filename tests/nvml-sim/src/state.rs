@@ -1,0 +1,399 @@
+//! The global simulator state behind one mutex: the ref-counted init, the current scenario
+//! (re-read when the file changes, checked at most every 50 ms from inside calls), the energy
+//! counters, and the event sets. Device handles are addresses inside a static array, so they
+//! are stable, non-null, survive reloads and can be validated without dereferencing. No code
+//! here sleeps or blocks while holding the lock.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use nvml_wrapper_sys::bindings::{nvmlDevice_st, nvmlDevice_t, nvmlEventSet_st, nvmlEventSet_t};
+
+use crate::events::EventSet;
+use crate::ffi::{self, NvResult, Ret};
+use crate::resolve::{Gpu, Scenario};
+
+/// Most GPUs one scenario may describe (the size of the static handle array).
+pub const MAX_GPUS: usize = 64;
+
+/// How often calls look at the scenario file's identity.
+const RELOAD_CHECK: Duration = Duration::from_millis(50);
+
+/// What a device handle points to: one slot per GPU index, never freed.
+#[repr(C)]
+pub struct HandleSlot {
+    index: u32,
+}
+
+static HANDLES: [HandleSlot; MAX_GPUS] = {
+    let mut slots = [const { HandleSlot { index: 0 } }; MAX_GPUS];
+    let mut i = 0;
+    while i < MAX_GPUS {
+        slots[i].index = i as u32;
+        i += 1;
+    }
+    slots
+};
+
+/// The stable handle of GPU `index` (< MAX_GPUS).
+pub fn handle_of(index: usize) -> nvmlDevice_t {
+    std::ptr::from_ref(&HANDLES[index % MAX_GPUS])
+        .cast_mut()
+        .cast::<nvmlDevice_st>()
+}
+
+/// The GPU index a handle stands for, if it is one of ours.
+pub fn index_of(handle: nvmlDevice_t) -> Option<usize> {
+    let base = HANDLES.as_ptr() as usize;
+    let offset = (handle as usize).checked_sub(base)?;
+    let size = std::mem::size_of::<HandleSlot>();
+    (offset % size == 0 && offset / size < MAX_GPUS).then_some(offset / size)
+}
+
+/// Identity of the scenario file, to notice a rewrite (rename gives a new inode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: Option<SystemTime>,
+}
+
+fn file_id(path: &PathBuf) -> Option<FileId> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(FileId {
+        dev: m.dev(),
+        ino: m.ino(),
+        len: m.len(),
+        mtime: m.modified().ok(),
+    })
+}
+
+/// Energy integrated from power over wall time, in mJ.
+#[derive(Debug, Clone, Copy)]
+struct Energy {
+    mj_at_since: f64,
+    since: Instant,
+    power_mw: u32,
+}
+
+impl Energy {
+    fn at(&self, now: Instant) -> f64 {
+        // mW × s = mJ
+        self.mj_at_since + f64::from(self.power_mw) * now.duration_since(self.since).as_secs_f64()
+    }
+}
+
+/// CHOSEN: the counter starts at 1 kWh (3.6e9 mJ) plus 7.919 kJ per index, so it looks like
+/// "energy since the driver loaded" and differs per GPU.
+pub fn energy_base_mj(index: usize) -> f64 {
+    3.6e9 + 7.919e6 * index as f64
+}
+
+struct EventSetEntry {
+    /// Owns the allocation whose address is the `nvmlEventSet_t` handed out.
+    _token: Box<u64>,
+    set: EventSet,
+}
+
+/// Everything behind the lock.
+pub struct Sim {
+    refcount: u32,
+    scenario: Option<Arc<Scenario>>,
+    path: Option<PathBuf>,
+    file: Option<FileId>,
+    bad_file: Option<FileId>,
+    last_check: Option<Instant>,
+    /// Largest GPU count seen since init: handles below it that a rewrite removed are "lost".
+    ever_count: usize,
+    energy: Vec<Energy>,
+    event_sets: BTreeMap<usize, EventSetEntry>,
+    next_set_id: u64,
+}
+
+static SIM: Mutex<Sim> = Mutex::new(Sim {
+    refcount: 0,
+    scenario: None,
+    path: None,
+    file: None,
+    bad_file: None,
+    last_check: None,
+    ever_count: 0,
+    energy: Vec::new(),
+    event_sets: BTreeMap::new(),
+    next_set_id: 1,
+});
+
+fn lock() -> MutexGuard<'static, Sim> {
+    SIM.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Sim {
+    fn install(&mut self, scenario: Scenario, now: Instant) {
+        for (i, gpu) in scenario.gpus.iter().enumerate() {
+            match self.energy.get_mut(i) {
+                Some(e) => {
+                    // Integrate the old power up to the instant the new one applies.
+                    *e = Energy {
+                        mj_at_since: e.at(now),
+                        since: now,
+                        power_mw: gpu.power_mw,
+                    };
+                }
+                None => self.energy.push(Energy {
+                    mj_at_since: energy_base_mj(i),
+                    since: now,
+                    power_mw: gpu.power_mw,
+                }),
+            }
+        }
+        self.ever_count = self.ever_count.max(scenario.gpus.len());
+        self.scenario = Some(Arc::new(scenario));
+    }
+
+    /// Re-reads the scenario if its file changed; a malformed rewrite keeps the old scenario
+    /// and prints one error line (once per bad file version).
+    fn maybe_reload(&mut self, now: Instant) {
+        if self
+            .last_check
+            .is_some_and(|t| now.duration_since(t) < RELOAD_CHECK)
+        {
+            return;
+        }
+        self.last_check = Some(now);
+        let Some(path) = self.path.clone() else {
+            return;
+        };
+        let id = file_id(&path);
+        if id.is_none() || id == self.file || id == self.bad_file {
+            return;
+        }
+        match load(&path) {
+            Ok(sc) => {
+                self.file = id;
+                self.install(sc, now);
+            }
+            Err(line) => {
+                self.bad_file = id;
+                eprintln!("{line}");
+            }
+        }
+    }
+
+    fn scenario(&mut self) -> NvResult<Arc<Scenario>> {
+        if self.refcount == 0 {
+            return Err(ffi::UNINITIALIZED);
+        }
+        self.maybe_reload(Instant::now());
+        self.scenario.clone().ok_or(ffi::UNINITIALIZED)
+    }
+}
+
+/// Reads and parses the scenario at `path`; `Err` is the complete stderr line.
+fn load(path: &PathBuf) -> Result<Scenario, String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("nvml-sim: {shown}: cannot read the scenario: {e}"))?;
+    crate::scenario::parse(&text).map_err(|e| e.render(&shown.to_string()))
+}
+
+/// `nvmlInit*`: the 0 → 1 transition (re)reads the scenario from `NVML_SIM_SCENARIO`.
+pub fn init() -> Ret {
+    let mut sim = lock();
+    if sim.refcount > 0 {
+        sim.refcount += 1;
+        return ffi::SUCCESS;
+    }
+    let Some(path) = std::env::var_os("NVML_SIM_SCENARIO").map(PathBuf::from) else {
+        eprintln!("nvml-sim: NVML_SIM_SCENARIO is not set; point it at a scenario file");
+        return ffi::DRIVER_NOT_LOADED;
+    };
+    let id = file_id(&path);
+    let scenario = match load(&path) {
+        Ok(s) => s,
+        Err(line) => {
+            eprintln!("{line}");
+            return ffi::UNKNOWN;
+        }
+    };
+    if let Some(code) = scenario.init_error {
+        return code;
+    }
+    sim.path = Some(path);
+    sim.file = id;
+    sim.bad_file = None;
+    sim.last_check = Some(Instant::now());
+    sim.ever_count = 0;
+    sim.install(scenario, Instant::now());
+    sim.refcount = 1;
+    ffi::SUCCESS
+}
+
+/// `nvmlShutdown`: UNINITIALIZED when not initialised; the last one flushes the stats file.
+pub fn shutdown() -> Ret {
+    let mut sim = lock();
+    if sim.refcount == 0 {
+        return ffi::UNINITIALIZED;
+    }
+    sim.refcount -= 1;
+    let last = sim.refcount == 0;
+    drop(sim);
+    if last {
+        crate::stats::maybe_flush(true);
+    }
+    ffi::SUCCESS
+}
+
+/// The current scenario, for calls that are not about one device.
+pub fn scenario() -> NvResult<Arc<Scenario>> {
+    lock().scenario()
+}
+
+/// A GPU of the current scenario, found through a handle and checked for the current call:
+/// derefs to [`Gpu`].
+pub struct GpuRef {
+    scenario: Arc<Scenario>,
+    index: usize,
+}
+
+impl std::ops::Deref for GpuRef {
+    type Target = Gpu;
+    fn deref(&self) -> &Gpu {
+        &self.scenario.gpus[self.index]
+    }
+}
+
+/// Validates `handle` for the running export: initialised, one of ours, a GPU of the scenario
+/// (a GPU that a rewrite removed answers GPU_IS_LOST), not lost, and not overridden by the
+/// scenario's `errors`/`unsupported` for this function.
+pub fn gpu(handle: nvmlDevice_t) -> NvResult<GpuRef> {
+    let index = index_of(handle).ok_or(ffi::INVALID_ARGUMENT)?;
+    let mut sim = lock();
+    let scenario = sim.scenario()?;
+    if index >= scenario.gpus.len() {
+        return Err(if index < sim.ever_count {
+            ffi::GPU_IS_LOST
+        } else {
+            ffi::INVALID_ARGUMENT
+        });
+    }
+    drop(sim);
+    let g = &scenario.gpus[index];
+    if g.lost {
+        return Err(ffi::GPU_IS_LOST);
+    }
+    if let Some(code) = g.override_for(ffi::current_function()) {
+        return Err(code);
+    }
+    Ok(GpuRef { scenario, index })
+}
+
+/// Handle lookup: the first GPU matching `pred`; NOT_FOUND if none, GPU_IS_LOST if it is lost.
+pub fn find(pred: impl Fn(&Gpu) -> bool) -> NvResult<nvmlDevice_t> {
+    let scenario = scenario()?;
+    let g = scenario
+        .gpus
+        .iter()
+        .find(|g| pred(g))
+        .ok_or(ffi::NOT_FOUND)?;
+    if g.lost {
+        return Err(ffi::GPU_IS_LOST);
+    }
+    if let Some(code) = g.override_for(ffi::current_function()) {
+        return Err(code);
+    }
+    Ok(handle_of(g.index as usize))
+}
+
+/// Total energy of GPU `index` in mJ, now.
+pub fn energy_mj(index: usize) -> NvResult<u64> {
+    let sim = lock();
+    let e = sim.energy.get(index).ok_or(ffi::UNKNOWN)?;
+    Ok(e.at(Instant::now()) as u64)
+}
+
+/// `nvmlEventSetCreate`.
+pub fn event_set_create() -> NvResult<nvmlEventSet_t> {
+    let mut sim = lock();
+    sim.scenario()?;
+    let id = sim.next_set_id;
+    sim.next_set_id += 1;
+    let token = Box::new(id);
+    let ptr = std::ptr::from_ref::<u64>(&token)
+        .cast_mut()
+        .cast::<nvmlEventSet_st>();
+    sim.event_sets.insert(
+        ptr as usize,
+        EventSetEntry {
+            _token: token,
+            set: EventSet::default(),
+        },
+    );
+    Ok(ptr)
+}
+
+/// Runs `f` on a registered event set (INVALID_ARGUMENT for an unknown handle), with the
+/// current scenario.
+pub fn with_event_set<T>(
+    set: nvmlEventSet_t,
+    f: impl FnOnce(&mut EventSet, &Scenario) -> NvResult<T>,
+) -> NvResult<T> {
+    let mut sim = lock();
+    let scenario = sim.scenario()?;
+    let entry = sim
+        .event_sets
+        .get_mut(&(set as usize))
+        .ok_or(ffi::INVALID_ARGUMENT)?;
+    f(&mut entry.set, &scenario)
+}
+
+/// `nvmlEventSetFree`.
+pub fn event_set_free(set: nvmlEventSet_t) -> NvResult {
+    let mut sim = lock();
+    sim.scenario()?;
+    sim.event_sets
+        .remove(&(set as usize))
+        .map(drop)
+        .ok_or(ffi::INVALID_ARGUMENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_round_trip() {
+        for i in [0, 1, 7, MAX_GPUS - 1] {
+            assert_eq!(index_of(handle_of(i)), Some(i));
+        }
+        assert_eq!(index_of(std::ptr::null_mut()), None);
+        let inside = (handle_of(0) as usize + 1) as nvmlDevice_t;
+        assert_eq!(index_of(inside), None);
+    }
+
+    #[test]
+    fn energy_integrates_power_and_survives_power_changes() {
+        let t0 = Instant::now();
+        let e = Energy {
+            mj_at_since: 1000.0,
+            since: t0,
+            power_mw: 500_000,
+        };
+        let t1 = t0 + Duration::from_secs(2);
+        assert!(
+            (e.at(t1) - (1000.0 + 1_000_000.0)).abs() < 1e-6,
+            "500 W × 2 s = 1000 J"
+        );
+        let e2 = Energy {
+            mj_at_since: e.at(t1),
+            since: t1,
+            power_mw: 100_000,
+        };
+        let t2 = t1 + Duration::from_millis(500);
+        assert!((e2.at(t2) - (1_001_000.0 + 50_000.0)).abs() < 1e-6);
+        assert!(energy_base_mj(1) > energy_base_mj(0) && energy_base_mj(0) > 0.0);
+    }
+}
