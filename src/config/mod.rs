@@ -102,7 +102,11 @@ fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
 
 /// 1-based line and column (in characters) of a byte offset.
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, column)
@@ -249,6 +253,7 @@ mod tests {
     fn line_col_counts_characters() {
         assert_eq!(line_col("ab\ncdé\nx", 0), (1, 1));
         assert_eq!(line_col("ab\ncdé\nx", 3), (2, 1));
-        assert_eq!(line_col("ab\ncdé\nx", 9), (3, 1));
+        assert_eq!(line_col("ab\ncdé\nx", 8), (3, 1));
+        assert_eq!(line_col("ab\ncdé\nx", 6), (2, 3));
     }
 }
