@@ -4,6 +4,8 @@
 //! Level precedence: `--log-level` / `GPU_STEWARD_LOG_LEVEL` > `RUST_LOG` > `[log] level` >
 //! `info`. The format is fixed at start: changing it needs a restart.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Registry};
@@ -41,7 +43,11 @@ pub fn init(
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {
         LogFormat::Text => registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_writer(std::io::stderr),
+            )
             .try_init(),
         LogFormat::Json => registry
             .with(

@@ -1,0 +1,431 @@
+//! Test harness: starts the real `gpu-steward` binary against the simulated NVML
+//! (`libnvml_sim.so`) with a scenario file, and talks HTTP to it over loopback.
+//!
+//! Nothing here sleeps for a fixed time where a condition can be polled: `wait_for` polls with a
+//! deadline.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The repository's copy of the shared scenarios.
+pub fn scenario(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/scenarios")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// `target/<profile>/libnvml_sim.so`, built by `cargo test --workspace`.
+pub fn sim_lib() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_gpu-steward"));
+    let lib = exe
+        .parent()
+        .expect("binary has a parent dir")
+        .join("libnvml_sim.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: run the tests with `cargo test --workspace` so the simulator is built",
+        lib.display()
+    );
+    lib
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gpu-steward")
+}
+
+/// Polls `f` until it returns `Some`, or panics with `what` after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A running agent. Killed on drop.
+pub struct Agent {
+    pub child: Child,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    pub scenario_path: PathBuf,
+    pub config_path: PathBuf,
+    pub stderr: Arc<Mutex<String>>,
+}
+
+pub struct AgentBuilder {
+    scenario: String,
+    config: Option<String>,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    wait_ready: bool,
+}
+
+impl AgentBuilder {
+    pub fn config(mut self, text: &str) -> Self {
+        self.config = Some(text.to_string());
+        self
+    }
+    pub fn arg(mut self, a: &str) -> Self {
+        self.args.push(a.to_string());
+        self
+    }
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.to_string(), v.to_string()));
+        self
+    }
+    /// Do not wait for `/readyz` to answer 200 (for agents that must not become ready).
+    pub fn no_wait_ready(mut self) -> Self {
+        self.wait_ready = false;
+        self
+    }
+
+    pub fn start(self) -> Agent {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let scenario_path = dir.path().join("scenario.toml");
+        std::fs::write(&scenario_path, &self.scenario).expect("write scenario");
+        let config_path = dir.path().join("config.toml");
+        std::fs::write(&config_path, self.config.as_deref().unwrap_or("")).expect("write config");
+        let mut cmd = Command::new(bin());
+        cmd.args(["run", "--listen", "127.0.0.1:0", "--interval", "200ms"])
+            .arg("--nvml-lib")
+            .arg(sim_lib())
+            .arg("--config")
+            .arg(&config_path)
+            .args(&self.args)
+            .env("NVML_SIM_SCENARIO", &scenario_path)
+            .env("RUST_LOG", "info")
+            .env_remove("GPU_STEWARD_LISTEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn gpu-steward");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let pipe = child.stderr.take().expect("stderr piped");
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().expect("stderr lock");
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let port = wait_for("the 'listening on' log line", Duration::from_secs(20), || {
+            let log = stderr.lock().expect("stderr lock").clone();
+            log.lines().find_map(|l| {
+                let rest = l.split("listening on 127.0.0.1:").nth(1)?;
+                rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u16>().ok()
+            })
+        });
+        let agent = Agent {
+            child,
+            port,
+            dir,
+            scenario_path,
+            config_path,
+            stderr,
+        };
+        if self.wait_ready {
+            agent.wait_ready();
+        }
+        agent
+    }
+}
+
+impl Agent {
+    pub fn with_scenario(scenario: &str) -> AgentBuilder {
+        AgentBuilder {
+            scenario: scenario.to_string(),
+            config: None,
+            args: Vec::new(),
+            env: Vec::new(),
+            wait_ready: true,
+        }
+    }
+
+    pub fn wait_ready(&self) {
+        wait_for("/readyz 200", Duration::from_secs(20), || {
+            (self.get("/readyz").status == 200).then_some(())
+        });
+    }
+
+    /// Replaces the scenario the way the contract says: write a temporary file, rename it over.
+    pub fn rewrite_scenario(&self, text: &str) {
+        let tmp = self.dir.path().join("scenario.toml.tmp");
+        std::fs::write(&tmp, text).expect("write scenario");
+        std::fs::rename(&tmp, &self.scenario_path).expect("rename scenario");
+    }
+
+    pub fn rewrite_config(&self, text: &str) {
+        let tmp = self.dir.path().join("config.toml.tmp");
+        std::fs::write(&tmp, text).expect("write config");
+        std::fs::rename(&tmp, &self.config_path).expect("rename config");
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig)
+            .expect("send signal");
+    }
+
+    /// Waits for the process to exit and returns its status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        wait_for("the agent to exit", timeout, || {
+            self.child.try_wait().expect("try_wait")
+        })
+    }
+
+    pub fn log(&self) -> String {
+        self.stderr.lock().expect("stderr lock").clone()
+    }
+
+    pub fn get(&self, path: &str) -> Response {
+        self.request(&format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"))
+    }
+
+    pub fn get_with(&self, path: &str, header: &str) -> Response {
+        self.request(&format!(
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\n{header}\r\nConnection: close\r\n\r\n"
+        ))
+    }
+
+    /// Sends raw bytes and parses the reply.
+    pub fn request(&self, raw: &str) -> Response {
+        self.request_bytes(raw.as_bytes())
+    }
+
+    pub fn request_bytes(&self, raw: &[u8]) -> Response {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        // The server may answer and close before reading everything (e.g. 431): ignore EPIPE.
+        let _ = s.write_all(raw);
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        Response::parse(&buf)
+    }
+
+    pub fn metrics(&self) -> Metrics {
+        let r = self.get("/metrics");
+        assert_eq!(r.status, 200, "/metrics: {}", r.text());
+        Metrics::parse(&r.text())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    fn parse(raw: &[u8]) -> Response {
+        let split = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap_or(raw.len());
+        let head = String::from_utf8_lossy(&raw[..split]).to_string();
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let mut body = raw.get(split + 4..).unwrap_or_default().to_vec();
+        let chunked = headers
+            .iter()
+            .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+        if chunked {
+            body = dechunk(&body);
+        }
+        Response {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).to_string()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("invalid JSON ({e}): {}", self.text()))
+    }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size = usize::from_str_radix(
+            String::from_utf8_lossy(&data[..eol]).split(';').next().unwrap_or("0").trim(),
+            16,
+        )
+        .unwrap_or(0);
+        if size == 0 {
+            return out;
+        }
+        let start = eol + 2;
+        out.extend_from_slice(&data[start..start + size]);
+        data = &data[start + size + 2..];
+    }
+}
+
+/// One sample of the exposition.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// A parsed `/metrics` page.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    pub samples: Vec<Sample>,
+    pub text: String,
+}
+
+impl Metrics {
+    pub fn parse(text: &str) -> Metrics {
+        let samples = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| parse_sample(l).unwrap_or_else(|| panic!("unparsable sample line: {l}")))
+            .collect();
+        Metrics {
+            samples,
+            text: text.to_string(),
+        }
+    }
+
+    /// Samples of `name` whose labels include every `(key, value)` in `matchers`.
+    pub fn find(&self, name: &str, matchers: &[(&str, &str)]) -> Vec<&Sample> {
+        self.samples
+            .iter()
+            .filter(|s| s.name == name)
+            .filter(|s| {
+                matchers
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            })
+            .collect()
+    }
+
+    /// The one value of `name` matching `matchers`; `None` if absent, panics if ambiguous.
+    pub fn value(&self, name: &str, matchers: &[(&str, &str)]) -> Option<f64> {
+        let found = self.find(name, matchers);
+        assert!(found.len() <= 1, "{name}{matchers:?} matches {} series", found.len());
+        found.first().map(|s| s.value)
+    }
+
+    pub fn get(&self, name: &str, matchers: &[(&str, &str)]) -> f64 {
+        self.value(name, matchers)
+            .unwrap_or_else(|| panic!("{name}{matchers:?} is absent"))
+    }
+}
+
+fn parse_sample(line: &str) -> Option<Sample> {
+    let Some(open) = line.find('{') else {
+        let (n, v) = line.split_once(' ')?;
+        return Some(Sample {
+            name: n.to_string(),
+            labels: BTreeMap::new(),
+            value: parse_value(v.trim())?,
+        });
+    };
+    let bytes = line.as_bytes();
+    let mut labels = BTreeMap::new();
+    let mut i = open + 1;
+    loop {
+        while i < bytes.len() && (bytes[i] == b',' || bytes[i] == b' ') {
+            i += 1;
+        }
+        if bytes.get(i)? == &b'}' {
+            break;
+        }
+        let eq = i + line[i..].find('=')?;
+        let key = line[i..eq].to_string();
+        if bytes.get(eq + 1)? != &b'"' {
+            return None;
+        }
+        let mut value = String::new();
+        let mut j = eq + 2;
+        loop {
+            match *bytes.get(j)? {
+                b'\\' => {
+                    value.push(match *bytes.get(j + 1)? {
+                        b'n' => '\n',
+                        other => other as char,
+                    });
+                    j += 2;
+                }
+                b'"' => break,
+                _ => {
+                    let ch = line[j..].chars().next()?;
+                    value.push(ch);
+                    j += ch.len_utf8();
+                }
+            }
+        }
+        labels.insert(key, value);
+        i = j + 1;
+    }
+    let value = line[i + 1..].trim().split(' ').next()?;
+    Some(Sample {
+        name: line[..open].to_string(),
+        labels,
+        value: parse_value(value)?,
+    })
+}
+
+fn parse_value(v: &str) -> Option<f64> {
+    match v {
+        "+Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        other => other.parse().ok(),
+    }
+}
+
+/// The scenario as TOML, to compare values against.
+pub fn scenario_gpus(text: &str) -> Vec<toml::Value> {
+    let v: toml::Value = toml::from_str(text).expect("scenario parses");
+    v.get("gpu")
+        .and_then(|g| g.as_array())
+        .cloned()
+        .unwrap_or_default()
+}

@@ -1,0 +1,378 @@
+//! `/metrics` of the real binary against the simulated NVML: every value equals the scenario
+//! after unit conversion, changes show at the next poll, failures make series absent.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{scenario, scenario_gpus, wait_for, Agent, Metrics};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+fn int(gpu: &toml::Value, key: &str) -> Option<f64> {
+    gpu.get(key).and_then(|v| v.as_integer()).map(|v| v as f64)
+}
+
+fn float(gpu: &toml::Value, key: &str) -> Option<f64> {
+    gpu.get(key)
+        .and_then(|v| v.as_float().or(v.as_integer().map(|i| i as f64)))
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * b.abs().max(1.0)
+}
+
+#[test]
+fn every_value_equals_the_dgx_scenario_after_unit_conversion() {
+    let text = scenario("dgx-h100.toml");
+    let agent = Agent::with_scenario(&text).start();
+    let m = agent.metrics();
+    let gpus = scenario_gpus(&text);
+    assert_eq!(gpus.len(), 8);
+    assert_eq!(m.get("gpu_steward_gpus", &[]), 8.0);
+    for (i, g) in gpus.iter().enumerate() {
+        let idx = i.to_string();
+        let d = [("gpu", idx.as_str())];
+        let bus = g["pci_bus_id"].as_str().expect("bus id");
+
+        // Identity and labels, as dcgm-exporter writes them.
+        let util = m.find("DCGM_FI_DEV_GPU_UTIL", &d);
+        assert_eq!(util.len(), 1, "gpu {i}");
+        let l = &util[0].labels;
+        assert_eq!(l["pci_bus_id"], bus);
+        assert_eq!(l["modelName"], "NVIDIA H100 80GB HBM3");
+        assert_eq!(l["device"], format!("nvidia{i}"));
+        assert_eq!(l["DCGM_FI_DRIVER_VERSION"], "580.95.05");
+        assert!(l["UUID"].starts_with("GPU-"), "{l:?}");
+        assert!(l.contains_key("Hostname"));
+        let uuid = l["UUID"].clone();
+        let n = [("gpu", idx.as_str()), ("uuid", uuid.as_str())];
+        let info = m.find("gpu_steward_gpu_info", &n);
+        assert_eq!(info.len(), 1);
+        assert_eq!(info[0].labels["pci_bus_id"], bus);
+        assert_eq!(info[0].labels["name"], "NVIDIA H100 80GB HBM3");
+        assert_eq!(info[0].labels["pci_device_id"], "0x233010DE");
+        assert_eq!(info[0].labels["compute_capability"], "9.0");
+        assert_eq!(info[0].labels["cuda_version"], "13.0");
+        assert_eq!(m.get("gpu_steward_gpu_up", &n), 1.0);
+
+        // Utilization: % on the dcgm side, ratio on the native side.
+        let gu = int(g, "gpu_util_percent").expect("util");
+        let mu = int(g, "mem_util_percent").expect("mem util");
+        assert_eq!(m.get("DCGM_FI_DEV_GPU_UTIL", &d), gu);
+        assert_eq!(m.get("DCGM_FI_DEV_MEM_COPY_UTIL", &d), mu);
+        assert!(close(m.get("gpu_steward_gpu_utilization_ratio", &n), gu / 100.0));
+        assert!(close(m.get("gpu_steward_memory_utilization_ratio", &n), mu / 100.0));
+
+        // Memory: MiB on the dcgm side, bytes on the native side; totals from the model.
+        let used = int(g, "memory_used_mib").expect("memory");
+        assert_eq!(m.get("DCGM_FI_DEV_FB_USED", &d), used);
+        assert_eq!(m.get("gpu_steward_memory_used_bytes", &n), used * MIB);
+        assert_eq!(m.get("DCGM_FI_DEV_FB_TOTAL", &d), 81559.0);
+        assert_eq!(m.get("gpu_steward_memory_total_bytes", &n), 81559.0 * MIB);
+        let reserved = m.get("gpu_steward_memory_reserved_bytes", &n);
+        let free = m.get("gpu_steward_memory_free_bytes", &n);
+        assert_eq!(reserved + used * MIB + free, 81559.0 * MIB, "v2 bytes add up");
+        assert_eq!(m.get("DCGM_FI_DEV_FB_RESERVED", &d), (reserved / MIB).floor());
+        assert_eq!(m.get("DCGM_FI_DEV_FB_FREE", &d), (free / MIB).floor());
+
+        // Temperatures.
+        let t = int(g, "temperature_c").expect("temp");
+        let mt = int(g, "memory_temperature_c").expect("mem temp");
+        assert_eq!(m.get("DCGM_FI_DEV_GPU_TEMP", &d), t);
+        assert_eq!(m.get("gpu_steward_temperature_celsius", &n), t);
+        assert_eq!(m.get("DCGM_FI_DEV_MEMORY_TEMP", &d), mt);
+        assert_eq!(m.get("gpu_steward_memory_temperature_celsius", &n), mt);
+
+        // Power: mW from NVML, W on both sides; limits from the model (700 W).
+        let p = float(g, "power_w").expect("power");
+        assert!(close(m.get("DCGM_FI_DEV_POWER_USAGE", &d), p), "gpu {i}");
+        assert!(close(m.get("gpu_steward_power_watts", &n), p));
+        assert_eq!(m.get("gpu_steward_power_limit_watts", &n), 700.0);
+        assert_eq!(m.get("gpu_steward_enforced_power_limit_watts", &n), 700.0);
+        assert_eq!(m.get("gpu_steward_power_default_limit_watts", &n), 700.0);
+
+        // Clocks: MHz on the dcgm side, Hz on the native side.
+        let sm = int(g, "sm_clock_mhz").expect("sm clock");
+        let mem = int(g, "mem_clock_mhz").expect("mem clock");
+        assert_eq!(m.get("DCGM_FI_DEV_SM_CLOCK", &d), sm);
+        assert_eq!(m.get("DCGM_FI_DEV_MEM_CLOCK", &d), mem);
+        let clock = |c: &str| {
+            m.get(
+                "gpu_steward_clock_hertz",
+                &[("gpu", idx.as_str()), ("clock", c)],
+            )
+        };
+        assert_eq!(clock("sm"), sm * 1e6);
+        assert_eq!(clock("memory"), mem * 1e6);
+        let max_sm = m.get(
+            "gpu_steward_clock_max_hertz",
+            &[("gpu", idx.as_str()), ("clock", "sm")],
+        );
+        assert_eq!(max_sm, 1980.0 * 1e6);
+
+        // PCIe: KB/s from NVML, bytes/s native; replays default to 0.
+        if let Some(tx) = int(g, "pcie_tx_kib_s") {
+            assert_eq!(m.get("gpu_steward_pcie_transmit_bytes_per_second", &n), tx * 1024.0);
+        }
+        if let Some(rx) = int(g, "pcie_rx_kib_s") {
+            assert_eq!(m.get("gpu_steward_pcie_receive_bytes_per_second", &n), rx * 1024.0);
+        }
+        assert_eq!(m.get("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", &d), 0.0);
+        assert_eq!(m.get("gpu_steward_pcie_replays_total", &n), 0.0);
+        assert_eq!(m.get("gpu_steward_pcie_link_max_generation", &n), 5.0);
+
+        // ECC (GPU 3 carries counts in the scenario), remapped rows and XIDs default to zero.
+        let ecc = g.get("ecc");
+        let ecc_of = |k: &str| {
+            ecc.and_then(|e| e.get(k))
+                .and_then(|v| v.as_integer())
+                .unwrap_or(0) as f64
+        };
+        assert_eq!(m.get("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", &d), ecc_of("sbe_volatile"));
+        assert_eq!(m.get("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", &d), ecc_of("sbe_aggregate"));
+        assert_eq!(m.get("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", &d), ecc_of("dbe_volatile"));
+        let vol = |e: &str| {
+            m.get(
+                "gpu_steward_ecc_errors_volatile_total",
+                &[("gpu", idx.as_str()), ("error", e)],
+            )
+        };
+        assert_eq!(vol("corrected"), ecc_of("sbe_volatile"));
+        assert_eq!(vol("uncorrected"), ecc_of("dbe_volatile"));
+        assert_eq!(m.get("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", &d), 0.0);
+        assert_eq!(m.get("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", &d), 0.0);
+        assert_eq!(m.get("DCGM_FI_DEV_ROW_REMAP_FAILURE", &d), 0.0);
+        assert_eq!(m.get("DCGM_FI_DEV_XID_ERRORS", &d), 0.0);
+        // H100 replaced page retirement with row remapping: no retired-pages series at all.
+        assert_eq!(m.value("DCGM_FI_DEV_RETIRED_SBE", &d), None);
+        assert_eq!(m.value("gpu_steward_retired_pages_pending", &n), None);
+        // No fan on an SXM board: absent, not 0.
+        assert_eq!(m.value("DCGM_FI_DEV_FAN_SPEED", &d), None);
+        assert_eq!(m.value("gpu_steward_fan_speed_ratio", &n), None);
+
+        // Clock event reasons from the scenario's names.
+        let reasons: Vec<&str> = g
+            .get("throttle_reasons")
+            .and_then(|r| r.as_array())
+            .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        for reason in ["gpu_idle", "sw_power_cap", "hw_thermal_slowdown"] {
+            let active = m.get(
+                "gpu_steward_clock_event_active",
+                &[("gpu", idx.as_str()), ("reason", reason)],
+            );
+            assert_eq!(active, f64::from(u8::from(reasons.contains(&reason))), "gpu {i} {reason}");
+        }
+
+        // Processes.
+        let procs = g
+            .get("process")
+            .and_then(|p| p.as_array())
+            .map_or(0, Vec::len);
+        assert_eq!(m.get("gpu_steward_gpu_processes", &n), procs as f64);
+    }
+}
+
+#[test]
+fn energy_is_power_integrated_over_time_and_agrees_between_families() {
+    let text = scenario("dgx-h100.toml");
+    let agent = Agent::with_scenario(&text).start();
+    let energy = |m: &Metrics| {
+        (
+            m.get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", &[("gpu", "0")]),
+            m.get("gpu_steward_energy_joules_total", &[("gpu", "0")]),
+            m.get("gpu_steward_snapshot_timestamp_seconds", &[]),
+        )
+    };
+    let first = agent.metrics();
+    let (mj1, j1, t1) = energy(&first);
+    assert_eq!(mj1 / 1000.0, j1, "mJ and J agree");
+    let second = wait_for("two seconds of snapshots", Duration::from_secs(10), || {
+        let m = agent.metrics();
+        (energy(&m).2 - t1 >= 2.0).then_some(m)
+    });
+    let (mj2, _, t2) = energy(&second);
+    // GPU 0 draws 618.4 W in the scenario. The energy read happens a little after the snapshot
+    // timestamp; allow one poll interval (200 ms) of slack at each end.
+    let expected = 618.4 * (t2 - t1) * 1000.0;
+    let slack = 618.4 * 0.4 * 1000.0;
+    assert!(
+        (mj2 - mj1 - expected).abs() <= slack,
+        "energy grew {} mJ in {:.3} s; expected {expected} ± {slack}",
+        mj2 - mj1,
+        t2 - t1
+    );
+}
+
+#[test]
+fn a_scenario_rewrite_shows_at_the_next_poll() {
+    let text = scenario("dgx-h100.toml");
+    let agent = Agent::with_scenario(&text).start();
+    assert_eq!(agent.metrics().get("DCGM_FI_DEV_GPU_TEMP", &[("gpu", "0")]), 64.0);
+    let changed = text.replacen("temperature_c = 64", "temperature_c = 81", 1).replacen(
+        "power_w = 618.4",
+        "power_w = 688.25",
+        1,
+    );
+    assert_ne!(changed, text);
+    agent.rewrite_scenario(&changed);
+    let m = wait_for("the new temperature", Duration::from_secs(5), || {
+        let m = agent.metrics();
+        (m.get("DCGM_FI_DEV_GPU_TEMP", &[("gpu", "0")]) == 81.0).then_some(m)
+    });
+    assert_eq!(m.get("DCGM_FI_DEV_POWER_USAGE", &[("gpu", "0")]), 688.25);
+    assert_eq!(m.get("gpu_steward_temperature_celsius", &[("gpu", "0")]), 81.0);
+    // The other GPUs are untouched.
+    assert_eq!(m.get("DCGM_FI_DEV_GPU_TEMP", &[("gpu", "1")]), 66.0);
+}
+
+#[test]
+fn unsupported_and_failing_calls_make_series_absent_and_are_counted() {
+    let agent = Agent::with_scenario(&scenario("faults.toml")).start();
+    let m = wait_for("the error counter", Duration::from_secs(5), || {
+        let m = agent.metrics();
+        m.value(
+            "gpu_steward_nvml_errors_total",
+            &[("function", "nvmlDeviceGetMemoryInfo_v2"), ("error", "unknown")],
+        )
+        .is_some()
+        .then_some(m)
+    });
+    // GPU 3: power and energy unsupported, memory info failing.
+    let g3 = [("gpu", "3")];
+    assert_eq!(m.value("DCGM_FI_DEV_POWER_USAGE", &g3), None);
+    assert_eq!(m.value("gpu_steward_power_watts", &g3), None);
+    assert_eq!(m.value("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", &g3), None);
+    assert_eq!(m.value("gpu_steward_energy_joules_total", &g3), None);
+    assert_eq!(m.value("DCGM_FI_DEV_FB_USED", &g3), None);
+    assert_eq!(m.value("gpu_steward_memory_used_bytes", &g3), None);
+    // ... while what it can give is there.
+    assert_eq!(m.get("DCGM_FI_DEV_GPU_UTIL", &g3), 12.0);
+    assert_eq!(m.get("gpu_steward_gpu_up", &g3), 1.0);
+    // Not supported is not an error; the failing call is, and fails its source.
+    assert!(m
+        .find("gpu_steward_nvml_errors_total", &[("function", "nvmlDeviceGetPowerUsage")])
+        .is_empty());
+    assert_eq!(m.get("gpu_steward_poll_source_success", &[("source", "memory")]), 0.0);
+    assert_eq!(m.get("gpu_steward_poll_source_success", &[("source", "utilization")]), 1.0);
+    // The other GPUs report power.
+    assert_eq!(m.get("DCGM_FI_DEV_POWER_USAGE", &[("gpu", "1")]), 90.0);
+    assert_eq!(m.get("DCGM_FI_DEV_POWER_USAGE", &[("gpu", "2")]), 698.0);
+    // GPU 0 is lost: up 0 and no telemetry; GPU 1 carries the remap/ECC state of the scenario.
+    assert_eq!(m.get("gpu_steward_gpu_up", &[("gpu", "0")]), 0.0);
+    assert!(m.find("DCGM_FI_DEV_GPU_TEMP", &[("gpu", "0")]).is_empty());
+    let g1 = [("gpu", "1")];
+    assert_eq!(m.get("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", &g1), 1.0);
+    assert_eq!(m.get("DCGM_FI_DEV_ROW_REMAP_PENDING", &g1), 1.0);
+    assert_eq!(m.get("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", &g1), 1.0);
+    assert_eq!(m.get("gpu_steward_recovery_action", &g1), 1.0);
+    assert_eq!(
+        m.get(
+            "gpu_steward_clock_event_active",
+            &[("gpu", "2"), ("reason", "hw_thermal_slowdown")]
+        ),
+        1.0
+    );
+    // H200 model values.
+    assert_eq!(m.get("DCGM_FI_DEV_FB_TOTAL", &g1), 143771.0);
+    // The counter keeps counting, poll after poll.
+    let before = m.get(
+        "gpu_steward_nvml_errors_total",
+        &[("function", "nvmlDeviceGetMemoryInfo_v2"), ("error", "unknown")],
+    );
+    wait_for("the error counter to grow", Duration::from_secs(5), || {
+        let now = agent.metrics().get(
+            "gpu_steward_nvml_errors_total",
+            &[("function", "nvmlDeviceGetMemoryInfo_v2"), ("error", "unknown")],
+        );
+        (now > before).then_some(())
+    });
+}
+
+#[test]
+fn xids_from_the_event_stream_are_counted_once() {
+    let text = scenario("dgx-h100.toml");
+    let agent = Agent::with_scenario(&text).start();
+    // Inject an XID on GPU 4: an [[gpu.event]] table just before the sixth [[gpu]] belongs to
+    // the fifth GPU.
+    let at = text.match_indices("[[gpu]]").nth(5).expect("eight GPUs").0;
+    let with_xid = format!("{}[[gpu.event]]\nid = 7\nxid = 31\n\n{}", &text[..at], &text[at..]);
+    let gpus = scenario_gpus(&with_xid);
+    assert!(gpus[4].get("event").is_some(), "event injected on GPU 4");
+    agent.rewrite_scenario(&with_xid);
+    let labels = [("gpu", "4"), ("xid", "31")];
+    wait_for("the XID counter", Duration::from_secs(5), || {
+        agent.metrics().value("gpu_steward_xid_errors_total", &labels)
+    });
+    // Several more polls later it is still exactly one.
+    let polls = agent.metrics().get("gpu_steward_polls_total", &[]);
+    let m = wait_for("five more polls", Duration::from_secs(5), || {
+        let m = agent.metrics();
+        (m.get("gpu_steward_polls_total", &[]) >= polls + 5.0).then_some(m)
+    });
+    assert_eq!(m.get("gpu_steward_xid_errors_total", &labels), 1.0);
+    assert_eq!(m.get("DCGM_FI_DEV_XID_ERRORS", &[("gpu", "4")]), 31.0);
+    assert_eq!(m.get("DCGM_FI_DEV_XID_ERRORS", &[("gpu", "3")]), 0.0);
+    assert!(m.get("gpu_steward_xid_last_timestamp_seconds", &labels) > 1.7e9);
+}
+
+#[test]
+fn gzip_and_plain_carry_the_same_exposition() {
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml")).start();
+    let plain = agent.get("/metrics");
+    assert_eq!(
+        plain.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    assert_eq!(plain.header("content-encoding"), None);
+    let gz = agent.get_with("/metrics", "Accept-Encoding: gzip");
+    assert_eq!(gz.status, 200);
+    assert_eq!(gz.header("content-encoding"), Some("gzip"));
+    assert!(gz.body.len() * 4 < plain.body.len(), "gzip is compressed");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz.body[..]), &mut text)
+        .expect("valid single-member gzip");
+    let a = Metrics::parse(&plain.text());
+    let b = Metrics::parse(&text);
+    let names = |m: &Metrics| {
+        let mut v: Vec<String> = m.samples.iter().map(|s| s.name.clone()).collect();
+        v.dedup();
+        v
+    };
+    assert_eq!(names(&a), names(&b));
+    assert!(b.value("gpu_steward_snapshot_age_seconds", &[]).is_some());
+    // q=0 refuses gzip.
+    let refused = agent.get_with("/metrics", "Accept-Encoding: gzip;q=0");
+    assert_eq!(refused.header("content-encoding"), None);
+}
+
+#[test]
+fn the_native_family_passes_promtool_check_metrics() {
+    let agent = Agent::with_scenario(&scenario("faults.toml"))
+        .config("[metrics]\ndcgm = false\n")
+        .start();
+    // Wait until XIDs and errors are in, so that every family is exercised.
+    let body = wait_for("a full page", Duration::from_secs(5), || {
+        let m = agent.metrics();
+        m.value("gpu_steward_nvml_errors_total", &[("function", "nvmlDeviceGetMemoryInfo_v2")])
+            .map(|_| m.text)
+    });
+    assert!(!body.contains("DCGM_FI_"), "dcgm family switched off");
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool must be installed (Debian package 'prometheus'); .ci/run installs it");
+    std::io::Write::write_all(child.stdin.as_mut().expect("stdin"), body.as_bytes())
+        .expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool runs");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success() && report.trim().is_empty(), "promtool: {report}");
+}
