@@ -61,8 +61,14 @@ fn every_value_equals_the_dgx_scenario_after_unit_conversion() {
         let mu = int(g, "mem_util_percent").expect("mem util");
         assert_eq!(m.get("DCGM_FI_DEV_GPU_UTIL", &d), gu);
         assert_eq!(m.get("DCGM_FI_DEV_MEM_COPY_UTIL", &d), mu);
-        assert!(close(m.get("gpu_steward_gpu_utilization_ratio", &n), gu / 100.0));
-        assert!(close(m.get("gpu_steward_memory_utilization_ratio", &n), mu / 100.0));
+        assert!(close(
+            m.get("gpu_steward_gpu_utilization_ratio", &n),
+            gu / 100.0
+        ));
+        assert!(close(
+            m.get("gpu_steward_memory_utilization_ratio", &n),
+            mu / 100.0
+        ));
 
         // Memory: MiB on the dcgm side, bytes on the native side; totals from the model.
         let used = int(g, "memory_used_mib").expect("memory");
@@ -72,8 +78,15 @@ fn every_value_equals_the_dgx_scenario_after_unit_conversion() {
         assert_eq!(m.get("gpu_steward_memory_total_bytes", &n), 81559.0 * MIB);
         let reserved = m.get("gpu_steward_memory_reserved_bytes", &n);
         let free = m.get("gpu_steward_memory_free_bytes", &n);
-        assert_eq!(reserved + used * MIB + free, 81559.0 * MIB, "v2 bytes add up");
-        assert_eq!(m.get("DCGM_FI_DEV_FB_RESERVED", &d), (reserved / MIB).floor());
+        assert_eq!(
+            reserved + used * MIB + free,
+            81559.0 * MIB,
+            "v2 bytes add up"
+        );
+        assert_eq!(
+            m.get("DCGM_FI_DEV_FB_RESERVED", &d),
+            (reserved / MIB).floor()
+        );
         assert_eq!(m.get("DCGM_FI_DEV_FB_FREE", &d), (free / MIB).floor());
 
         // Temperatures.
@@ -113,10 +126,16 @@ fn every_value_equals_the_dgx_scenario_after_unit_conversion() {
 
         // PCIe: KB/s from NVML, bytes/s native; replays default to 0.
         if let Some(tx) = int(g, "pcie_tx_kib_s") {
-            assert_eq!(m.get("gpu_steward_pcie_transmit_bytes_per_second", &n), tx * 1024.0);
+            assert_eq!(
+                m.get("gpu_steward_pcie_transmit_bytes_per_second", &n),
+                tx * 1024.0
+            );
         }
         if let Some(rx) = int(g, "pcie_rx_kib_s") {
-            assert_eq!(m.get("gpu_steward_pcie_receive_bytes_per_second", &n), rx * 1024.0);
+            assert_eq!(
+                m.get("gpu_steward_pcie_receive_bytes_per_second", &n),
+                rx * 1024.0
+            );
         }
         assert_eq!(m.get("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", &d), 0.0);
         assert_eq!(m.get("gpu_steward_pcie_replays_total", &n), 0.0);
@@ -129,9 +148,18 @@ fn every_value_equals_the_dgx_scenario_after_unit_conversion() {
                 .and_then(|v| v.as_integer())
                 .unwrap_or(0) as f64
         };
-        assert_eq!(m.get("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", &d), ecc_of("sbe_volatile"));
-        assert_eq!(m.get("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", &d), ecc_of("sbe_aggregate"));
-        assert_eq!(m.get("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", &d), ecc_of("dbe_volatile"));
+        assert_eq!(
+            m.get("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", &d),
+            ecc_of("sbe_volatile")
+        );
+        assert_eq!(
+            m.get("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", &d),
+            ecc_of("sbe_aggregate")
+        );
+        assert_eq!(
+            m.get("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", &d),
+            ecc_of("dbe_volatile")
+        );
         let vol = |e: &str| {
             m.get(
                 "gpu_steward_ecc_errors_volatile_total",
@@ -162,7 +190,11 @@ fn every_value_equals_the_dgx_scenario_after_unit_conversion() {
                 "gpu_steward_clock_event_active",
                 &[("gpu", idx.as_str()), ("reason", reason)],
             );
-            assert_eq!(active, f64::from(u8::from(reasons.contains(&reason))), "gpu {i} {reason}");
+            assert_eq!(
+                active,
+                f64::from(u8::from(reasons.contains(&reason))),
+                "gpu {i} {reason}"
+            );
         }
 
         // Processes.
@@ -209,12 +241,13 @@ fn energy_is_power_integrated_over_time_and_agrees_between_families() {
 fn a_scenario_rewrite_shows_at_the_next_poll() {
     let text = scenario("dgx-h100.toml");
     let agent = Agent::with_scenario(&text).start();
-    assert_eq!(agent.metrics().get("DCGM_FI_DEV_GPU_TEMP", &[("gpu", "0")]), 64.0);
-    let changed = text.replacen("temperature_c = 64", "temperature_c = 81", 1).replacen(
-        "power_w = 618.4",
-        "power_w = 688.25",
-        1,
+    assert_eq!(
+        agent.metrics().get("DCGM_FI_DEV_GPU_TEMP", &[("gpu", "0")]),
+        64.0
     );
+    let changed = text
+        .replacen("temperature_c = 64", "temperature_c = 81", 1)
+        .replacen("power_w = 618.4", "power_w = 688.25", 1);
     assert_ne!(changed, text);
     agent.rewrite_scenario(&changed);
     let m = wait_for("the new temperature", Duration::from_secs(5), || {
@@ -222,7 +255,10 @@ fn a_scenario_rewrite_shows_at_the_next_poll() {
         (m.get("DCGM_FI_DEV_GPU_TEMP", &[("gpu", "0")]) == 81.0).then_some(m)
     });
     assert_eq!(m.get("DCGM_FI_DEV_POWER_USAGE", &[("gpu", "0")]), 688.25);
-    assert_eq!(m.get("gpu_steward_temperature_celsius", &[("gpu", "0")]), 81.0);
+    assert_eq!(
+        m.get("gpu_steward_temperature_celsius", &[("gpu", "0")]),
+        81.0
+    );
     // The other GPUs are untouched.
     assert_eq!(m.get("DCGM_FI_DEV_GPU_TEMP", &[("gpu", "1")]), 66.0);
 }
@@ -234,7 +270,10 @@ fn unsupported_and_failing_calls_make_series_absent_and_are_counted() {
         let m = agent.metrics();
         m.value(
             "gpu_steward_nvml_errors_total",
-            &[("function", "nvmlDeviceGetMemoryInfo_v2"), ("error", "unknown")],
+            &[
+                ("function", "nvmlDeviceGetMemoryInfo_v2"),
+                ("error", "unknown"),
+            ],
         )
         .is_some()
         .then_some(m)
@@ -252,10 +291,22 @@ fn unsupported_and_failing_calls_make_series_absent_and_are_counted() {
     assert_eq!(m.get("gpu_steward_gpu_up", &g3), 1.0);
     // Not supported is not an error; the failing call is, and fails its source.
     assert!(m
-        .find("gpu_steward_nvml_errors_total", &[("function", "nvmlDeviceGetPowerUsage")])
+        .find(
+            "gpu_steward_nvml_errors_total",
+            &[("function", "nvmlDeviceGetPowerUsage")]
+        )
         .is_empty());
-    assert_eq!(m.get("gpu_steward_poll_source_success", &[("source", "memory")]), 0.0);
-    assert_eq!(m.get("gpu_steward_poll_source_success", &[("source", "utilization")]), 1.0);
+    assert_eq!(
+        m.get("gpu_steward_poll_source_success", &[("source", "memory")]),
+        0.0
+    );
+    assert_eq!(
+        m.get(
+            "gpu_steward_poll_source_success",
+            &[("source", "utilization")]
+        ),
+        1.0
+    );
     // The other GPUs report power.
     assert_eq!(m.get("DCGM_FI_DEV_POWER_USAGE", &[("gpu", "1")]), 90.0);
     assert_eq!(m.get("DCGM_FI_DEV_POWER_USAGE", &[("gpu", "2")]), 698.0);
@@ -279,12 +330,18 @@ fn unsupported_and_failing_calls_make_series_absent_and_are_counted() {
     // The counter keeps counting, poll after poll.
     let before = m.get(
         "gpu_steward_nvml_errors_total",
-        &[("function", "nvmlDeviceGetMemoryInfo_v2"), ("error", "unknown")],
+        &[
+            ("function", "nvmlDeviceGetMemoryInfo_v2"),
+            ("error", "unknown"),
+        ],
     );
     wait_for("the error counter to grow", Duration::from_secs(5), || {
         let now = agent.metrics().get(
             "gpu_steward_nvml_errors_total",
-            &[("function", "nvmlDeviceGetMemoryInfo_v2"), ("error", "unknown")],
+            &[
+                ("function", "nvmlDeviceGetMemoryInfo_v2"),
+                ("error", "unknown"),
+            ],
         );
         (now > before).then_some(())
     });
@@ -297,13 +354,19 @@ fn xids_from_the_event_stream_are_counted_once() {
     // Inject an XID on GPU 4: an [[gpu.event]] table just before the sixth [[gpu]] belongs to
     // the fifth GPU.
     let at = text.match_indices("[[gpu]]").nth(5).expect("eight GPUs").0;
-    let with_xid = format!("{}[[gpu.event]]\nid = 7\nxid = 31\n\n{}", &text[..at], &text[at..]);
+    let with_xid = format!(
+        "{}[[gpu.event]]\nid = 7\nxid = 31\n\n{}",
+        &text[..at],
+        &text[at..]
+    );
     let gpus = scenario_gpus(&with_xid);
     assert!(gpus[4].get("event").is_some(), "event injected on GPU 4");
     agent.rewrite_scenario(&with_xid);
     let labels = [("gpu", "4"), ("xid", "31")];
     wait_for("the XID counter", Duration::from_secs(5), || {
-        agent.metrics().value("gpu_steward_xid_errors_total", &labels)
+        agent
+            .metrics()
+            .value("gpu_steward_xid_errors_total", &labels)
     });
     // Several more polls later it is still exactly one.
     let polls = agent.metrics().get("gpu_steward_polls_total", &[]);
@@ -355,8 +418,11 @@ fn the_native_family_passes_promtool_check_metrics() {
     // Wait until XIDs and errors are in, so that every family is exercised.
     let body = wait_for("a full page", Duration::from_secs(5), || {
         let m = agent.metrics();
-        m.value("gpu_steward_nvml_errors_total", &[("function", "nvmlDeviceGetMemoryInfo_v2")])
-            .map(|_| m.text)
+        m.value(
+            "gpu_steward_nvml_errors_total",
+            &[("function", "nvmlDeviceGetMemoryInfo_v2")],
+        )
+        .map(|_| m.text)
     });
     assert!(!body.contains("DCGM_FI_"), "dcgm family switched off");
     let mut child = std::process::Command::new("promtool")
@@ -374,5 +440,8 @@ fn the_native_family_passes_promtool_check_metrics() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success() && report.trim().is_empty(), "promtool: {report}");
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "promtool: {report}"
+    );
 }

@@ -48,7 +48,10 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -69,9 +72,15 @@ pub struct AgentBuilder {
     args: Vec<String>,
     env: Vec<(String, String)>,
     wait_ready: bool,
+    nvml_lib: Option<String>,
 }
 
 impl AgentBuilder {
+    /// Loads this library instead of the simulator.
+    pub fn nvml_lib(mut self, path: &str) -> Self {
+        self.nvml_lib = Some(path.to_string());
+        self
+    }
     pub fn config(mut self, text: &str) -> Self {
         self.config = Some(text.to_string());
         self
@@ -99,7 +108,11 @@ impl AgentBuilder {
         let mut cmd = Command::new(bin());
         cmd.args(["run", "--listen", "127.0.0.1:0", "--interval", "200ms"])
             .arg("--nvml-lib")
-            .arg(sim_lib())
+            .arg(
+                self.nvml_lib
+                    .clone()
+                    .unwrap_or_else(|| sim_lib().display().to_string()),
+            )
             .arg("--config")
             .arg(&config_path)
             .args(&self.args)
@@ -123,13 +136,20 @@ impl AgentBuilder {
                 s.push('\n');
             }
         });
-        let port = wait_for("the 'listening on' log line", Duration::from_secs(20), || {
-            let log = stderr.lock().expect("stderr lock").clone();
-            log.lines().find_map(|l| {
-                let rest = l.split("listening on 127.0.0.1:").nth(1)?;
-                rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u16>().ok()
-            })
-        });
+        let port = wait_for(
+            "the 'listening on' log line",
+            Duration::from_secs(20),
+            || {
+                let log = stderr.lock().expect("stderr lock").clone();
+                log.lines().find_map(|l| {
+                    let rest = l.split("listening on 127.0.0.1:").nth(1)?;
+                    rest.split(|c: char| !c.is_ascii_digit())
+                        .next()?
+                        .parse::<u16>()
+                        .ok()
+                })
+            },
+        );
         let agent = Agent {
             child,
             port,
@@ -153,6 +173,7 @@ impl Agent {
             args: Vec::new(),
             env: Vec::new(),
             wait_ready: true,
+            nvml_lib: None,
         }
     }
 
@@ -192,7 +213,9 @@ impl Agent {
     }
 
     pub fn get(&self, path: &str) -> Response {
-        self.request(&format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"))
+        self.request(&format!(
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        ))
     }
 
     pub fn get_with(&self, path: &str, header: &str) -> Response {
@@ -208,7 +231,8 @@ impl Agent {
 
     pub fn request_bytes(&self, raw: &[u8]) -> Response {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
         // The server may answer and close before reading everything (e.g. 431): ignore EPIPE.
         let _ = s.write_all(raw);
         let mut buf = Vec::new();
@@ -292,7 +316,11 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
             return out;
         };
         let size = usize::from_str_radix(
-            String::from_utf8_lossy(&data[..eol]).split(';').next().unwrap_or("0").trim(),
+            String::from_utf8_lossy(&data[..eol])
+                .split(';')
+                .next()
+                .unwrap_or("0")
+                .trim(),
             16,
         )
         .unwrap_or(0);
@@ -349,7 +377,11 @@ impl Metrics {
     /// The one value of `name` matching `matchers`; `None` if absent, panics if ambiguous.
     pub fn value(&self, name: &str, matchers: &[(&str, &str)]) -> Option<f64> {
         let found = self.find(name, matchers);
-        assert!(found.len() <= 1, "{name}{matchers:?} matches {} series", found.len());
+        assert!(
+            found.len() <= 1,
+            "{name}{matchers:?} matches {} series",
+            found.len()
+        );
         found.first().map(|s| s.value)
     }
 

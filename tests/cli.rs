@@ -1,0 +1,117 @@
+//! The command line: `check-config`, exit codes, errors with positions.
+
+mod common;
+
+use std::process::Command;
+
+use common::bin;
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+#[test]
+fn check_config_accepts_a_valid_file_and_says_what_it_would_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = write(
+        &dir,
+        "good.toml",
+        "[server]\nlisten = \"127.0.0.1:9500\"\n[poller]\ninterval = \"2s\"\n[metrics]\ndcgm = false\n",
+    );
+    let out = Command::new(bin())
+        .arg("check-config")
+        .arg(&good)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("valid"), "{stdout}");
+    assert!(stdout.contains("127.0.0.1:9500"), "{stdout}");
+    assert!(stdout.contains("poll every 2s"), "{stdout}");
+    assert!(stdout.contains("dcgm-compatible off"), "{stdout}");
+}
+
+#[test]
+fn config_errors_exit_2_with_file_line_and_column() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = [
+        (
+            "unknown.toml",
+            "[poller]\ninterval = \"1s\"\nintervall = \"2s\"\n",
+            ":3:1: unknown field `intervall`",
+        ),
+        (
+            "duration.toml",
+            "[poller]\ninterval = \"fast\"\n",
+            ":2:12: invalid duration 'fast'",
+        ),
+        ("syntax.toml", "[poller\n", ":1:"),
+        ("type.toml", "[metrics]\nnative = 1\n", ":2:10:"),
+    ];
+    for (name, text, expected) in cases {
+        let path = write(&dir, name, text);
+        for args in [vec!["check-config"], vec!["run", "--config"]] {
+            let out = Command::new(bin())
+                .args(&args)
+                .arg(&path)
+                .env("NVML_SIM_SCENARIO", "/nonexistent")
+                .output()
+                .expect("run");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?} {name}: {stderr}");
+            let want = format!("{}{expected}", path.display());
+            assert!(
+                stderr.contains(&want),
+                "{args:?} {name}: want '{want}' in: {stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let bad_interval = Command::new(bin())
+        .args(["run", "--interval", "10ms"])
+        .output()
+        .expect("run");
+    assert_eq!(bad_interval.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad_interval.stderr).contains("minimum of 100ms"));
+
+    let env_listen = Command::new(bin())
+        .args(["run"])
+        .env("GPU_STEWARD_LISTEN", "not-an-address")
+        .output()
+        .expect("run");
+    assert_eq!(env_listen.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&env_listen.stderr).contains("'not-an-address'"));
+
+    let missing = Command::new(bin())
+        .args(["run", "--config", "/nonexistent/config.toml"])
+        .output()
+        .expect("run");
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/config.toml: cannot read")
+    );
+}
+
+#[test]
+fn a_taken_port_is_a_runtime_failure() {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = holder.local_addr().expect("addr").port();
+    let out = Command::new(bin())
+        .args([
+            "run",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--nvml-lib",
+            "/nonexistent.so",
+        ])
+        .env("GPU_STEWARD_CONFIG", "/dev/null")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen on"));
+}

@@ -1,0 +1,256 @@
+//! The daemon's life: NVML missing then back without a restart, a GPU lost and found, config
+//! reload on SIGHUP, graceful exit on SIGTERM and SIGINT, and the demo command.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{bin, scenario, wait_for, Agent};
+use nix::sys::signal::Signal;
+
+#[test]
+fn nvml_init_failure_is_served_as_data_and_recovers_without_restart() {
+    let text = scenario("dgx-h100.toml");
+    let broken = text.replacen(
+        "cuda_version = 13000",
+        "cuda_version = 13000\ninit_error = \"DRIVER_NOT_LOADED\"",
+        1,
+    );
+    let agent = Agent::with_scenario(&broken).no_wait_ready().start();
+    // Not ready, with the reason; alive; metrics served with nvml_up 0 and the error counted.
+    let ready = wait_for(
+        "a failed init to be reported",
+        Duration::from_secs(10),
+        || {
+            let r = agent.get("/readyz");
+            (r.status == 503 && r.text().contains("not initialised")).then_some(r)
+        },
+    );
+    assert!(
+        ready.text().contains("driver is not loaded"),
+        "{}",
+        ready.text()
+    );
+    assert_eq!(agent.get("/livez").status, 200);
+    let m = agent.metrics();
+    assert_eq!(m.get("gpu_steward_nvml_up", &[]), 0.0);
+    assert!(
+        m.get(
+            "gpu_steward_nvml_init_errors_total",
+            &[("error", "driver_not_loaded")]
+        ) >= 1.0
+    );
+    assert!(m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty());
+    let health = agent.get("/health");
+    assert_eq!(health.status, 503);
+    assert_eq!(health.json()["status"], "fail");
+    assert_eq!(health.json()["agent"]["nvml"]["error"], "driver_not_loaded");
+    assert_eq!(agent.get("/health/gpus").status, 503);
+
+    // The driver "loads": the next retry succeeds, no restart.
+    agent.rewrite_scenario(&text);
+    wait_for("readiness after recovery", Duration::from_secs(20), || {
+        (agent.get("/readyz").status == 200).then_some(())
+    });
+    let m = agent.metrics();
+    assert_eq!(m.get("gpu_steward_nvml_up", &[]), 1.0);
+    assert_eq!(m.find("DCGM_FI_DEV_GPU_UTIL", &[]).len(), 8);
+    assert_eq!(agent.get("/health/gpus").status, 200);
+}
+
+#[test]
+fn a_missing_library_keeps_the_agent_serving() {
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
+        .nvml_lib("/nonexistent/libnvidia-ml.so.1")
+        .no_wait_ready()
+        .start();
+    let r = wait_for("the load failure", Duration::from_secs(10), || {
+        let r = agent.get("/readyz");
+        (r.status == 503 && r.text().contains("cannot load")).then_some(r)
+    });
+    assert!(
+        r.text().contains("/nonexistent/libnvidia-ml.so.1"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        agent.metrics().get(
+            "gpu_steward_nvml_init_errors_total",
+            &[("error", "library_not_found")]
+        ),
+        1.0
+    );
+}
+
+#[test]
+fn a_lost_gpu_is_reported_while_the_others_keep_reporting() {
+    let text = scenario("dgx-h100.toml");
+    let agent = Agent::with_scenario(&text).start();
+    let uuid = agent
+        .metrics()
+        .find("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "2")])[0]
+        .labels["UUID"]
+        .clone();
+    let at = text.match_indices("[[gpu]]").nth(2).expect("GPU 2").0 + "[[gpu]]".len();
+    let lost = format!("{}\nlost = true{}", &text[..at], &text[at..]);
+    agent.rewrite_scenario(&lost);
+    let m = wait_for("GPU 2 to be lost", Duration::from_secs(5), || {
+        let m = agent.metrics();
+        (m.value("gpu_steward_gpu_up", &[("gpu", "2")]) == Some(0.0)).then_some(m)
+    });
+    // Known identity stays on the up series; the telemetry of GPU 2 is gone, the rest stays.
+    assert_eq!(
+        m.get("gpu_steward_gpu_up", &[("gpu", "2"), ("uuid", &uuid)]),
+        0.0
+    );
+    assert!(m.find("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "2")]).is_empty());
+    assert_eq!(m.find("DCGM_FI_DEV_GPU_UTIL", &[]).len(), 7);
+    assert!(m.get("gpu_steward_nvml_errors_total", &[("error", "gpu_is_lost")]) >= 1.0);
+    // Health: the agent is fine (200), the node is not (503), GPU 2 fails with an action.
+    assert_eq!(agent.get("/readyz").status, 200);
+    let health = agent.get("/health");
+    assert_eq!(health.status, 200);
+    assert_eq!(
+        health.header("content-type"),
+        Some("application/health+json")
+    );
+    let gpus = agent.get("/health/gpus");
+    assert_eq!(gpus.status, 503);
+    let check = &gpus.json()["checks"]["gpu:2"][0];
+    assert_eq!(check["status"], "fail");
+    assert_eq!(check["componentId"], uuid.as_str());
+    assert_eq!(check["conditions"][0]["name"], "gpu_lost");
+    assert_eq!(gpus.json()["checks"]["gpu:1"][0]["status"], "pass");
+    assert_eq!(agent.get("/health/gpus/2").status, 503);
+    assert_eq!(agent.get(&format!("/health/gpus/{uuid}")).status, 503);
+    assert_eq!(agent.get("/health/gpus/1").status, 200);
+
+    // Back on the bus.
+    agent.rewrite_scenario(&text);
+    wait_for("GPU 2 to come back", Duration::from_secs(5), || {
+        (agent.metrics().value("gpu_steward_gpu_up", &[("gpu", "2")]) == Some(1.0)).then_some(())
+    });
+    assert_eq!(agent.get("/health/gpus").status, 200);
+}
+
+#[test]
+fn sighup_reloads_a_valid_config_and_rejects_an_invalid_one() {
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
+        .config("[metrics]\ndcgm = true\n")
+        .start();
+    assert!(!agent.metrics().find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty());
+
+    agent.rewrite_config("[metrics]\ndcgm = false\n");
+    agent.signal(Signal::SIGHUP);
+    let m = wait_for("the dcgm family to go", Duration::from_secs(5), || {
+        let m = agent.metrics();
+        m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty().then_some(m)
+    });
+    assert_eq!(
+        m.get("gpu_steward_config_reloads_total", &[("result", "success")]),
+        1.0
+    );
+    assert_eq!(
+        m.get("gpu_steward_config_reloads_total", &[("result", "failure")]),
+        0.0
+    );
+
+    // An invalid file is rejected, logged with its position, counted; the old config stays.
+    agent.rewrite_config("[metrics]\ndcgm = true\nbogus = 1\n");
+    agent.signal(Signal::SIGHUP);
+    let m = wait_for(
+        "the rejected reload to be counted",
+        Duration::from_secs(5),
+        || {
+            let m = agent.metrics();
+            (m.get("gpu_steward_config_reloads_total", &[("result", "failure")]) == 1.0)
+                .then_some(m)
+        },
+    );
+    assert!(
+        m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty(),
+        "old config kept"
+    );
+    let log = agent.log();
+    assert!(
+        log.contains("config.toml:3:1: unknown field `bogus`"),
+        "{log}"
+    );
+    assert_eq!(agent.get("/readyz").status, 200, "still serving");
+}
+
+#[test]
+fn sigterm_and_sigint_exit_cleanly() {
+    for sig in [Signal::SIGTERM, Signal::SIGINT] {
+        let mut agent = Agent::with_scenario(&scenario("dgx-h100.toml")).start();
+        // Keep a scrape connection open, as Prometheus does, to check it does not block exit.
+        let idle = std::net::TcpStream::connect(("127.0.0.1", agent.port)).expect("connect");
+        agent.signal(sig);
+        let status = agent.wait_exit(Duration::from_secs(10));
+        assert_eq!(status.code(), Some(0), "{sig:?}: {}", agent.log());
+        assert!(agent.log().contains("stopped"), "{}", agent.log());
+        drop(idle);
+    }
+}
+
+#[test]
+fn demo_serves_the_bundled_eight_gpu_node() {
+    let mut child = Command::new(bin())
+        .args(["demo", "--listen", "127.0.0.1:0", "--interval", "200ms"])
+        .env_remove("NVML_SIM_SCENARIO")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn demo");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(port) = line
+                .split("listening on 127.0.0.1:")
+                .nth(1)
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|p| p.parse::<u16>().ok())
+            {
+                let _ = tx.send(port);
+            }
+        }
+    });
+    let port = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("demo listens");
+    let get = |path: &str| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let _ = write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        );
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    wait_for("demo readiness", Duration::from_secs(20), || {
+        get("/readyz").starts_with("HTTP/1.1 200").then_some(())
+    });
+    let metrics = get("/metrics");
+    let gpus = metrics
+        .lines()
+        .filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{"))
+        .count();
+    assert_eq!(gpus, 8);
+    assert!(metrics.contains("modelName=\"NVIDIA H100 80GB HBM3\""));
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        Signal::SIGTERM,
+    );
+    let status = wait_for("demo exit", Duration::from_secs(10), || {
+        child.try_wait().expect("try_wait")
+    });
+    assert_eq!(status.code(), Some(0));
+}
