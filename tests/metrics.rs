@@ -445,3 +445,34 @@ fn the_native_family_passes_promtool_check_metrics() {
         "promtool: {report}"
     );
 }
+
+#[test]
+fn every_exported_metric_is_documented_in_the_readme() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let mut missing = Vec::new();
+    for name in ["dgx-h100.toml", "faults.toml", "a100-mig.toml"] {
+        let agent = Agent::with_scenario(&scenario(name)).start();
+        let m = agent.metrics();
+        for s in &m.samples {
+            if !readme.contains(&format!("`{}`", s.name)) && !missing.contains(&s.name) {
+                missing.push(s.name.clone());
+            }
+        }
+    }
+    assert!(missing.is_empty(), "metrics missing from the README tables: {missing:?}");
+}
+
+#[test]
+fn the_repository_scenarios_mirror_the_shared_ones() {
+    // CI checks out the repository with shared/ beside it; the tests use the repository's copy.
+    let shared = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/scenarios");
+    if !shared.is_dir() {
+        eprintln!("note: {} not present; nothing to compare", shared.display());
+        return;
+    }
+    for name in ["dgx-h100.toml", "faults.toml", "a100-mig.toml"] {
+        let theirs = std::fs::read_to_string(shared.join(name)).expect("shared scenario");
+        assert_eq!(scenario(name), theirs, "tests/scenarios/{name} differs from shared/");
+    }
+}

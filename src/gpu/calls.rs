@@ -60,8 +60,10 @@ impl CallLog {
         match e {
             NvmlError::NotSupported => {}
             NvmlError::GpuLost => {
+                // Counted, but it does not fail the source: a lost GPU is a GPU verdict
+                // (gpu_up 0, health), not a sign that the agent's collection is broken.
                 self.lost = true;
-                self.record(function, error_code(e));
+                self.errors.push((function, error_code(e)));
             }
             other => self.record(function, error_code(other)),
         }
@@ -116,6 +118,7 @@ mod tests {
         );
         assert!(!log.sources["power"].1);
         assert!(log.sources["thermal"].1);
+        assert!(log.sources["memory"].1, "a lost GPU does not fail the source");
         assert!(log.lost);
     }
 }
