@@ -90,7 +90,7 @@ struct Poller {
     config: PollerConfig,
     counters: Arc<AgentCounters>,
     session: Option<Session>,
-    /// Declared after `session` is dropped first on purpose: see `shutdown_nvml`.
+    /// Stopped before `session` is dropped: see `shutdown_nvml`.
     watcher: Option<XidWatcher>,
     xid_tx: Sender<XidEvent>,
     xid_rx: Receiver<XidEvent>,
@@ -339,7 +339,7 @@ impl Poller {
                 && !self
                     .watcher
                     .as_ref()
-                    .is_some_and(|w| w.registered.contains(&g.index))
+                    .is_some_and(|w| w.covered.contains(&g.index))
         });
         if missing {
             self.watcher = None;
@@ -373,10 +373,7 @@ impl Poller {
             .map(|(name, (duration, success))| (name, SourceStatus { duration, success }))
             .collect();
         if self.session.is_some() {
-            let events_ok = self
-                .watcher
-                .as_ref()
-                .is_some_and(|w| !w.registered.is_empty())
+            let events_ok = self.watcher.as_ref().is_some_and(|w| w.registered > 0)
                 || gpus.iter().all(|g| g.status != GpuStatus::Up);
             sources.insert(
                 "events",

@@ -254,3 +254,37 @@ fn demo_serves_the_bundled_eight_gpu_node() {
     });
     assert_eq!(status.code(), Some(0));
 }
+
+#[test]
+fn a_gpu_refusing_xid_registration_does_not_churn_the_event_waiter() {
+    let text = scenario("dgx-h100.toml");
+    // GPU 0 answers NOT_SUPPORTED to nvmlDeviceRegisterEvents.
+    let at = text.find("[[gpu]]").expect("a GPU") + "[[gpu]]".len();
+    let refusing = format!(
+        "{}\nunsupported = [\"nvmlDeviceRegisterEvents\"]{}",
+        &text[..at],
+        &text[at..]
+    );
+    let stats = tempfile::NamedTempFile::new().expect("stats file");
+    let agent = Agent::with_scenario(&refusing)
+        .env("NVML_SIM_STATS", &stats.path().display().to_string())
+        .start();
+    let polls = agent.metrics().get("gpu_steward_polls_total", &[]);
+    wait_for("ten more polls", Duration::from_secs(10), || {
+        (agent.metrics().get("gpu_steward_polls_total", &[]) >= polls + 10.0).then_some(())
+    });
+    // The simulator rewrites its stats file at most once a second while calls are made.
+    let counts = wait_for("call statistics", Duration::from_secs(5), || {
+        let text = std::fs::read_to_string(stats.path()).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let created = v.get("nvmlEventSetCreate")?.as_u64()?;
+        let registered = v.get("nvmlDeviceRegisterEvents")?.as_u64()?;
+        Some((created, registered))
+    });
+    assert_eq!(counts, (1, 8), "one event set, eight registration attempts");
+    let m = agent.metrics();
+    assert_eq!(
+        m.get("gpu_steward_poll_source_success", &[("source", "events")]),
+        1.0
+    );
+}

@@ -460,7 +460,10 @@ fn every_exported_metric_is_documented_in_the_readme() {
             }
         }
     }
-    assert!(missing.is_empty(), "metrics missing from the README tables: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "metrics missing from the README tables: {missing:?}"
+    );
 }
 
 #[test]
@@ -473,6 +476,10 @@ fn the_repository_scenarios_mirror_the_shared_ones() {
     }
     for name in ["dgx-h100.toml", "faults.toml", "a100-mig.toml"] {
         let theirs = std::fs::read_to_string(shared.join(name)).expect("shared scenario");
-        assert_eq!(scenario(name), theirs, "tests/scenarios/{name} differs from shared/");
+        assert_eq!(
+            scenario(name),
+            theirs,
+            "tests/scenarios/{name} differs from shared/"
+        );
     }
 }

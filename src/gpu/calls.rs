@@ -118,7 +118,10 @@ mod tests {
         );
         assert!(!log.sources["power"].1);
         assert!(log.sources["thermal"].1);
-        assert!(log.sources["memory"].1, "a lost GPU does not fail the source");
+        assert!(
+            log.sources["memory"].1,
+            "a lost GPU does not fail the source"
+        );
         assert!(log.lost);
     }
 }

@@ -38,9 +38,11 @@ pub enum XidEvent {
 pub struct XidWatcher {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
-    /// GPU indices registered for XID events; the poller restarts the watcher when a reachable GPU
-    /// is missing here (a GPU that was added or recovered).
-    pub registered: Vec<u32>,
+    /// GPU indices the watcher tried to register (it had their handle); the poller restarts the
+    /// watcher when a reachable GPU is missing here (a GPU that was added or recovered).
+    pub covered: Vec<u32>,
+    /// How many of them accepted the registration (NOT_SUPPORTED ones did not).
+    pub registered: usize,
 }
 
 impl XidWatcher {
@@ -51,16 +53,17 @@ impl XidWatcher {
         let thread = std::thread::Builder::new()
             .name("xid-watcher".into())
             .spawn(move || run(&nvml, &sink, &thread_stop, ready_tx));
-        let (thread, registered) = match thread {
+        let (thread, (covered, registered)) = match thread {
             Ok(t) => (Some(t), ready_rx.recv().unwrap_or_default()),
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the XID watcher thread");
-                (None, Vec::new())
+                (None, (Vec::new(), 0))
             }
         };
         XidWatcher {
             stop,
             thread,
+            covered,
             registered,
         }
     }
@@ -75,7 +78,7 @@ impl Drop for XidWatcher {
     }
 }
 
-fn run(nvml: &Nvml, sink: &Sender<XidEvent>, stop: &AtomicBool, ready: Sender<Vec<u32>>) {
+fn run(nvml: &Nvml, sink: &Sender<XidEvent>, stop: &AtomicBool, ready: Sender<(Vec<u32>, usize)>) {
     let report = |function: &'static str, e: &NvmlError| {
         let _ = sink.send(XidEvent::Error {
             function,
@@ -86,16 +89,18 @@ fn run(nvml: &Nvml, sink: &Sender<XidEvent>, stop: &AtomicBool, ready: Sender<Ve
         Ok(set) => set,
         Err(e) => {
             report("nvmlEventSetCreate", &e);
-            let _ = ready.send(Vec::new());
+            let _ = ready.send((Vec::new(), 0));
             return;
         }
     };
     let count = nvml.device_count().unwrap_or(0);
     let mut handles: Vec<(usize, u32)> = Vec::new();
+    let mut covered = Vec::new();
     for index in 0..count {
         let Ok(device) = nvml.device_by_index(index) else {
             continue; // lost or unreadable: the poller reports it
         };
+        covered.push(index);
         match register_xids(&device, &set) {
             // SAFETY: reading the raw handle value only, to compare it with event handles later.
             Ok(()) => handles.push((unsafe { device.handle() } as usize, index)),
@@ -103,7 +108,7 @@ fn run(nvml: &Nvml, sink: &Sender<XidEvent>, stop: &AtomicBool, ready: Sender<Ve
             Err(e) => report("nvmlDeviceRegisterEvents", &e),
         }
     }
-    let _ = ready.send(handles.iter().map(|h| h.1).collect());
+    let _ = ready.send((covered, handles.len()));
     if handles.is_empty() {
         return;
     }
