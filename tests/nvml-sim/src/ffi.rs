@@ -139,10 +139,12 @@ macro_rules! export {
 
 // The helpers below trust the C caller as nvml.h requires: a non-NULL pointer argument points
 // to storage of the declared type (and, for buffers, of the declared length). That contract is
-// the only thing their `unsafe` blocks rely on besides the NULL checks made first.
+// the only thing their `unsafe` blocks rely on besides the NULL checks made first. They are
+// crate-private on purpose: only the `extern "C"` exports (whose `# Safety` sections state that
+// contract) pass them pointers, always ones received from the C caller.
 
 /// Writes `value` through the out-pointer `p`.
-pub fn put<T>(p: *mut T, value: T) -> NvResult {
+pub(crate) fn put<T>(p: *mut T, value: T) -> NvResult {
     if p.is_null() {
         return Err(INVALID_ARGUMENT);
     }
@@ -153,7 +155,7 @@ pub fn put<T>(p: *mut T, value: T) -> NvResult {
 }
 
 /// Reads the in/out struct the caller passed (e.g. a versioned struct's `version` field).
-pub fn get<T: Copy>(p: *const T) -> NvResult<T> {
+pub(crate) fn get<T: Copy>(p: *const T) -> NvResult<T> {
     if p.is_null() {
         return Err(INVALID_ARGUMENT);
     }
@@ -163,7 +165,7 @@ pub fn get<T: Copy>(p: *const T) -> NvResult<T> {
 
 /// Copies `s` plus a NUL terminator into `buf` of `len` bytes; `INSUFFICIENT_SIZE` when it
 /// does not fit (nothing is written then).
-pub fn put_str(buf: *mut c_char, len: c_uint, s: &str) -> NvResult {
+pub(crate) fn put_str(buf: *mut c_char, len: c_uint, s: &str) -> NvResult {
     if buf.is_null() {
         return Err(INVALID_ARGUMENT);
     }
@@ -182,7 +184,7 @@ pub fn put_str(buf: *mut c_char, len: c_uint, s: &str) -> NvResult {
 
 /// Copies `items` into the caller's array `p` (room for at least `items.len()` elements, which
 /// the caller has checked against its count argument).
-pub fn put_slice<T: Copy>(p: *mut T, items: &[T]) -> NvResult {
+pub(crate) fn put_slice<T: Copy>(p: *mut T, items: &[T]) -> NvResult {
     if p.is_null() {
         return Err(INVALID_ARGUMENT);
     }
@@ -194,7 +196,7 @@ pub fn put_slice<T: Copy>(p: *mut T, items: &[T]) -> NvResult {
 }
 
 /// Reads element `i` of the caller's array `p` (in/out arrays such as field values).
-pub fn get_at<T: Copy>(p: *const T, i: usize) -> NvResult<T> {
+pub(crate) fn get_at<T: Copy>(p: *const T, i: usize) -> NvResult<T> {
     if p.is_null() {
         return Err(INVALID_ARGUMENT);
     }
@@ -203,7 +205,7 @@ pub fn get_at<T: Copy>(p: *const T, i: usize) -> NvResult<T> {
 }
 
 /// Writes element `i` of the caller's array `p`.
-pub fn put_at<T>(p: *mut T, i: usize, value: T) -> NvResult {
+pub(crate) fn put_at<T>(p: *mut T, i: usize, value: T) -> NvResult {
     if p.is_null() {
         return Err(INVALID_ARGUMENT);
     }
@@ -213,7 +215,7 @@ pub fn put_at<T>(p: *mut T, i: usize, value: T) -> NvResult {
 }
 
 /// Reads a NUL-terminated input string (UUID, serial, PCI bus id).
-pub fn get_str(p: *const c_char) -> NvResult<String> {
+pub(crate) fn get_str(p: *const c_char) -> NvResult<String> {
     if p.is_null() {
         return Err(INVALID_ARGUMENT);
     }

@@ -9,6 +9,7 @@
 //!   and the pointer helpers every export uses.
 //! - [`models`]: the per-model table (data, one struct per GPU model).
 //! - [`scenario`]: the scenario file format, parsing and strict validation with `FILE:LINE:COL`.
+//! - `validate`: semantic checks of one `[[gpu]]` entry against its model.
 //! - [`resolve`]: turns a validated scenario entry into one concrete [`resolve::Gpu`] per index.
 //! - [`state`]: the global state (ref-counted init, live reload, stable handles, energy).
 //! - [`events`]: per-event-set delivery bookkeeping (each XID id once per set).
@@ -22,6 +23,7 @@ pub mod resolve;
 pub mod scenario;
 pub mod state;
 pub mod stats;
+mod validate;
 
 mod exports;
 

@@ -12,8 +12,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::ffi::code_by_name;
-use crate::models::{self, Model};
 use crate::resolve::{self, Scenario};
+use crate::validate::validate_gpu;
 
 /// A validation or syntax error, positioned in the scenario text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,7 +245,7 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
     })
 }
 
-fn unknown_code(name: &str) -> String {
+pub(crate) fn unknown_code(name: &str) -> String {
     format!("unknown nvmlReturn_t name '{name}'; use a name such as 'UNKNOWN' or 'GPU_IS_LOST'")
 }
 
@@ -264,218 +264,6 @@ fn check_unique(
             );
             return Err((i, msg));
         }
-    }
-    Ok(())
-}
-
-type ErrAt<'a> = dyn Fn(Range<usize>, String) -> ScenarioError + 'a;
-
-/// Checks one `[[gpu]]` entry against its model; returns the model.
-fn validate_gpu(g: &RawGpu, err: &ErrAt<'_>) -> Result<&'static Model, ScenarioError> {
-    let model = models::by_key(g.model.get_ref()).ok_or_else(|| {
-        let known: Vec<&str> = models::MODELS.iter().map(|m| m.key).collect();
-        err(
-            g.model.span(),
-            format!(
-                "unknown model '{}'; use one of {}",
-                g.model.get_ref(),
-                known.join(", ")
-            ),
-        )
-    })?;
-    let count = g.count.as_ref().map_or(1, |c| *c.get_ref());
-    for (field, name) in [
-        (&g.uuid, "uuid"),
-        (&g.serial, "serial"),
-        (&g.pci_bus_id, "pci_bus_id"),
-    ] {
-        if let (Some(v), true) = (field, count > 1) {
-            return Err(err(
-                v.span(),
-                format!("'{name}' cannot be given with count > 1"),
-            ));
-        }
-    }
-    if let Some(u) = &g.uuid {
-        if !resolve::is_uuid(u.get_ref()) {
-            return Err(err(
-                u.span(),
-                format!(
-                    "uuid '{}' is not of the form GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
-                    u.get_ref()
-                ),
-            ));
-        }
-    }
-    if let Some(p) = &g.pci_bus_id {
-        if resolve::PciAddr::parse(p.get_ref()).is_none() {
-            return Err(err(
-                p.span(),
-                format!(
-                    "pci_bus_id '{}' is not of the form 00000000:18:00.0",
-                    p.get_ref()
-                ),
-            ));
-        }
-    }
-    if let Some(s) = &g.serial {
-        if s.get_ref().is_empty() || s.get_ref().len() >= 30 {
-            return Err(err(s.span(), "serial must have 1 to 29 characters".into()));
-        }
-    }
-    let mig_on = g.mig_mode.as_ref().is_some_and(|m| *m.get_ref());
-    if let (Some(m), false) = (&g.mig_mode, model.mig_capable()) {
-        return Err(err(
-            m.span(),
-            format!("model '{}' does not support MIG", model.key),
-        ));
-    }
-    let mut compute_slices = 0;
-    for d in g.mig_devices.iter().flatten() {
-        if !mig_on {
-            return Err(err(
-                d.span(),
-                "'mig_devices' needs 'mig_mode = true'".into(),
-            ));
-        }
-        if !model.mig_profiles.contains(&d.get_ref().as_str()) {
-            return Err(err(
-                d.span(),
-                format!(
-                    "'{}' is not a MIG profile of {}; use one of {}",
-                    d.get_ref(),
-                    model.key,
-                    model.mig_profiles.join(", ")
-                ),
-            ));
-        }
-        compute_slices += d
-            .get_ref()
-            .split('g')
-            .next()
-            .and_then(|n| n.parse::<u32>().ok())
-            .unwrap_or(0);
-        if compute_slices > 7 {
-            return Err(err(
-                d.span(),
-                "MIG devices use more than the 7 compute slices".into(),
-            ));
-        }
-    }
-    if let Some(p) = &g.power_limit_w {
-        let w = *p.get_ref();
-        if w < model.power_min_w || w > model.power_max_w {
-            return Err(err(
-                p.span(),
-                format!(
-                    "power_limit_w {w} is outside {}'s constraints {}..={} W",
-                    model.key, model.power_min_w, model.power_max_w
-                ),
-            ));
-        }
-    }
-    if let Some(p) = &g.power_w {
-        if !p.get_ref().is_finite() || *p.get_ref() < 0.0 {
-            return Err(err(p.span(), "power_w must be a finite number >= 0".into()));
-        }
-    }
-    let percents = [
-        &g.gpu_util_percent,
-        &g.mem_util_percent,
-        &g.enc_util_percent,
-        &g.dec_util_percent,
-        &g.fan_percent,
-    ];
-    for p in percents.into_iter().flatten() {
-        check_percent(p, err)?;
-    }
-    if let Some(m) = &g.memory_used_mib {
-        let room = model.memory_total_mib - model.memory_reserved_mib;
-        if *m.get_ref() > room {
-            return Err(err(
-                m.span(),
-                format!(
-                    "memory_used_mib {} exceeds {}'s total minus reserved ({room} MiB)",
-                    m.get_ref(),
-                    model.key
-                ),
-            ));
-        }
-    }
-    if let (Some(r), false) = (&g.remapped_rows, model.row_remapping) {
-        return Err(err(
-            r.span(),
-            format!("model '{}' has no row remapping", model.key),
-        ));
-    }
-    if let (Some(r), false) = (&g.retired_pages, model.page_retirement) {
-        return Err(err(
-            r.span(),
-            format!(
-                "model '{}' uses row remapping, not page retirement",
-                model.key
-            ),
-        ));
-    }
-    for f in g
-        .unsupported
-        .iter()
-        .flatten()
-        .chain(g.errors.iter().flat_map(|e| e.keys()))
-    {
-        if !crate::EXPORTED.contains(&f.get_ref().as_str()) {
-            return Err(err(
-                f.span(),
-                format!("'{}' is not a function this library exports", f.get_ref()),
-            ));
-        }
-    }
-    for v in g.errors.iter().flat_map(|e| e.values()) {
-        code_by_name(v.get_ref()).ok_or_else(|| err(v.span(), unknown_code(v.get_ref())))?;
-    }
-    let mut ids = BTreeSet::new();
-    for e in &g.event {
-        if !ids.insert(*e.id.get_ref()) {
-            return Err(err(
-                e.id.span(),
-                format!("duplicate event id {} on this GPU", e.id.get_ref()),
-            ));
-        }
-    }
-    for p in &g.process {
-        let pr = p.get_ref();
-        for u in [&pr.sm_util_percent, &pr.mem_util_percent]
-            .into_iter()
-            .flatten()
-        {
-            check_percent(u, err)?;
-        }
-        if let Some(d) = &pr.mig_device {
-            let listed = g
-                .mig_devices
-                .iter()
-                .flatten()
-                .any(|m| m.get_ref() == d.get_ref());
-            if !mig_on || !listed {
-                return Err(err(
-                    d.span(),
-                    format!(
-                        "mig_device '{}' is not one of this GPU's mig_devices",
-                        d.get_ref()
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(model)
-}
-
-fn check_percent(p: &Spanned<u32>, err: &ErrAt<'_>) -> Result<(), ScenarioError> {
-    if *p.get_ref() > 100 {
-        return Err(err(
-            p.span(),
-            format!("{} is not a percentage (0..=100)", p.get_ref()),
-        ));
     }
     Ok(())
 }
