@@ -14,6 +14,8 @@ pub use file::{parse_interval, parse_listen, parse_log_level, LogFormat};
 
 use file::FileConfig;
 
+use crate::health::HealthConfig;
+
 pub const DEFAULT_CONFIG: &str = "/etc/gpu-steward/config.toml";
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9400";
 pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
@@ -47,6 +49,8 @@ pub struct Config {
     pub log_format: LogFormat,
     pub api_enabled: bool,
     pub api_token_file: PathBuf,
+    /// `[health]`: thresholds, XID window and overrides.
+    pub health: HealthConfig,
 }
 
 /// A configuration that cannot be used.
@@ -133,6 +137,7 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
         log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Text),
         api_enabled: f.api.enabled,
         api_token_file: f.api.token_file,
+        health: f.health.into_config(),
     }
 }
 
@@ -155,7 +160,8 @@ impl Config {
              load NVML from '{lib}' and poll every {interval}\n\
              metrics: dcgm-compatible {dcgm}, native {native}, hostname label {hostname_label}\n\
              mutating API (/api/v1): {api}\n\
-             log: level {level}, format {format:?}\n",
+             log: level {level}, format {format:?}\n\
+             {health}",
             listen = self.listen,
             lib = self.nvml_lib,
             interval = humantime::format_duration(self.interval),
@@ -168,6 +174,7 @@ impl Config {
             },
             level = self.log_level.as_deref().unwrap_or("info (or RUST_LOG)"),
             format = self.log_format,
+            health = self.health.describe(),
         )
     }
 }

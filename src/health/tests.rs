@@ -1,0 +1,1 @@
+//! Unit tests of the evaluation over time: successive snapshots at chosen instants, no sleeping.
