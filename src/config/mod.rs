@@ -257,6 +257,71 @@ mod tests {
     }
 
     #[test]
+    fn health_section_parses_with_defaults_and_overrides() {
+        let c = merge(
+            None,
+            parse("c.toml", "").expect("valid"),
+            &Overrides::default(),
+        );
+        assert_eq!(c.health, HealthConfig::default());
+        let text = "[health]\nxid_window = \"2m\"\nxid_escalate_after = 5\n\
+                    [health.pcie_replay_per_minute]\ngen4 = 2.0\n\
+                    [health.xid_overrides]\n\"13\" = { severity = \"fail\", action = \"reset_gpu\" }\n\
+                    \"48\" = \"ignore\"\n";
+        let c = merge(
+            None,
+            parse("c.toml", text).expect("valid"),
+            &Overrides::default(),
+        );
+        assert_eq!(c.health.xid_window, Duration::from_secs(120));
+        assert_eq!(c.health.xid_escalate_after, 5);
+        assert_eq!(c.health.pcie_replay_per_minute[3], 2.0);
+        assert_eq!(c.health.pcie_replay_per_minute[4], 1.92);
+        assert_eq!(
+            c.health.xid_overrides.get(&13),
+            Some(&crate::health::XidOverride::Classify {
+                severity: crate::health::Status::Fail,
+                action: crate::health::Action::ResetGpu
+            })
+        );
+        assert_eq!(
+            c.health.xid_overrides.get(&48),
+            Some(&crate::health::XidOverride::Ignore)
+        );
+        assert!(
+            c.describe().contains("13=fail/reset_gpu, 48=ignore"),
+            "{}",
+            c.describe()
+        );
+    }
+
+    #[test]
+    fn bad_health_values_have_positions() {
+        let e = err("[health]\nxid_window = \"soon\"\n");
+        assert!(e.starts_with("c.toml:2:14: invalid duration 'soon'"), "{e}");
+        let e = err("[health]\nxid_windw = \"1m\"\n");
+        assert!(
+            e.starts_with("c.toml:2:1: unknown field `xid_windw`"),
+            "{e}"
+        );
+        let e =
+            err("[health.xid_overrides]\n\"13\" = { severity = \"fail\", action = \"reboot\" }\n");
+        assert!(e.starts_with("c.toml:2:"), "{e}");
+        assert!(e.contains("unknown action 'reboot'"), "{e}");
+        let e = err("[health.xid_overrides]\n\"13\" = \"mute\"\n");
+        assert!(
+            e.starts_with("c.toml:2:8: invalid XID override 'mute'"),
+            "{e}"
+        );
+        let e = err("[health.xid_overrides]\nabc = \"ignore\"\n");
+        assert!(e.contains("invalid XID 'abc'"), "{e}");
+        let e = err("[health]\nretired_pages_max = 0\n");
+        assert!(e.starts_with("c.toml:2:21: must be 1 or more"), "{e}");
+        let e = err("[health.pcie_replay_per_minute]\ngen7 = 1.0\n");
+        assert!(e.contains("unknown field `gen7`"), "{e}");
+    }
+
+    #[test]
     fn line_col_counts_characters() {
         assert_eq!(line_col("ab\ncdé\nx", 0), (1, 1));
         assert_eq!(line_col("ab\ncdé\nx", 3), (2, 1));
