@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use tokio::net::TcpListener;
@@ -13,6 +13,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::config::{self, Config, Overrides};
+use crate::health::{Journal, NodeHealth};
 use crate::logging::LogHandle;
 use crate::metrics::{self, RenderConfig};
 use crate::poller::{self, Control, PollerConfig, Published};
@@ -66,6 +67,7 @@ fn poller_config(c: &Config) -> PollerConfig {
         nvml_lib: c.nvml_lib.clone(),
         interval: c.interval,
         render: render_config(c),
+        health: c.health.clone(),
     }
 }
 
@@ -74,9 +76,13 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let counters = Arc::new(AgentCounters::new());
     let pconfig = poller_config(&config);
     let first = Snapshot::starting(SystemTime::now());
+    let health = Arc::new(NodeHealth::default());
+    let journal = Arc::new(Mutex::new(Journal::default()));
     let initial = Published {
-        metrics: metrics::render(&first, &pconfig.render, &counters),
+        metrics: metrics::render(&first, &health, &pconfig.render, &counters),
         snapshot: Arc::new(first),
+        health,
+        journal: journal.clone(),
         interval: pconfig.interval,
     };
     let (tx, rx) = watch::channel(Arc::new(initial));
@@ -87,7 +93,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             addr: config.listen,
             source,
         })?;
-    let poller = poller::spawn(pconfig, counters.clone(), tx)?;
+    let poller = poller::spawn(pconfig, counters.clone(), journal, tx)?;
     let local = listener.local_addr()?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -145,7 +151,7 @@ async fn wait_for_signals(
                             tracing::warn!("the log format changes only on restart");
                         }
                         log.set_config_level(new.log_level.as_deref());
-                        let _ = control.send(Control::Reconfigure(poller_config(&new)));
+                        let _ = control.send(Control::Reconfigure(Box::new(poller_config(&new))));
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
                         current = new;

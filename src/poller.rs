@@ -10,13 +10,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
 use crate::gpu::{CallLog, ProcessCursor, Session, XidEvent, XidWatcher};
+use crate::health::{self, Evaluator, HealthConfig, Journal, NodeHealth};
 use crate::metrics::{self, RenderConfig, Rendered};
 use crate::snapshot::{
     GpuIdentity, GpuReading, GpuSnapshot, GpuStatus, NvmlStatus, Snapshot, SourceStatus, XidStat,
@@ -30,19 +31,26 @@ pub struct PollerConfig {
     pub nvml_lib: String,
     pub interval: Duration,
     pub render: RenderConfig,
+    pub health: HealthConfig,
 }
 
 /// Messages to the poller thread.
 #[derive(Debug)]
 pub enum Control {
-    Reconfigure(PollerConfig),
+    /// Boxed: the config is large and reloads are rare.
+    Reconfigure(Box<PollerConfig>),
     Shutdown,
 }
 
-/// What the poller publishes each interval: the snapshot and its rendered metrics.
+/// What the poller publishes each interval: the snapshot, its health and its rendered metrics.
 #[derive(Debug)]
 pub struct Published {
     pub snapshot: Arc<Snapshot>,
+    /// Per-GPU verdicts computed from `snapshot` (and the ones before it).
+    pub health: Arc<NodeHealth>,
+    /// The health event journal: the same `Arc` in every publication. The poller appends once
+    /// per poll; readers hold the lock only to copy entries out, so they never stall a poll.
+    pub journal: Arc<Mutex<Journal>>,
     pub metrics: Rendered,
     /// The poll interval in force when this was published (readiness uses it).
     pub interval: Duration,
@@ -68,12 +76,13 @@ impl PollerHandle {
 pub fn spawn(
     config: PollerConfig,
     counters: Arc<AgentCounters>,
+    journal: Arc<Mutex<Journal>>,
     out: watch::Sender<Arc<Published>>,
 ) -> std::io::Result<PollerHandle> {
     let (control, rx) = mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("poller".into())
-        .spawn(move || Poller::new(config, counters).run(&rx, &out))?;
+        .spawn(move || Poller::new(config, counters, journal).run(&rx, &out))?;
     Ok(PollerHandle {
         control,
         thread: Some(thread),
@@ -89,6 +98,8 @@ fn backoff(attempts: u32) -> Duration {
 struct Poller {
     config: PollerConfig,
     counters: Arc<AgentCounters>,
+    evaluator: Evaluator,
+    journal: Arc<Mutex<Journal>>,
     session: Option<Session>,
     /// Stopped before `session` is dropped: see `shutdown_nvml`.
     watcher: Option<XidWatcher>,
@@ -113,9 +124,15 @@ struct GpuState {
 }
 
 impl Poller {
-    fn new(config: PollerConfig, counters: Arc<AgentCounters>) -> Self {
+    fn new(
+        config: PollerConfig,
+        counters: Arc<AgentCounters>,
+        journal: Arc<Mutex<Journal>>,
+    ) -> Self {
         let (xid_tx, xid_rx) = mpsc::channel();
         Poller {
+            evaluator: Evaluator::new(config.health.clone()),
+            journal,
             config,
             counters,
             session: None,
@@ -135,9 +152,12 @@ impl Poller {
         loop {
             let started = Instant::now();
             let snapshot = Arc::new(self.poll());
-            let metrics = metrics::render(&snapshot, &self.config.render, &self.counters);
+            let health = Arc::new(self.evaluate(&snapshot));
+            let metrics = metrics::render(&snapshot, &health, &self.config.render, &self.counters);
             out.send_replace(Arc::new(Published {
                 snapshot: snapshot.clone(),
+                health,
+                journal: self.journal.clone(),
                 metrics,
                 interval: self.config.interval,
             }));
@@ -152,12 +172,26 @@ impl Poller {
                         tracing::info!(library = %config.nvml_lib, "NVML library changed, reloading");
                         self.shutdown_nvml();
                     }
-                    self.config = config;
+                    self.evaluator.set_config(config.health.clone());
+                    self.config = *config;
                 }
                 Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
             }
         }
         self.shutdown_nvml();
+    }
+
+    /// Judges the snapshot, logs each condition change once and journals it.
+    fn evaluate(&mut self, snapshot: &Snapshot) -> NodeHealth {
+        let (health, events) = self.evaluator.evaluate(snapshot, SystemTime::now());
+        if !events.is_empty() {
+            events.iter().for_each(health::journal::log);
+            self.journal
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .append(events);
+        }
+        health
     }
 
     /// Stops the XID watcher before the session so that no thread uses NVML after shutdown.

@@ -1,11 +1,16 @@
 //! The TOML schema of `/etc/gpu-steward/config.toml`, validated while parsing so that every
 //! error carries the position of the offending key or value.
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::health::{Action, HealthConfig, Status, XidOverride};
 
 /// Shortest poll interval accepted: NVML's own sampling periods are 1/6 s to 1 s, and faster
 /// polling only burns CPU.
@@ -21,6 +26,7 @@ pub struct FileConfig {
     pub metrics: MetricsSection,
     pub log: LogSection,
     pub api: ApiSection,
+    pub health: HealthSection,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -95,6 +101,75 @@ impl Default for ApiSection {
     }
 }
 
+/// `[health]`: every key optional; absent keys keep `HealthConfig::default()`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthSection {
+    #[serde(deserialize_with = "positive_duration")]
+    pub xid_window: Option<Duration>,
+    pub xid_escalate_after: Option<u32>,
+    #[serde(deserialize_with = "positive_duration")]
+    pub xid_count_window: Option<Duration>,
+    pub temperature_margin_c: Option<u32>,
+    #[serde(deserialize_with = "positive_duration")]
+    pub pcie_replay_window: Option<Duration>,
+    pub pcie_replay_per_minute: PcieRates,
+    pub failing_calls_polls: Option<u32>,
+    #[serde(deserialize_with = "at_least_one")]
+    pub retired_pages_max: Option<u64>,
+    pub remapped_rows_uncorrectable_max: Option<u32>,
+    #[serde(deserialize_with = "xid_overrides")]
+    pub xid_overrides: BTreeMap<u64, XidOverride>,
+}
+
+/// `[health.pcie_replay_per_minute]`: expected replays per minute per lane, by generation.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PcieRates {
+    #[serde(deserialize_with = "rate")]
+    pub gen1: Option<f64>,
+    #[serde(deserialize_with = "rate")]
+    pub gen2: Option<f64>,
+    #[serde(deserialize_with = "rate")]
+    pub gen3: Option<f64>,
+    #[serde(deserialize_with = "rate")]
+    pub gen4: Option<f64>,
+    #[serde(deserialize_with = "rate")]
+    pub gen5: Option<f64>,
+    #[serde(deserialize_with = "rate")]
+    pub gen6: Option<f64>,
+}
+
+impl HealthSection {
+    pub fn into_config(self) -> HealthConfig {
+        let d = HealthConfig::default();
+        let p = self.pcie_replay_per_minute;
+        let mut rates = d.pcie_replay_per_minute;
+        for (slot, v) in rates
+            .iter_mut()
+            .zip([p.gen1, p.gen2, p.gen3, p.gen4, p.gen5, p.gen6])
+        {
+            if let Some(v) = v {
+                *slot = v;
+            }
+        }
+        HealthConfig {
+            xid_window: self.xid_window.unwrap_or(d.xid_window),
+            xid_escalate_after: self.xid_escalate_after.unwrap_or(d.xid_escalate_after),
+            xid_count_window: self.xid_count_window.unwrap_or(d.xid_count_window),
+            temperature_margin_c: self.temperature_margin_c.unwrap_or(d.temperature_margin_c),
+            pcie_replay_per_minute: rates,
+            pcie_replay_window: self.pcie_replay_window.unwrap_or(d.pcie_replay_window),
+            failing_calls_polls: self.failing_calls_polls.unwrap_or(d.failing_calls_polls),
+            retired_pages_max: self.retired_pages_max.unwrap_or(d.retired_pages_max),
+            remapped_rows_uncorrectable_max: self
+                .remapped_rows_uncorrectable_max
+                .unwrap_or(d.remapped_rows_uncorrectable_max),
+            xid_overrides: self.xid_overrides,
+        }
+    }
+}
+
 /// Parses a duration like `500ms`, `5s`, `2m` and checks it is a usable poll interval.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s)
@@ -158,5 +233,136 @@ fn hostname_label<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
             "invalid label name '{s}'; use letters, digits and '_' (e.g. 'Hostname' or \
              'hostname'), or '' to leave the label out"
         )))
+    }
+}
+
+fn positive_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s = String::deserialize(d)?;
+    match humantime::parse_duration(&s) {
+        Ok(v) if !v.is_zero() => Ok(Some(v)),
+        Ok(_) => Err(de::Error::custom(format!(
+            "duration '{s}' must be longer than zero; write it like '5m' or '1h'"
+        ))),
+        Err(e) => Err(de::Error::custom(format!(
+            "invalid duration '{s}': {e}; write it like '30s', '5m' or '1h'"
+        ))),
+    }
+}
+
+fn at_least_one<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match u64::deserialize(d)? {
+        0 => Err(de::Error::custom("must be 1 or more")),
+        n => Ok(Some(n)),
+    }
+}
+
+fn rate<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = f64::deserialize(d)?;
+    if v.is_finite() && v > 0.0 {
+        Ok(Some(v))
+    } else {
+        Err(de::Error::custom(format!(
+            "invalid replay rate {v}; give replays per minute per lane as a positive number, \
+             e.g. 0.96 for Gen4"
+        )))
+    }
+}
+
+/// `[health.xid_overrides]`: `"13" = "ignore"` or `"13" = { severity = "fail", action = "reset_gpu" }`.
+fn xid_overrides<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u64, XidOverride>, D::Error> {
+    let raw = BTreeMap::<String, OverrideSpec>::deserialize(d)?;
+    raw.into_iter()
+        .map(|(key, spec)| match key.trim().parse::<u64>() {
+            Ok(xid) if xid > 0 => Ok((xid, spec.0)),
+            _ => Err(de::Error::custom(format!(
+                "invalid XID '{key}' in [health.xid_overrides]; keys are XID numbers, e.g. \"13\""
+            ))),
+        })
+        .collect()
+}
+
+struct OverrideSpec(XidOverride);
+
+impl<'de> Deserialize<'de> for OverrideSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(OverrideVisitor)
+    }
+}
+
+struct OverrideVisitor;
+
+const OVERRIDE_HINT: &str =
+    "use \"ignore\" or { severity = \"warn\" or \"fail\", action = \"none\", \
+     \"restart_app\", \"reset_gpu\", \"reboot_node\", \"drain_and_reset\" or \"contact_support\" }";
+
+impl<'de> Visitor<'de> for OverrideVisitor {
+    type Value = OverrideSpec;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "\"ignore\" or a table with severity and action")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<OverrideSpec, E> {
+        if v == "ignore" {
+            Ok(OverrideSpec(XidOverride::Ignore))
+        } else {
+            Err(E::custom(format!(
+                "invalid XID override '{v}'; {OVERRIDE_HINT}"
+            )))
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<OverrideSpec, A::Error> {
+        let (mut severity, mut action) = (None, None);
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "severity" => severity = Some(map.next_value::<SeverityName>()?.0),
+                "action" => action = Some(map.next_value::<ActionName>()?.0),
+                other => {
+                    return Err(de::Error::custom(format!(
+                        "unknown key '{other}' in an XID override; {OVERRIDE_HINT}"
+                    )))
+                }
+            }
+        }
+        match (severity, action) {
+            (Some(severity), Some(action)) => {
+                Ok(OverrideSpec(XidOverride::Classify { severity, action }))
+            }
+            _ => Err(de::Error::custom(format!(
+                "an XID override needs both severity and action; {OVERRIDE_HINT}"
+            ))),
+        }
+    }
+}
+
+struct SeverityName(Status);
+
+impl<'de> Deserialize<'de> for SeverityName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match Status::parse(&s) {
+            Some(Status::Pass) => Err(de::Error::custom(
+                "severity 'pass' would hide the XID; write \"ignore\" instead of a table",
+            )),
+            Some(v) => Ok(SeverityName(v)),
+            None => Err(de::Error::custom(format!(
+                "unknown severity '{s}'; use \"warn\" or \"fail\""
+            ))),
+        }
+    }
+}
+
+struct ActionName(Action);
+
+impl<'de> Deserialize<'de> for ActionName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Action::parse(&s).map(ActionName).ok_or_else(|| {
+            de::Error::custom(format!(
+                "unknown action '{s}'; use none, restart_app, reset_gpu, reboot_node, \
+                 drain_and_reset or contact_support"
+            ))
+        })
     }
 }

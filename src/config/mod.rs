@@ -14,6 +14,8 @@ pub use file::{parse_interval, parse_listen, parse_log_level, LogFormat};
 
 use file::FileConfig;
 
+use crate::health::HealthConfig;
+
 pub const DEFAULT_CONFIG: &str = "/etc/gpu-steward/config.toml";
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9400";
 pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
@@ -47,6 +49,8 @@ pub struct Config {
     pub log_format: LogFormat,
     pub api_enabled: bool,
     pub api_token_file: PathBuf,
+    /// `[health]`: thresholds, XID window and overrides.
+    pub health: HealthConfig,
 }
 
 /// A configuration that cannot be used.
@@ -133,6 +137,7 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
         log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Text),
         api_enabled: f.api.enabled,
         api_token_file: f.api.token_file,
+        health: f.health.into_config(),
     }
 }
 
@@ -155,7 +160,8 @@ impl Config {
              load NVML from '{lib}' and poll every {interval}\n\
              metrics: dcgm-compatible {dcgm}, native {native}, hostname label {hostname_label}\n\
              mutating API (/api/v1): {api}\n\
-             log: level {level}, format {format:?}\n",
+             log: level {level}, format {format:?}\n\
+             {health}",
             listen = self.listen,
             lib = self.nvml_lib,
             interval = humantime::format_duration(self.interval),
@@ -168,6 +174,7 @@ impl Config {
             },
             level = self.log_level.as_deref().unwrap_or("info (or RUST_LOG)"),
             format = self.log_format,
+            health = self.health.describe(),
         )
     }
 }
@@ -247,6 +254,71 @@ mod tests {
         let c = merge(None, f, &o);
         assert_eq!(c.interval, Duration::from_millis(500));
         assert_eq!(c.listen.to_string(), "127.0.0.1:1");
+    }
+
+    #[test]
+    fn health_section_parses_with_defaults_and_overrides() {
+        let c = merge(
+            None,
+            parse("c.toml", "").expect("valid"),
+            &Overrides::default(),
+        );
+        assert_eq!(c.health, HealthConfig::default());
+        let text = "[health]\nxid_window = \"2m\"\nxid_escalate_after = 5\n\
+                    [health.pcie_replay_per_minute]\ngen4 = 2.0\n\
+                    [health.xid_overrides]\n\"13\" = { severity = \"fail\", action = \"reset_gpu\" }\n\
+                    \"48\" = \"ignore\"\n";
+        let c = merge(
+            None,
+            parse("c.toml", text).expect("valid"),
+            &Overrides::default(),
+        );
+        assert_eq!(c.health.xid_window, Duration::from_secs(120));
+        assert_eq!(c.health.xid_escalate_after, 5);
+        assert_eq!(c.health.pcie_replay_per_minute[3], 2.0);
+        assert_eq!(c.health.pcie_replay_per_minute[4], 1.92);
+        assert_eq!(
+            c.health.xid_overrides.get(&13),
+            Some(&crate::health::XidOverride::Classify {
+                severity: crate::health::Status::Fail,
+                action: crate::health::Action::ResetGpu
+            })
+        );
+        assert_eq!(
+            c.health.xid_overrides.get(&48),
+            Some(&crate::health::XidOverride::Ignore)
+        );
+        assert!(
+            c.describe().contains("13=fail/reset_gpu, 48=ignore"),
+            "{}",
+            c.describe()
+        );
+    }
+
+    #[test]
+    fn bad_health_values_have_positions() {
+        let e = err("[health]\nxid_window = \"soon\"\n");
+        assert!(e.starts_with("c.toml:2:14: invalid duration 'soon'"), "{e}");
+        let e = err("[health]\nxid_windw = \"1m\"\n");
+        assert!(
+            e.starts_with("c.toml:2:1: unknown field `xid_windw`"),
+            "{e}"
+        );
+        let e =
+            err("[health.xid_overrides]\n\"13\" = { severity = \"fail\", action = \"reboot\" }\n");
+        assert!(e.starts_with("c.toml:2:"), "{e}");
+        assert!(e.contains("unknown action 'reboot'"), "{e}");
+        let e = err("[health.xid_overrides]\n\"13\" = \"mute\"\n");
+        assert!(
+            e.starts_with("c.toml:2:8: invalid XID override 'mute'"),
+            "{e}"
+        );
+        let e = err("[health.xid_overrides]\nabc = \"ignore\"\n");
+        assert!(e.contains("invalid XID 'abc'"), "{e}");
+        let e = err("[health]\nretired_pages_max = 0\n");
+        assert!(e.starts_with("c.toml:2:21: must be 1 or more"), "{e}");
+        let e = err("[health.pcie_replay_per_minute]\ngen7 = 1.0\n");
+        assert!(e.contains("unknown field `gen7`"), "{e}");
     }
 
     #[test]

@@ -1,14 +1,38 @@
-//! Verdicts: is the agent ready, and is each GPU healthy, and what should an operator do.
+//! Verdicts: is the agent ready, is each GPU healthy, and what should an operator do.
 //!
-//! Pure functions of a snapshot and the time, so they are tested without a runtime or a GPU.
-//! The agent's own status (NVML up, snapshot fresh) is kept apart from GPU verdicts: a sick GPU
-//! must keep being scraped, so it never makes the agent unready.
+//! Everything here is a pure function of snapshots and the time (passed in, never read from the
+//! clock), so it is tested without a runtime or a GPU. The `Evaluator` keeps what evaluation
+//! needs across polls (when each condition began, XID history, counter baselines) and turns
+//! successive snapshots into per-GPU verdicts plus the condition changes to journal. The agent's
+//! own readiness (`readiness`) is kept apart from GPU verdicts: a sick GPU must keep being
+//! scraped, so it never makes the agent unready.
+//!
+//! - [`catalog`]: NVIDIA's XID catalog as data and the bucket → severity/action table;
+//! - [`conditions`]: the checks of one GPU reading (ECC, memory, driver action, thermal, ...);
+//! - [`xid`]: XID occurrences per GPU, the window and escalation;
+//! - [`evaluator`]: the state across polls and the condition diff;
+//! - [`journal`]: the bounded in-memory event journal behind `/api/v1/events`.
 
-use std::time::{Duration, SystemTime};
+pub mod catalog;
+pub mod conditions;
+pub mod config;
+pub mod evaluator;
+pub mod journal;
+mod readiness;
+pub mod xid;
 
-use serde::Serialize;
+#[cfg(test)]
+mod tests;
 
-use crate::snapshot::{GpuSnapshot, GpuStatus, NvmlStatus, Snapshot};
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use serde::{Serialize, Serializer};
+
+pub use config::{HealthConfig, XidOverride};
+pub use evaluator::Evaluator;
+pub use journal::{EventKind, HealthEvent, Journal};
+pub use readiness::{readiness, Readiness};
 
 /// Health status as the draft RFC "Health Check Response Format for HTTP APIs" spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -19,7 +43,28 @@ pub enum Status {
     Fail,
 }
 
-/// What an operator (or a remediation hook) should do about a GPU.
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        }
+    }
+
+    /// 0 pass, 1 warn, 2 fail (`gpu_steward_gpu_health`).
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        [Status::Pass, Status::Warn, Status::Fail]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+    }
+}
+
+/// What an operator (or a remediation hook) should do about a GPU, from least to most drastic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
@@ -31,16 +76,63 @@ pub enum Action {
     ContactSupport,
 }
 
+pub const ACTIONS: [Action; 6] = [
+    Action::None,
+    Action::RestartApp,
+    Action::ResetGpu,
+    Action::RebootNode,
+    Action::DrainAndReset,
+    Action::ContactSupport,
+];
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::None => "none",
+            Action::RestartApp => "restart_app",
+            Action::ResetGpu => "reset_gpu",
+            Action::RebootNode => "reboot_node",
+            Action::DrainAndReset => "drain_and_reset",
+            Action::ContactSupport => "contact_support",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Action> {
+        ACTIONS.into_iter().find(|a| a.as_str() == s)
+    }
+
+    /// The next step when the same fault keeps coming back: an application restart did not help
+    /// → reset the GPU; resets did not help → reboot; reboots did not help → hardware
+    /// (gpud escalates to HARDWARE_INSPECTION after repeated reboots the same way).
+    pub fn escalate(self) -> Action {
+        match self {
+            Action::None => Action::None,
+            Action::RestartApp => Action::ResetGpu,
+            Action::ResetGpu | Action::DrainAndReset => Action::RebootNode,
+            Action::RebootNode | Action::ContactSupport => Action::ContactSupport,
+        }
+    }
+}
+
 /// One active condition on a GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Condition {
-    pub name: &'static str,
+    /// Stable identifier: `gpu_lost`, `ecc_dbe`, `xid_48`, ... (the metrics' `condition` label).
+    pub name: String,
     pub severity: Status,
     pub reason: String,
     pub action: Action,
+    /// When the condition was first raised (kept while it stays active, even if it escalates).
+    #[serde(serialize_with = "rfc3339")]
+    pub since: SystemTime,
 }
 
-/// A GPU's verdict: the worst condition decides the status and the action.
+pub(crate) fn rfc3339<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&humantime::format_rfc3339_millis(*t))
+}
+
+/// A GPU's verdict: the worst condition decides the status; the action is the most drastic
+/// one, except that the driver's own recovery action, when it asks for one, wins.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuVerdict {
     pub status: Status,
@@ -48,174 +140,61 @@ pub struct GpuVerdict {
     pub action: Action,
 }
 
-/// Evaluates one GPU of a snapshot.
-pub fn evaluate_gpu(gpu: &GpuSnapshot) -> GpuVerdict {
-    let mut conditions = Vec::new();
-    match &gpu.status {
-        GpuStatus::Up => {}
-        GpuStatus::Lost => conditions.push(Condition {
-            name: "gpu_lost",
-            severity: Status::Fail,
-            reason: "NVML reports the GPU as lost (fallen off the bus or inaccessible)".into(),
-            // NVIDIA's XID catalog buckets XID 79 (fallen off the bus) as RESTART_BM.
-            action: Action::RebootNode,
-        }),
-        GpuStatus::Unreadable(why) => conditions.push(Condition {
-            name: "gpu_unreadable",
-            severity: Status::Fail,
-            reason: why.clone(),
-            action: Action::ResetGpu,
-        }),
-    }
-    verdict(conditions)
-}
-
-fn verdict(conditions: Vec<Condition>) -> GpuVerdict {
-    let status = conditions
-        .iter()
-        .map(|c| c.severity)
-        .max()
-        .unwrap_or(Status::Pass);
-    let action = conditions
-        .iter()
-        .map(|c| c.action)
-        .max()
-        .unwrap_or(Action::None);
-    GpuVerdict {
-        status,
-        conditions,
-        action,
-    }
-}
-
-/// Whether the agent can serve trustworthy data.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Readiness {
-    pub ready: bool,
-    /// `pass` when ready with every source answering, `warn` when ready but some NVML source
-    /// failed in the last poll, `fail` when not ready.
-    pub status: Status,
-    pub reason: String,
-    pub snapshot_age: Duration,
-}
-
-/// Ready once NVML is initialised and the newest snapshot is younger than 3 poll intervals.
-pub fn readiness(snapshot: &Snapshot, interval: Duration, now: SystemTime) -> Readiness {
-    let age = now.duration_since(snapshot.taken_at).unwrap_or_default();
-    let not_ready = |reason: String| Readiness {
-        ready: false,
-        status: Status::Fail,
-        reason,
-        snapshot_age: age,
-    };
-    match &snapshot.nvml {
-        NvmlStatus::Starting => return not_ready("no poll has completed yet".into()),
-        NvmlStatus::Down {
-            reason, attempts, ..
-        } => {
-            return not_ready(format!(
-                "NVML is not initialised ({attempts} attempts so far): {reason}"
-            ))
-        }
-        NvmlStatus::Up => {}
-    }
-    let limit = interval * 3;
-    if age >= limit {
-        return not_ready(format!(
-            "the newest snapshot is {:.1}s old, older than 3 poll intervals ({:.1}s): the \
-             poller is stuck, probably in an NVML call",
-            age.as_secs_f64(),
-            limit.as_secs_f64()
-        ));
-    }
-    let failing: Vec<&str> = snapshot
-        .sources
-        .iter()
-        .filter(|(_, s)| !s.success)
-        .map(|(name, _)| *name)
-        .collect();
-    if failing.is_empty() {
-        Readiness {
-            ready: true,
-            status: Status::Pass,
-            reason: "NVML is up and the snapshot is fresh".into(),
-            snapshot_age: age,
-        }
-    } else {
-        Readiness {
-            ready: true,
-            status: Status::Warn,
-            reason: format!(
-                "NVML is up and the snapshot is fresh, but some calls failed in the last poll \
-                 (sources: {}); see gpu_steward_nvml_errors_total",
-                failing.join(", ")
-            ),
-            snapshot_age: age,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::snapshot::{GpuReading, SourceStatus};
-    use std::collections::BTreeMap;
-
-    fn gpu(status: GpuStatus) -> GpuSnapshot {
-        GpuSnapshot {
-            index: 0,
-            identity: None,
+impl GpuVerdict {
+    pub fn new(conditions: Vec<Condition>) -> Self {
+        let status = conditions
+            .iter()
+            .map(|c| c.severity)
+            .max()
+            .unwrap_or(Status::Pass);
+        let driver = conditions
+            .iter()
+            .find(|c| c.name == conditions::RECOVERY_ACTION)
+            .map(|c| c.action);
+        let action = driver.unwrap_or_else(|| {
+            conditions
+                .iter()
+                .map(|c| c.action)
+                .max()
+                .unwrap_or(Action::None)
+        });
+        GpuVerdict {
             status,
-            reading: GpuReading::default(),
-            failed_calls: 0,
-            xids: BTreeMap::new(),
-            last_xid: None,
+            conditions,
+            action,
         }
     }
+}
 
-    fn at(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+/// One GPU's health at one poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuHealth {
+    pub index: u32,
+    pub uuid: String,
+    pub verdict: GpuVerdict,
+    /// XIDs seen within `xid_count_window`, by XID (`DCGM_EXP_XID_ERRORS_COUNT`).
+    pub xid_window_counts: BTreeMap<u64, u64>,
+}
+
+/// Every GPU's health at one poll, published with the snapshot it was computed from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeHealth {
+    pub gpus: Vec<GpuHealth>,
+    /// The window of `xid_window_counts`, for the `window_size_in_ms` label.
+    pub xid_count_window_ms: u64,
+}
+
+impl NodeHealth {
+    pub fn gpu(&self, index: u32) -> Option<&GpuHealth> {
+        self.gpus.iter().find(|g| g.index == index)
     }
 
-    #[test]
-    fn lost_and_unreadable_gpus_fail_with_an_action() {
-        assert_eq!(evaluate_gpu(&gpu(GpuStatus::Up)).status, Status::Pass);
-        let lost = evaluate_gpu(&gpu(GpuStatus::Lost));
-        assert_eq!(
-            (lost.status, lost.action),
-            (Status::Fail, Action::RebootNode)
-        );
-        assert_eq!(lost.conditions[0].name, "gpu_lost");
-        let bad = evaluate_gpu(&gpu(GpuStatus::Unreadable("x".into())));
-        assert_eq!((bad.status, bad.action), (Status::Fail, Action::ResetGpu));
-    }
-
-    #[test]
-    fn readiness_needs_nvml_and_a_fresh_snapshot() {
-        let interval = Duration::from_secs(5);
-        let mut s = Snapshot::starting(at(100));
-        assert!(!readiness(&s, interval, at(100)).ready);
-        s.nvml = NvmlStatus::Down {
-            reason: "driver not loaded".into(),
-            error: "driver_not_loaded".into(),
-            since: at(90),
-            attempts: 3,
-        };
-        let r = readiness(&s, interval, at(100));
-        assert!(!r.ready && r.reason.contains("driver not loaded"), "{r:?}");
-        s.nvml = NvmlStatus::Up;
-        assert!(readiness(&s, interval, at(114)).ready);
-        let stale = readiness(&s, interval, at(115));
-        assert!(!stale.ready && stale.reason.contains("older than 3 poll intervals"));
-        s.sources.insert(
-            "power",
-            SourceStatus {
-                duration: Duration::ZERO,
-                success: false,
-            },
-        );
-        let warn = readiness(&s, interval, at(101));
-        assert!(warn.ready);
-        assert_eq!(warn.status, Status::Warn);
+    /// The worst GPU status (pass when there is no GPU).
+    pub fn worst(&self) -> Status {
+        self.gpus
+            .iter()
+            .map(|g| g.verdict.status)
+            .max()
+            .unwrap_or(Status::Pass)
     }
 }

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
 use super::AppState;
-use crate::health::{self, Status};
+use crate::health::{self, GpuVerdict, NodeHealth, Status};
 use crate::snapshot::{GpuSnapshot, NvmlStatus, Snapshot};
 
 const HEALTH_JSON: &str = "application/health+json";
@@ -41,7 +41,7 @@ pub(super) async fn health(State(state): State<AppState>) -> Response {
         "description": "gpu-steward node GPU agent: agent status, with one check per GPU",
         "output": r.reason,
         "agent": agent(&p.snapshot, r.snapshot_age.as_secs_f64(), p.interval.as_secs_f64()),
-        "checks": checks(&p.snapshot),
+        "checks": checks(&p.snapshot, &p.health),
     });
     if r.status == Status::Pass {
         if let Some(o) = body.as_object_mut() {
@@ -70,20 +70,14 @@ pub(super) async fn gpus(State(state): State<AppState>) -> Response {
             Some("NVML reports no GPU on this node".to_string()),
         )
     } else {
-        let worst = s
-            .gpus
-            .iter()
-            .map(|g| health::evaluate_gpu(g).status)
-            .max()
-            .unwrap_or(Status::Pass);
-        (worst, None)
+        (p.health.worst(), None)
     };
     let mut body = json!({
         "status": status,
         "version": "1",
         "serviceId": "gpu-steward",
         "description": "per-GPU health; 503 when any GPU fails",
-        "checks": checks(s),
+        "checks": checks(s, &p.health),
     });
     if let (Some(o), Some(out)) = (body.as_object_mut(), output) {
         o.insert("output".into(), Value::String(out));
@@ -105,13 +99,13 @@ pub(super) async fn gpu(State(state): State<AppState>, Path(key): Path<String>) 
         )
             .into_response();
     };
-    let check = gpu_check(g, p.snapshot.taken_at);
-    let code = if health::evaluate_gpu(g).status == Status::Fail {
+    let verdict = gpu_verdict(&p.health, g);
+    let code = if verdict.status == Status::Fail {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK
     };
-    let mut body = check;
+    let mut body = gpu_check(g, &verdict, p.snapshot.taken_at);
     if let Some(o) = body.as_object_mut() {
         o.insert("version".into(), json!("1"));
         o.insert("serviceId".into(), json!("gpu-steward"));
@@ -160,19 +154,25 @@ fn agent(s: &Snapshot, age: f64, interval: f64) -> Value {
     })
 }
 
-fn checks(s: &Snapshot) -> Value {
+fn checks(s: &Snapshot, h: &NodeHealth) -> Value {
     let mut map = Map::new();
     for g in &s.gpus {
         map.insert(
             format!("gpu:{}", g.index),
-            Value::Array(vec![gpu_check(g, s.taken_at)]),
+            Value::Array(vec![gpu_check(g, &gpu_verdict(h, g), s.taken_at)]),
         );
     }
     Value::Object(map)
 }
 
-fn gpu_check(g: &GpuSnapshot, at: SystemTime) -> Value {
-    let v = health::evaluate_gpu(g);
+/// The evaluator's verdict for `g`; a GPU it has not judged (cannot happen once NVML is up,
+/// since both come from the same poll) passes with no conditions.
+fn gpu_verdict(h: &NodeHealth, g: &GpuSnapshot) -> GpuVerdict {
+    h.gpu(g.index)
+        .map_or_else(|| GpuVerdict::new(Vec::new()), |x| x.verdict.clone())
+}
+
+fn gpu_check(g: &GpuSnapshot, v: &GpuVerdict, at: SystemTime) -> Value {
     let mut check = json!({
         "componentId": g.uuid(),
         "componentType": "gpu",

@@ -4,6 +4,7 @@
 //! can never hang a scrape or a probe. Unknown paths answer 404 and wrong methods 405, both with
 //! a reason; the server keeps serving whatever a client sends.
 
+mod events;
 mod health;
 
 use std::sync::Arc;
@@ -41,6 +42,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(health::health))
         .route("/health/gpus", get(health::gpus))
         .route("/health/gpus/{gpu}", get(health::gpu))
+        .route("/api/v1/events", get(events::events))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -101,6 +103,7 @@ async fn landing() -> Html<String> {
          <li><a href=\"/metrics\">/metrics</a>: Prometheus metrics (dcgm-exporter compatible and native)</li>\
          <li><a href=\"/health\">/health</a>: agent and per-GPU health (application/health+json)</li>\
          <li><a href=\"/health/gpus\">/health/gpus</a>: per-GPU health, 503 when a GPU fails</li>\
+         <li><a href=\"/api/v1/events\">/api/v1/events</a>: health events, newest first (?since=)</li>\
          <li><a href=\"/readyz\">/readyz</a>: readiness</li>\
          <li><a href=\"/livez\">/livez</a>: liveness</li>\
          </ul></body></html>\n",

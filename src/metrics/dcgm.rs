@@ -6,6 +6,7 @@
 //! a dashboard showing its last value as current would lie.
 
 use super::{Families, Family, RenderConfig};
+use crate::health::NodeHealth;
 use crate::snapshot::{GpuReading, GpuSnapshot, GpuStatus, Snapshot};
 
 type Value = fn(&GpuSnapshot) -> Option<f64>;
@@ -81,11 +82,6 @@ const GAUGES: &[(&str, &str, Value)] = &[
     ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", |g| {
         r(g).dec_util_percent.map(f64::from)
     }),
-    (
-        "DCGM_FI_DEV_XID_ERRORS",
-        "Value of the last XID error encountered.",
-        |g| Some(g.last_xid.unwrap_or(0) as f64),
-    ),
     (
         "DCGM_FI_DEV_FB_FREE",
         "Framebuffer memory free (in MiB).",
@@ -190,7 +186,12 @@ const COUNTERS: &[(&str, &str, Value)] = &[
     ),
 ];
 
-pub(super) fn render(snapshot: &Snapshot, config: &RenderConfig, out: &mut Families) {
+pub(super) fn render(
+    snapshot: &Snapshot,
+    health: &NodeHealth,
+    config: &RenderConfig,
+    out: &mut Families,
+) {
     let driver = snapshot
         .driver
         .as_ref()
@@ -233,4 +234,5 @@ pub(super) fn render(snapshot: &Snapshot, config: &RenderConfig, out: &mut Famil
             out.push(f);
         }
     }
+    super::dcgm_xid::render(&gpus, health, out);
 }

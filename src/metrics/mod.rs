@@ -11,12 +11,15 @@
 
 mod agent;
 mod dcgm;
+mod dcgm_xid;
 mod family;
 mod gzip;
+mod health;
 mod native;
 
 use std::time::SystemTime;
 
+use crate::health::NodeHealth;
 use crate::snapshot::Snapshot;
 use crate::AgentCounters;
 
@@ -76,13 +79,19 @@ impl Rendered {
 }
 
 /// Renders every enabled family of `snapshot`.
-pub fn render(snapshot: &Snapshot, config: &RenderConfig, counters: &AgentCounters) -> Rendered {
+pub fn render(
+    snapshot: &Snapshot,
+    health: &NodeHealth,
+    config: &RenderConfig,
+    counters: &AgentCounters,
+) -> Rendered {
     let mut families = Families::default();
     if config.dcgm {
-        dcgm::render(snapshot, config, &mut families);
+        dcgm::render(snapshot, health, config, &mut families);
     }
     if config.native {
         native::render(snapshot, &mut families);
+        health::render(snapshot, health, &mut families);
     }
     agent::render(snapshot, counters, &mut families);
     let text = families.encode().into_bytes();

@@ -2,7 +2,7 @@
 //! ratios 0-1), counters ending in `_total`, identity in `gpu_steward_gpu_info` and per-GPU series
 //! labelled `gpu` and `uuid` only (plus a dimension label where the metric has one).
 
-use super::{unix_seconds, Families, Family};
+use super::{Families, Family};
 use crate::snapshot::{GpuReading, GpuSnapshot, GpuStatus, Snapshot};
 
 /// The clock event (throttle) reasons NVML defines, by bit (`nvmlClocksEventReason*`).
@@ -139,7 +139,6 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
         }
         out.push(f);
     }
-    render_xids(snapshot, out);
 }
 
 fn new_family(name: &str, help: &str, counter: bool) -> Family {
@@ -257,28 +256,4 @@ fn render_identity(snapshot: &Snapshot, out: &mut Families) {
     ] {
         out.push(f);
     }
-}
-
-fn render_xids(snapshot: &Snapshot, out: &mut Families) {
-    let mut total = Family::counter(
-        "gpu_steward_xid_errors_total",
-        "XID errors received from the NVML event stream since the agent started.",
-    );
-    let mut last = Family::gauge(
-        "gpu_steward_xid_last_timestamp_seconds",
-        "When the XID was last received (Unix time).",
-    );
-    for g in &snapshot.gpus {
-        for (xid, stat) in &g.xids {
-            let labels = [
-                ("gpu", g.index.to_string()),
-                ("uuid", g.uuid().to_string()),
-                ("xid", xid.to_string()),
-            ];
-            total.add(&labels, stat.count as f64);
-            last.add(&labels, unix_seconds(stat.last_seen));
-        }
-    }
-    out.push(total);
-    out.push(last);
 }

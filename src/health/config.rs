@@ -1,0 +1,133 @@
+//! The health evaluation's tunables: XID window and escalation, per-XID overrides, thresholds.
+//!
+//! Plain data with defaults, validated by `config::file` (which knows the positions of bad
+//! values); this module never reads files. Defaults follow DCGM's health watches and NVIDIA's
+//! XID catalog (see `docs/health.md` for the table of conditions).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{Action, Status};
+
+/// What the config says about one XID, replacing the catalog's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XidOverride {
+    /// Journal the XID but never raise a condition for it.
+    Ignore,
+    Classify {
+        severity: Status,
+        action: Action,
+    },
+}
+
+/// Per-lane replay rates (replays per minute per lane) at a bit error rate of 1e-12, as DCGM's
+/// PCIe health watch assumes them (`NVIDIA/DCGM:modules/health/DcgmHealthWatch.cpp`), for
+/// generations 1 to 6.
+pub const DCGM_REPLAYS_PER_MINUTE_PER_LANE: [f64; 6] = [0.15, 0.3, 0.48, 0.96, 1.92, 3.84];
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthConfig {
+    /// How long an XID keeps its GPU in warn or fail after its last occurrence.
+    pub xid_window: Duration,
+    /// The same XID seen this many times within `xid_window` escalates its verdict one level.
+    pub xid_escalate_after: u32,
+    /// Window of `DCGM_EXP_XID_ERRORS_COUNT` (dcgm-exporter's `--xid-count-window-size`).
+    pub xid_count_window: Duration,
+    /// Warn when the GPU is this close (°C) to its slowdown temperature.
+    pub temperature_margin_c: u32,
+    /// Expected replays per minute per lane, indexed by PCIe generation - 1.
+    pub pcie_replay_per_minute: [f64; 6],
+    /// The span over which the replay rate is measured (DCGM: 60 s); no verdict before that.
+    pub pcie_replay_window: Duration,
+    /// A GPU whose NVML calls fail for this many consecutive polls warns.
+    pub failing_calls_polls: u32,
+    /// Retired pages (single + double bit) at which the GPU fails (DCGM_LIMIT_MAX_RETIRED_PAGES).
+    pub retired_pages_max: u64,
+    /// Rows remapped for uncorrectable errors at which the GPU warns (DCGM's MEM watch: 512).
+    pub remapped_rows_uncorrectable_max: u32,
+    pub xid_overrides: BTreeMap<u64, XidOverride>,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            xid_window: Duration::from_secs(600),
+            xid_escalate_after: 3,
+            xid_count_window: Duration::from_millis(300_000),
+            temperature_margin_c: 5,
+            pcie_replay_per_minute: DCGM_REPLAYS_PER_MINUTE_PER_LANE,
+            pcie_replay_window: Duration::from_secs(60),
+            failing_calls_polls: 3,
+            retired_pages_max: 63,
+            remapped_rows_uncorrectable_max: 512,
+            xid_overrides: BTreeMap::new(),
+        }
+    }
+}
+
+impl HealthConfig {
+    /// Replays per minute above which a link of `generation` and `width` lanes warns:
+    /// ceil(per-lane rate × lanes), as DCGM computes it (Gen4 x16 → 16/min, Gen5 x16 → 31/min).
+    pub fn pcie_replay_limit(&self, generation: u32, width: u32) -> Option<f64> {
+        let rate = self
+            .pcie_replay_per_minute
+            .get((generation as usize).checked_sub(1)?)?;
+        Some((rate * f64::from(width)).ceil())
+    }
+
+    /// One line per setting, for `check-config`.
+    pub fn describe(&self) -> String {
+        let overrides: Vec<String> = self
+            .xid_overrides
+            .iter()
+            .map(|(xid, o)| match o {
+                XidOverride::Ignore => format!("{xid}=ignore"),
+                XidOverride::Classify { severity, action } => {
+                    format!("{xid}={}/{}", severity.as_str(), action.as_str())
+                }
+            })
+            .collect();
+        let rates: Vec<String> = self
+            .pcie_replay_per_minute
+            .iter()
+            .enumerate()
+            .map(|(i, r)| format!("gen{}={r}", i + 1))
+            .collect();
+        format!(
+            "health: XIDs count for {window} (escalate after {esc} in the window), \
+             DCGM_EXP_XID_ERRORS_COUNT window {count_window}, warn {margin}°C below slowdown, \
+             PCIe replays/min/lane {rates} measured over {replay_window}, warn after {polls} polls of failing calls, \
+             fail at {pages} retired pages, warn at {rows} uncorrectable remapped rows, \
+             XID overrides: {overrides}\n",
+            window = humantime::format_duration(self.xid_window),
+            esc = self.xid_escalate_after,
+            count_window = humantime::format_duration(self.xid_count_window),
+            margin = self.temperature_margin_c,
+            rates = rates.join(" "),
+            replay_window = humantime::format_duration(self.pcie_replay_window),
+            polls = self.failing_calls_polls,
+            pages = self.retired_pages_max,
+            rows = self.remapped_rows_uncorrectable_max,
+            overrides = if overrides.is_empty() {
+                "none".to_string()
+            } else {
+                overrides.join(", ")
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pcie_limits_follow_dcgm() {
+        let c = HealthConfig::default();
+        assert_eq!(c.pcie_replay_limit(4, 16), Some(16.0));
+        assert_eq!(c.pcie_replay_limit(5, 16), Some(31.0));
+        assert_eq!(c.pcie_replay_limit(3, 16), Some(8.0));
+        assert_eq!(c.pcie_replay_limit(0, 16), None);
+        assert_eq!(c.pcie_replay_limit(7, 16), None);
+    }
+}

@@ -1,0 +1,290 @@
+//! The state that health evaluation carries from one poll to the next, and the diff that turns
+//! successive verdicts into events.
+//!
+//! `Evaluator::evaluate(snapshot, now)` is deterministic: the same snapshots at the same times
+//! give the same verdicts and events. It never reads the clock and performs no I/O; the poller
+//! logs and journals the events it returns.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, SystemTime};
+
+use super::conditions::{self, finding, Finding};
+use super::xid::XidHistory;
+use super::{
+    catalog, Condition, EventKind, GpuHealth, GpuVerdict, HealthConfig, HealthEvent, NodeHealth,
+    Status,
+};
+use crate::snapshot::{GpuSnapshot, GpuStatus, NvmlStatus, Snapshot};
+
+#[derive(Debug, Default)]
+pub struct Evaluator {
+    config: HealthConfig,
+    gpus: BTreeMap<u32, GpuState>,
+}
+
+/// What is remembered about one GPU index.
+#[derive(Debug, Default)]
+struct GpuState {
+    uuid: String,
+    active: BTreeMap<String, Condition>,
+    xids: XidHistory,
+    /// (time, cumulative replay count) samples covering the replay window.
+    replays: VecDeque<(SystemTime, u32)>,
+    /// Consecutive polls in which at least one NVML call on this GPU failed.
+    failing_polls: u32,
+}
+
+impl Evaluator {
+    pub fn new(config: HealthConfig) -> Self {
+        Evaluator {
+            config,
+            gpus: BTreeMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &HealthConfig {
+        &self.config
+    }
+
+    /// Takes a new configuration; history is kept, and the next evaluation applies it.
+    pub fn set_config(&mut self, config: HealthConfig) {
+        self.config = config;
+    }
+
+    /// Evaluates every GPU of `snapshot` at `now`; returns the verdicts and what changed.
+    /// While NVML is down there is nothing to judge: the history is kept for when it returns.
+    pub fn evaluate(
+        &mut self,
+        snapshot: &Snapshot,
+        now: SystemTime,
+    ) -> (NodeHealth, Vec<HealthEvent>) {
+        let mut health = NodeHealth {
+            gpus: Vec::new(),
+            xid_count_window_ms: self.config.xid_count_window.as_millis() as u64,
+        };
+        let mut events = Vec::new();
+        if snapshot.nvml != NvmlStatus::Up {
+            return (health, events);
+        }
+        self.gpus
+            .retain(|index, _| snapshot.gpus.iter().any(|g| g.index == *index));
+        for gpu in &snapshot.gpus {
+            let state = self.gpus.entry(gpu.index).or_default();
+            let uuid = gpu.uuid().to_string();
+            if !state.uuid.is_empty() && !uuid.is_empty() && state.uuid != uuid {
+                // Another board at this index (re-enumeration): its history is not ours.
+                *state = GpuState::default();
+            }
+            if !uuid.is_empty() {
+                state.uuid = uuid;
+            }
+            health
+                .gpus
+                .push(state.evaluate(gpu, &self.config, now, &mut events));
+        }
+        (health, events)
+    }
+}
+
+impl GpuState {
+    fn evaluate(
+        &mut self,
+        gpu: &GpuSnapshot,
+        config: &HealthConfig,
+        now: SystemTime,
+        events: &mut Vec<HealthEvent>,
+    ) -> GpuHealth {
+        let mut findings = conditions::check(gpu, config);
+        for new in self.xids.ingest(&gpu.xids) {
+            let (severity, action) = match catalog::verdict(new.xid, &config.xid_overrides) {
+                catalog::Verdict::Ignore => (Status::Pass, super::Action::None),
+                catalog::Verdict::Raise { severity, action } => (severity, action),
+            };
+            let (mnemonic, description) = catalog::describe(new.xid);
+            events.push(self.event(
+                new.at,
+                gpu.index,
+                EventKind::Observed,
+                format!("xid_{}", new.xid),
+                severity,
+                action,
+                format!(
+                    "XID {} ({mnemonic}: {description}) received {} time(s)",
+                    new.xid, new.count
+                ),
+            ));
+        }
+        self.xids
+            .prune(now, config.xid_window.max(config.xid_count_window));
+        findings.extend(self.xids.findings(now, config));
+        findings.extend(self.pcie_replays(gpu, config, now));
+        findings.extend(self.failing_calls(gpu, config));
+        self.diff(gpu.index, findings, now, events);
+        let mut conditions: Vec<Condition> = self.active.values().cloned().collect();
+        conditions.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.name.cmp(&b.name)));
+        GpuHealth {
+            index: gpu.index,
+            uuid: self.uuid.clone(),
+            verdict: GpuVerdict::new(conditions),
+            xid_window_counts: self.xids.counts(now, config.xid_count_window),
+        }
+    }
+
+    /// Replays over the last `pcie_replay_window`, scaled to a minute, against DCGM's
+    /// per-generation limit. No verdict until the window is covered.
+    fn pcie_replays(
+        &mut self,
+        gpu: &GpuSnapshot,
+        config: &HealthConfig,
+        now: SystemTime,
+    ) -> Option<Finding> {
+        let r = &gpu.reading;
+        let count = r
+            .pcie_replay_count
+            .filter(|_| gpu.status == GpuStatus::Up)?;
+        if self.replays.back().is_some_and(|(_, c)| *c > count) {
+            self.replays.clear(); // the counter restarted (driver reload or reset)
+        }
+        self.replays.push_back((now, count));
+        let old = |t: &SystemTime| {
+            now.duration_since(*t).unwrap_or_default() >= config.pcie_replay_window
+        };
+        while self.replays.len() > 2 && self.replays.get(1).is_some_and(|(t, _)| old(t)) {
+            self.replays.pop_front();
+        }
+        let (start, base) = *self.replays.front()?;
+        let span = now.duration_since(start).unwrap_or_default();
+        if !old(&start) || span.is_zero() {
+            return None;
+        }
+        let per_minute = f64::from(count - base) * 60.0 / span.as_secs_f64();
+        let limit = config.pcie_replay_limit(r.pcie_generation?, r.pcie_width?)?;
+        (per_minute > limit).then(|| {
+            finding(
+                conditions::PCIE_REPLAY_RATE,
+                Status::Warn,
+                super::Action::None,
+                format!(
+                    "{per_minute:.1} PCIe replays per minute over the last {}, above the {limit} \
+                     expected of a Gen{} x{} link; check the slot, riser and cabling",
+                    humantime::format_duration(span),
+                    r.pcie_generation.unwrap_or(0),
+                    r.pcie_width.unwrap_or(0),
+                ),
+            )
+        })
+    }
+
+    fn failing_calls(&mut self, gpu: &GpuSnapshot, config: &HealthConfig) -> Option<Finding> {
+        if gpu.status == GpuStatus::Up && gpu.failed_calls > 0 {
+            self.failing_polls = self.failing_polls.saturating_add(1);
+        } else {
+            self.failing_polls = 0;
+        }
+        (config.failing_calls_polls > 0 && self.failing_polls >= config.failing_calls_polls).then(
+            || {
+                finding(
+                    conditions::NVML_CALLS_FAILING,
+                    Status::Warn,
+                    super::Action::None,
+                    format!(
+                        "{} NVML call(s) on this GPU failed in each of the last {} polls; its \
+                     metrics are incomplete (see gpu_steward_nvml_errors_total)",
+                        gpu.failed_calls, self.failing_polls
+                    ),
+                )
+            },
+        )
+    }
+
+    /// Updates the active conditions and emits one event per change.
+    fn diff(
+        &mut self,
+        gpu: u32,
+        findings: Vec<Finding>,
+        now: SystemTime,
+        events: &mut Vec<HealthEvent>,
+    ) {
+        let mut next = BTreeMap::new();
+        for f in findings {
+            if next.contains_key(&f.name) {
+                continue;
+            }
+            let kind = match self.active.get(&f.name) {
+                None => Some(EventKind::Raised),
+                Some(old) if (f.severity, f.action) == (old.severity, old.action) => None,
+                Some(old)
+                    if f.severity > old.severity
+                        || (f.severity == old.severity && f.action > old.action) =>
+                {
+                    Some(EventKind::Escalated)
+                }
+                Some(_) => Some(EventKind::Changed),
+            };
+            let since = self.active.get(&f.name).map_or(now, |c| c.since);
+            if let Some(kind) = kind {
+                events.push(self.event(
+                    now,
+                    gpu,
+                    kind,
+                    f.name.clone(),
+                    f.severity,
+                    f.action,
+                    f.reason.clone(),
+                ));
+            }
+            next.insert(
+                f.name.clone(),
+                Condition {
+                    name: f.name,
+                    severity: f.severity,
+                    reason: f.reason,
+                    action: f.action,
+                    since,
+                },
+            );
+        }
+        for (name, old) in &self.active {
+            if !next.contains_key(name) {
+                let active_for = now.duration_since(old.since).unwrap_or_default();
+                events.push(self.event(
+                    now,
+                    gpu,
+                    EventKind::Cleared,
+                    name.clone(),
+                    Status::Pass,
+                    super::Action::None,
+                    format!(
+                        "cleared after {}; was: {}",
+                        humantime::format_duration(Duration::from_secs(active_for.as_secs())),
+                        old.reason
+                    ),
+                ));
+            }
+        }
+        self.active = next;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        &self,
+        time: SystemTime,
+        gpu: u32,
+        kind: EventKind,
+        condition: String,
+        severity: Status,
+        action: super::Action,
+        reason: String,
+    ) -> HealthEvent {
+        HealthEvent {
+            time,
+            gpu,
+            uuid: self.uuid.clone(),
+            kind,
+            condition,
+            severity,
+            action,
+            reason,
+        }
+    }
+}

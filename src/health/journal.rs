@@ -1,0 +1,182 @@
+//! A bounded in-memory journal of health events (condition raised, escalated, changed, cleared;
+//! XIDs observed), newest last, served newest first by `GET /api/v1/events`.
+//!
+//! The poller appends once per poll and the HTTP handler copies out what a request asks for;
+//! both hold the lock only for that, so a slow client never stalls the poller. The journal is
+//! not persisted: it answers "what happened lately", the logs keep the history.
+
+use std::collections::VecDeque;
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use super::{rfc3339, Action, Status};
+
+/// Entries kept; the oldest go first.
+pub const CAPACITY: usize = 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A condition became active.
+    Raised,
+    /// An active condition got worse (severity or action).
+    Escalated,
+    /// An active condition got milder or changed its reason's numbers.
+    Changed,
+    /// A condition is no longer active.
+    Cleared,
+    /// An XID arrived (journalled even when it raises nothing, e.g. catalog bucket IGNORE).
+    Observed,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Raised => "raised",
+            EventKind::Escalated => "escalated",
+            EventKind::Changed => "changed",
+            EventKind::Cleared => "cleared",
+            EventKind::Observed => "observed",
+        }
+    }
+}
+
+/// One change of one GPU's health.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HealthEvent {
+    #[serde(serialize_with = "rfc3339")]
+    pub time: SystemTime,
+    pub gpu: u32,
+    pub uuid: String,
+    pub kind: EventKind,
+    pub condition: String,
+    /// The condition's severity after the change (`pass` for cleared).
+    pub severity: Status,
+    pub action: Action,
+    pub reason: String,
+}
+
+#[derive(Debug)]
+pub struct Journal {
+    entries: VecDeque<HealthEvent>,
+    capacity: usize,
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        Journal::with_capacity(CAPACITY)
+    }
+}
+
+impl Journal {
+    pub fn with_capacity(capacity: usize) -> Self {
+        Journal {
+            entries: VecDeque::with_capacity(capacity.min(CAPACITY)),
+            capacity: capacity.max(1),
+        }
+    }
+
+    pub fn append(&mut self, events: impl IntoIterator<Item = HealthEvent>) {
+        for e in events {
+            if self.entries.len() == self.capacity {
+                self.entries.pop_front();
+            }
+            self.entries.push_back(e);
+        }
+    }
+
+    /// Events at or after `since` (all when `None`), newest first.
+    pub fn since(&self, since: Option<SystemTime>) -> Vec<HealthEvent> {
+        self.entries
+            .iter()
+            .rev()
+            .filter(|e| since.is_none_or(|s| e.time >= s))
+            .cloned()
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Logs a condition change once, where it happens: warn for anything that fails, info otherwise.
+/// XID observations are not logged here (the poller logs each XID as it arrives).
+pub fn log(e: &HealthEvent) {
+    let (kind, condition, action) = (e.kind.as_str(), e.condition.as_str(), e.action.as_str());
+    match e.kind {
+        EventKind::Observed => {}
+        _ if e.severity == Status::Fail => tracing::warn!(
+            gpu = e.gpu, uuid = %e.uuid, condition, kind, severity = "fail", action,
+            reason = %e.reason, "GPU health condition {kind}"
+        ),
+        _ => tracing::info!(
+            gpu = e.gpu, uuid = %e.uuid, condition, kind, severity = e.severity.as_str(), action,
+            reason = %e.reason, "GPU health condition {kind}"
+        ),
+    }
+}
+
+/// Parses `?since=`: RFC 3339 (`2026-01-02T03:04:05Z`) or Unix seconds (`1767322245`, `.5`
+/// fractions allowed).
+pub fn parse_since(s: &str) -> Result<SystemTime, String> {
+    if let Ok(secs) = s.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Ok(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs_f64(secs));
+        }
+        return Err(format!(
+            "invalid since '{s}': Unix seconds must be a non-negative number"
+        ));
+    }
+    humantime::parse_rfc3339_weak(s).map_err(|e| {
+        format!(
+            "invalid since '{s}': {e}; use RFC 3339 (e.g. '2026-01-02T03:04:05Z') or Unix \
+             seconds (e.g. '1767322245')"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn event(secs: u64) -> HealthEvent {
+        HealthEvent {
+            time: SystemTime::UNIX_EPOCH + Duration::from_secs(secs),
+            gpu: 0,
+            uuid: String::new(),
+            kind: EventKind::Raised,
+            condition: format!("c{secs}"),
+            severity: Status::Warn,
+            action: Action::None,
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn bounded_and_newest_first() {
+        let mut j = Journal::with_capacity(3);
+        j.append((1..=5).map(event));
+        assert_eq!(j.len(), 3);
+        let names: Vec<String> = j.since(None).into_iter().map(|e| e.condition).collect();
+        assert_eq!(names, vec!["c5", "c4", "c3"]);
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(4);
+        assert_eq!(j.since(Some(t)).len(), 2);
+    }
+
+    #[test]
+    fn since_accepts_rfc3339_and_unix_seconds() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_322_245);
+        assert_eq!(parse_since("1767322245"), Ok(t));
+        assert_eq!(parse_since("2026-01-02T02:50:45Z"), Ok(t));
+        let e = parse_since("yesterday").expect_err("rejected");
+        assert!(e.starts_with("invalid since 'yesterday'"), "{e}");
+        assert!(parse_since("-5").is_err());
+    }
+}

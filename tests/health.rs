@@ -1,0 +1,247 @@
+//! GPU health end to end: the real binary against the simulated NVML, with scenario rewrites
+//! to raise and clear conditions and inject XIDs mid-run.
+
+mod health_support;
+
+use health_support::Agent;
+
+const HEALTHY: &str = r#"
+version = 1
+[driver]
+version = "580.95.05"
+[[gpu]]
+model = "H100-SXM5-80GB"
+temperature_c = 40
+"#;
+
+fn with_events(events: &[(u64, u64)]) -> String {
+    let mut s = HEALTHY.to_string();
+    for (id, xid) in events {
+        s.push_str(&format!("[[gpu.event]]\nid = {id}\nxid = {xid}\n"));
+    }
+    s
+}
+
+#[test]
+fn faults_scenario_fails_gpus_while_health_stays_200() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/scenarios/faults.toml"
+    ))
+    .expect("faults.toml");
+    let a = Agent::start(&text, "");
+    a.wait_for("the XID 48 on GPU 1", |a| {
+        a.conditions(1).contains(&"xid_48".to_string())
+    });
+    assert_eq!(a.get("/health").0, 200, "agent readiness, not GPU health");
+    let (code, v) = a.json("/health/gpus");
+    assert_eq!(code, 503);
+    assert_eq!(v["status"], "fail");
+    assert_eq!(a.conditions(0), vec!["gpu_lost"]);
+    let gpu1 = a.conditions(1);
+    for c in [
+        "driver_recovery_action",
+        "ecc_dbe",
+        "row_remap_pending",
+        "xid_48",
+    ] {
+        assert!(gpu1.contains(&c.to_string()), "{c} in {gpu1:?}");
+    }
+    assert!(
+        !gpu1.contains(&"xid_63".to_string()),
+        "63 is IGNORE in the catalog"
+    );
+    assert!(a.conditions(2).contains(&"thermal_slowdown".to_string()));
+    let (code, one) = a.json("/health/gpus/1");
+    assert_eq!((code, one["action"].as_str()), (503, Some("reset_gpu")));
+    assert!(one["conditions"][0]["since"]
+        .as_str()
+        .is_some_and(|s| s.ends_with('Z')));
+    a.wait_for("failing calls on GPU 3", |a| {
+        a.conditions(3) == vec!["nvml_calls_failing".to_string()]
+    });
+    let (code, three) = a.json("/health/gpus/3");
+    assert_eq!((code, three["status"].as_str()), (200, Some("warn")));
+    assert_eq!(a.metric("gpu_steward_gpu_health{gpu=\"1\""), Some(2.0));
+    assert_eq!(a.metric("gpu_steward_gpu_health{gpu=\"2\""), Some(1.0));
+    let (_, metrics) = a.get("/metrics");
+    assert!(
+        metrics.contains("err_code=\"INFOROM_DRAM_RETIREMENT_EVENT\""),
+        "last XID is 63"
+    );
+}
+
+/// An H100 (row remapping) and a T4 (page retirement: pre-Ampere), with `h100` and `t4` fields.
+fn two_gpus(h100: &str, t4: &str) -> String {
+    format!(
+        "version = 1\n[driver]\nversion = \"580.95.05\"\n\
+         [[gpu]]\nmodel = \"H100-SXM5-80GB\"\n{h100}\n[[gpu]]\nmodel = \"T4\"\n{t4}\n"
+    )
+}
+
+#[test]
+fn each_condition_is_raised_and_cleared_by_scenario_rewrites() {
+    let config = "[health]\npcie_replay_window = \"1s\"\n";
+    let healthy = two_gpus("temperature_c = 40", "temperature_c = 40");
+    let a = Agent::start(&healthy, config);
+    assert!(a.conditions(0).is_empty() && a.conditions(1).is_empty());
+    // The replay rate needs a full window (1 s here) of samples before it says anything.
+    a.wait_for("a full PCIe replay window", |a| {
+        a.metric("gpu_steward_polls_total").unwrap_or(0.0) >= 8.0
+    });
+    let start = a.json("/api/v1/events").1["events"]
+        .as_array()
+        .map_or(0, Vec::len);
+    a.rewrite(&two_gpus(
+        r#"temperature_c = 88
+recovery_action = "node_reboot"
+ecc = { sbe_volatile = 0, dbe_volatile = 2, sbe_aggregate = 0, dbe_aggregate = 2 }
+remapped_rows = { correctable = 0, uncorrectable = 600, pending = true, failure = true }
+throttle_reasons = ["hw_thermal_slowdown", "hw_power_brake_slowdown"]
+pcie_replay_count = 100000
+errors = { nvmlDeviceGetPowerUsage = "UNKNOWN" }"#,
+        "retired_pages = { sbe = 40, dbe = 30, pending = true }",
+    ));
+    let expected = [
+        "driver_recovery_action",
+        "ecc_dbe",
+        "row_remap_pending",
+        "row_remap_failed",
+        "row_remap_uncorrectable",
+        "thermal_slowdown",
+        "power_brake_slowdown",
+        "temperature_margin",
+        "pcie_replay_rate",
+        "nvml_calls_failing",
+    ];
+    let expected_t4 = ["retired_pages_pending", "retired_pages_limit"];
+    // The replay rate is high only while the window covers the jump, so collect what was seen.
+    let seen = std::cell::RefCell::new(std::collections::BTreeSet::new());
+    a.wait_for("every condition", |a| {
+        let mut seen = seen.borrow_mut();
+        seen.extend(a.conditions(0).into_iter().map(|c| format!("0:{c}")));
+        seen.extend(a.conditions(1).into_iter().map(|c| format!("1:{c}")));
+        expected.iter().all(|c| seen.contains(&format!("0:{c}")))
+            && expected_t4.iter().all(|c| seen.contains(&format!("1:{c}")))
+    });
+    let (_, one) = a.json("/health/gpus/0");
+    assert_eq!(one["action"], "reboot_node", "the driver's action wins");
+    a.rewrite(&two_gpus("pcie_replay_count = 100000", ""));
+    a.wait_for("everything cleared", |a| {
+        a.conditions(0).is_empty() && a.conditions(1).is_empty()
+    });
+    a.rewrite(&two_gpus("pcie_replay_count = 100000\nlost = true", ""));
+    a.wait_for("the GPU lost", |a| {
+        a.conditions(0) == vec!["gpu_lost".to_string()]
+    });
+    a.rewrite(&two_gpus("pcie_replay_count = 100000", ""));
+    a.wait_for("the GPU back", |a| a.conditions(0).is_empty());
+
+    let (code, v) = a.json("/api/v1/events");
+    assert_eq!(code, 200);
+    let events = v["events"].as_array().expect("events");
+    let count = |kind: &str, cond: &str| {
+        events[..events.len() - start]
+            .iter()
+            .filter(|e| e["kind"] == kind && e["condition"] == cond)
+            .count()
+    };
+    for c in expected.iter().chain(&expected_t4).chain(&["gpu_lost"]) {
+        assert_eq!(count("raised", c), 1, "{c} raised once");
+        assert_eq!(count("cleared", c), 1, "{c} cleared once");
+    }
+    let first = events[0]["time"].as_str().expect("time");
+    let (code, newest) = a.json(&format!("/api/v1/events?since={first}"));
+    assert_eq!(code, 200);
+    assert!(!newest["events"].as_array().expect("events").is_empty());
+    let (code, body) = a.get("/api/v1/events?since=yesterday");
+    assert_eq!(code, 400);
+    assert!(body.contains("invalid since 'yesterday'"), "{body}");
+}
+
+#[test]
+fn xids_injected_mid_run_count_once_escalate_and_expire() {
+    let config = "[health]\nxid_window = \"5s\"\nxid_escalate_after = 3\n";
+    let a = Agent::start(HEALTHY, config);
+    let total = "gpu_steward_xid_errors_total{gpu=\"0\",uuid=";
+    // Critical XIDs exist at 0 from the start; XID 13 (an application fault) does not.
+    let (_, m) = a.get("/metrics");
+    assert!(m
+        .lines()
+        .any(|l| l.starts_with(total) && l.contains("xid=\"48\"} 0")));
+    assert!(!m.contains("xid=\"13\""));
+
+    a.rewrite(&with_events(&[(1, 13)]));
+    a.wait_for("XID 13 counted", |a| {
+        a.conditions(0) == vec!["xid_13".to_string()]
+    });
+    let count13 = |a: &Agent| {
+        let (_, m) = a.get("/metrics");
+        m.lines()
+            .find(|l| l.starts_with(total) && l.contains("xid=\"13\""))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    assert_eq!(count13(&a), Some(1.0));
+    let (code, one) = a.json("/health/gpus/0");
+    assert_eq!((code, one["status"].as_str()), (200, Some("warn")));
+    let polls = a.metric("gpu_steward_polls_total").unwrap_or(0.0);
+    a.wait_for("a few more polls", |a| {
+        a.metric("gpu_steward_polls_total").unwrap_or(0.0) >= polls + 3.0
+    });
+    assert_eq!(count13(&a), Some(1.0), "counted exactly once");
+    let (_, m) = a.get("/metrics");
+    assert!(
+        m.contains("xid=\"13\",window_size_in_ms=\"300000\"} 1"),
+        "dcgm window count"
+    );
+
+    a.rewrite(&with_events(&[(1, 13), (2, 13), (3, 13)]));
+    a.wait_for("escalation to fail", |a| a.get("/health/gpus").0 == 503);
+    assert_eq!(count13(&a), Some(3.0));
+    let (_, one) = a.json("/health/gpus/0");
+    assert_eq!(
+        one["action"], "reset_gpu",
+        "restart_app escalated one level"
+    );
+    assert_eq!(a.get("/health").0, 200);
+
+    a.wait_for("the window to expire", |a| {
+        a.get("/health/gpus").0 == 200 && a.conditions(0).is_empty()
+    });
+    assert_eq!(count13(&a), Some(3.0), "the counter never goes down");
+    let (_, v) = a.json("/api/v1/events");
+    let kinds: Vec<&str> = v["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["condition"] == "xid_13")
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"cleared"), "{kinds:?}");
+    for kind in ["raised", "escalated", "cleared"] {
+        assert_eq!(
+            kinds.iter().filter(|k| **k == kind).count(),
+            1,
+            "{kind} once: {kinds:?}"
+        );
+    }
+}
+
+#[test]
+fn a_catalog_override_changes_the_verdict() {
+    let config = r#"
+[health.xid_overrides]
+"13" = { severity = "fail", action = "reset_gpu" }
+"48" = "ignore"
+"#;
+    let a = Agent::start(HEALTHY, config);
+    a.rewrite(&with_events(&[(1, 48), (2, 13)]));
+    a.wait_for("XID 13 as a failure", |a| a.get("/health/gpus").0 == 503);
+    assert_eq!(
+        a.conditions(0),
+        vec!["xid_13"],
+        "48 is ignored by the config"
+    );
+    let (_, one) = a.json("/health/gpus/0");
+    assert_eq!(one["action"], "reset_gpu");
+}
