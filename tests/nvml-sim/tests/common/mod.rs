@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -22,16 +22,22 @@ pub struct Sim {
     _guard: MutexGuard<'static, ()>,
 }
 
-/// `target/<profile>/deps/<test>` → `target/<profile>/libnvml_sim.so`.
+/// The freshest built library: `cargo test` writes the cdylib to `target/<profile>/deps/`
+/// (beside the test executable) without copying it up to `target/<profile>/`, which only
+/// `cargo build` refreshes; so take whichever of the two is newer.
 pub fn built_library() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let lib = profile_dir.join("libnvml_sim.so");
-    assert!(lib.exists(), "{} not built", lib.display());
-    lib
+    let deps = exe.parent().expect("target/<profile>/deps");
+    let candidates = [
+        deps.join("libnvml_sim.so"),
+        deps.parent().expect("profile dir").join("libnvml_sim.so"),
+    ];
+    let newest = candidates
+        .iter()
+        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(t, _)| *t);
+    let (_, lib) = newest.expect("libnvml_sim.so built beside the test executable");
+    lib.clone()
 }
 
 impl Sim {
