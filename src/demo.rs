@@ -75,3 +75,31 @@ mod tempfile_guard {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_simulator_is_looked_for_beside_the_executable_first() {
+        let c = sim_candidates(Path::new("/opt/x/target/release/gpu-steward"));
+        assert_eq!(
+            c,
+            vec![
+                PathBuf::from("/opt/x/target/release/libnvml_sim.so"),
+                PathBuf::from("/opt/x/target/libnvml_sim.so"),
+                PathBuf::from("/usr/lib/gpu-steward/libnvml_sim.so"),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_bundled_scenario_is_the_eight_gpu_node() {
+        assert_eq!(DGX_H100.matches("[[gpu]]").count(), 8);
+        let g = bundled_scenario().expect("written");
+        assert_eq!(std::fs::read_to_string(&g.path).expect("read"), DGX_H100);
+        let path = g.path.clone();
+        drop(g);
+        assert!(!path.exists(), "removed when the demo ends");
+    }
+}

@@ -1,6 +1,7 @@
 //! GPU health end to end: the real binary against the simulated NVML, with scenario rewrites
 //! to raise and clear conditions and inject XIDs mid-run.
 
+mod common;
 mod health_support;
 
 use health_support::Agent;

@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{bin, scenario, wait_for, Agent};
+
 use nix::sys::signal::Signal;
 
 #[test]
@@ -198,6 +199,10 @@ fn sigterm_and_sigint_exit_cleanly() {
 fn demo_serves_the_bundled_eight_gpu_node() {
     let mut child = Command::new(bin())
         .args(["demo", "--listen", "127.0.0.1:0", "--interval", "200ms"])
+        // `cargo test` may leave the fresh simulator only in deps/ (see common::sim_lib); the
+        // lookup beside the executable is unit-tested in src/demo.rs.
+        .arg("--nvml-lib")
+        .arg(common::sim_lib())
         .env_remove("NVML_SIM_SCENARIO")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

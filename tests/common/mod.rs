@@ -22,19 +22,26 @@ pub fn scenario(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
-/// `target/<profile>/libnvml_sim.so`, built by `cargo test --workspace`.
+/// The simulator built by `cargo test --workspace`: `cargo build` leaves it in
+/// `target/<profile>/`, `cargo test` only refreshes `target/<profile>/deps/`; take the newer.
 pub fn sim_lib() -> PathBuf {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_gpu-steward"));
-    let lib = exe
+    let dir = PathBuf::from(env!("CARGO_BIN_EXE_gpu-steward"))
         .parent()
         .expect("binary has a parent dir")
-        .join("libnvml_sim.so");
-    assert!(
-        lib.is_file(),
-        "{} is missing: run the tests with `cargo test --workspace` so the simulator is built",
-        lib.display()
-    );
-    lib
+        .to_path_buf();
+    let candidates = [dir.join("libnvml_sim.so"), dir.join("deps/libnvml_sim.so")];
+    candidates
+        .iter()
+        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p.clone())))
+        .max()
+        .map(|(_, p)| p)
+        .unwrap_or_else(|| {
+            panic!(
+                "libnvml_sim.so is missing from {}: run the tests with `cargo test --workspace` \
+                 so the simulator is built",
+                dir.display()
+            )
+        })
 }
 
 pub fn bin() -> &'static str {
