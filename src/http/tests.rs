@@ -1,1 +1,183 @@
-//! Router tests through `Router::oneshot`: no socket, no NVML.
+//! Router tests through `Router::oneshot`: hand-built snapshots, no socket, no NVML.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+use super::{router, AppState};
+use crate::health::{Evaluator, HealthConfig, Journal};
+use crate::metrics::{self, RenderConfig};
+use crate::poller::Published;
+use crate::snapshot::{GpuIdentity, GpuReading, GpuSnapshot, GpuStatus, NvmlStatus, Snapshot};
+use crate::AgentCounters;
+
+fn gpu(index: u32, status: GpuStatus) -> GpuSnapshot {
+    GpuSnapshot {
+        index,
+        identity: Some(Arc::new(GpuIdentity {
+            index,
+            uuid: format!("GPU-{index:08}"),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            ..GpuIdentity::default()
+        })),
+        status,
+        reading: GpuReading {
+            gpu_util_percent: Some(50),
+            ..GpuReading::default()
+        },
+        failed_calls: 0,
+        xids: BTreeMap::new(),
+        last_xid: None,
+    }
+}
+
+fn state(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppState {
+    let now = SystemTime::now();
+    let mut snapshot = Snapshot::starting(now - age);
+    snapshot.nvml = nvml;
+    snapshot.gpus = gpus;
+    let (health, _) = Evaluator::new(HealthConfig::default()).evaluate(&snapshot, now - age);
+    let render = RenderConfig {
+        dcgm: true,
+        native: true,
+        hostname: "node-1".into(),
+        hostname_label: "Hostname".into(),
+    };
+    let metrics = metrics::render(&snapshot, &health, &render, &AgentCounters::new());
+    let published = Published {
+        snapshot: Arc::new(snapshot),
+        health: Arc::new(health),
+        journal: Arc::new(Mutex::new(Journal::default())),
+        metrics,
+        interval: Duration::from_secs(5),
+    };
+    let (_tx, rx) = watch::channel(Arc::new(published));
+    AppState { published: rx }
+}
+
+async fn call(state: AppState, method: &str, path: &str) -> (StatusCode, String) {
+    let response = router(state)
+        .oneshot(
+            Request::builder()
+                .method(method)
+                .uri(path)
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await
+        .expect("infallible");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 24)
+        .await
+        .expect("body");
+    (status, String::from_utf8_lossy(&bytes).to_string())
+}
+
+fn healthy() -> AppState {
+    state(
+        NvmlStatus::Up,
+        vec![gpu(0, GpuStatus::Up), gpu(1, GpuStatus::Up)],
+        Duration::ZERO,
+    )
+}
+
+#[tokio::test]
+async fn metrics_serve_the_rendered_snapshot_with_a_live_age() {
+    let (status, body) = call(healthy(), "GET", "/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("DCGM_FI_DEV_GPU_UTIL{gpu=\"1\""), "{body}");
+    assert!(body.contains("gpu_steward_gpu_utilization_ratio{gpu=\"0\",uuid=\"GPU-00000000\"} 0.5"));
+    assert!(body.ends_with('\n'));
+    assert!(body.contains("\ngpu_steward_snapshot_age_seconds "));
+}
+
+#[tokio::test]
+async fn a_lost_gpu_fails_the_node_gate_but_not_the_agent() {
+    let s = state(
+        NvmlStatus::Up,
+        vec![gpu(0, GpuStatus::Up), gpu(1, GpuStatus::Lost)],
+        Duration::ZERO,
+    );
+    assert_eq!(call(s.clone(), "GET", "/readyz").await.0, StatusCode::OK);
+    assert_eq!(call(s.clone(), "GET", "/health").await.0, StatusCode::OK);
+    let (status, body) = call(s.clone(), "GET", "/health/gpus").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body.contains("gpu_lost"), "{body}");
+    assert_eq!(
+        call(s.clone(), "GET", "/health/gpus/0").await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(s, "GET", "/health/gpus/GPU-00000001").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+}
+
+#[tokio::test]
+async fn a_stale_snapshot_or_nvml_down_makes_the_agent_unready() {
+    let stale = state(
+        NvmlStatus::Up,
+        vec![gpu(0, GpuStatus::Up)],
+        Duration::from_secs(16),
+    );
+    let (status, body) = call(stale.clone(), "GET", "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body.contains("older than 3 poll intervals"), "{body}");
+    assert_eq!(
+        call(stale, "GET", "/health").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+
+    let down = state(
+        NvmlStatus::Down {
+            reason: "driver not loaded".into(),
+            error: "driver_not_loaded".into(),
+            since: SystemTime::now(),
+            attempts: 2,
+        },
+        Vec::new(),
+        Duration::ZERO,
+    );
+    let (status, body) = call(down.clone(), "GET", "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body.contains("driver not loaded"), "{body}");
+    assert_eq!(call(down.clone(), "GET", "/livez").await.0, StatusCode::OK);
+    assert_eq!(
+        call(down, "GET", "/health/gpus").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+}
+
+#[tokio::test]
+async fn unknown_paths_and_methods_get_reasons() {
+    let (status, body) = call(healthy(), "GET", "/metricz").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.contains("'/metricz'"), "{body}");
+    let (status, body) = call(healthy(), "DELETE", "/health").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(body.contains("use GET"), "{body}");
+    let (status, body) = call(healthy(), "GET", "/health/gpus/7").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.contains("no GPU '7'"), "{body}");
+}
+
+#[test]
+fn gzip_is_negotiated_from_accept_encoding() {
+    use axum::http::{header, HeaderMap, HeaderValue};
+    let with = |v: &'static str| {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static(v));
+        super::accepts_gzip(&h)
+    };
+    assert!(with("gzip"));
+    assert!(with("deflate, gzip;q=0.5"));
+    assert!(with("*"));
+    assert!(!with("gzip;q=0"));
+    assert!(!with("identity"));
+    assert!(!super::accepts_gzip(&HeaderMap::new()));
+}
