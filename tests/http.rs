@@ -99,3 +99,64 @@ fn bad_requests_get_a_4xx_with_a_reason_and_the_server_keeps_serving() {
     assert_eq!(agent.get("/metrics").status, 200);
     assert_eq!(agent.get("/readyz").status, 200);
 }
+
+/// Reads until the server closes the connection; `Some(bytes)` if it did within `within`.
+fn closed_within(mut s: std::net::TcpStream, within: std::time::Duration) -> Option<Vec<u8>> {
+    use std::io::Read;
+    s.set_read_timeout(Some(within)).expect("timeout");
+    let mut buf = Vec::new();
+    match s.read_to_end(&mut buf) {
+        Ok(_) => Some(buf),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Some(buf),
+        Err(_) => None,
+    }
+}
+
+#[test]
+fn silent_and_slow_clients_are_dropped_after_the_header_timeout() {
+    use std::io::Write;
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
+        .config("[server]\nheader_timeout = \"300ms\"\n")
+        .start();
+    let silent = std::net::TcpStream::connect(("127.0.0.1", agent.port)).expect("connect");
+    let mut slow = std::net::TcpStream::connect(("127.0.0.1", agent.port)).expect("connect");
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        .expect("partial head");
+    // Generous bound: the point is that they are closed at all, not how fast.
+    let deadline = std::time::Duration::from_secs(10);
+    assert!(
+        closed_within(silent, deadline).is_some(),
+        "silent client kept open"
+    );
+    assert!(
+        closed_within(slow, deadline).is_some(),
+        "slow client kept open"
+    );
+    assert_eq!(agent.get("/metrics").status, 200);
+}
+
+#[test]
+fn connections_over_the_limit_get_a_503_and_the_daemon_keeps_serving() {
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
+        .config("[server]\nmax_connections = 2\nheader_timeout = \"1m\"\n")
+        .start();
+    let hold: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", agent.port)).expect("connect"))
+        .collect();
+    let refused = common::wait_for("a refusal", std::time::Duration::from_secs(10), || {
+        let r = agent.get("/metrics");
+        (r.status == 503).then_some(r)
+    });
+    assert!(
+        refused.text().contains("too many connections (limit 2)"),
+        "{}",
+        refused.text()
+    );
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    drop(hold);
+    common::wait_for(
+        "service after the holders left",
+        std::time::Duration::from_secs(10),
+        || (agent.get("/metrics").status == 200).then_some(()),
+    );
+}

@@ -34,6 +34,12 @@ pub struct FileConfig {
 pub struct ServerSection {
     #[serde(deserialize_with = "listen")]
     pub listen: Option<SocketAddr>,
+    /// Connections served at once; more are answered 503 and closed.
+    #[serde(deserialize_with = "max_connections")]
+    pub max_connections: Option<usize>,
+    /// How long a client may take to send its request headers.
+    #[serde(deserialize_with = "header_timeout")]
+    pub header_timeout: Option<Duration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -206,6 +212,32 @@ fn interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Erro
     parse_interval(&s)
         .map(Some)
         .map_err(serde::de::Error::custom)
+}
+
+fn max_connections<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    let n = i64::deserialize(d)?;
+    if (1..=65536).contains(&n) {
+        Ok(Some(n as usize))
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "max_connections {n} is out of range; use 1 to 65536 (default 64)"
+        )))
+    }
+}
+
+fn header_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s = String::deserialize(d)?;
+    let t = humantime::parse_duration(&s).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "invalid duration '{s}': {e}; write it like '500ms', '5s' or '1m'"
+        ))
+    })?;
+    if t < Duration::from_millis(100) || t > Duration::from_secs(300) {
+        return Err(serde::de::Error::custom(format!(
+            "header_timeout '{s}' is out of range; use 100ms to 5m (default 10s)"
+        )));
+    }
+    Ok(Some(t))
 }
 
 fn listen<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {

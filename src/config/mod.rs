@@ -20,6 +20,10 @@ pub const DEFAULT_CONFIG: &str = "/etc/gpu-steward/config.toml";
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9400";
 pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+/// Prometheus, a probe or two and an operator's curl: 64 is plenty, and bounds what a
+/// misbehaving client can hold.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Values given on the command line or in the environment.
 #[derive(Debug, Clone, Default)]
@@ -37,6 +41,8 @@ pub struct Config {
     /// The file it came from, if one was read.
     pub file: Option<PathBuf>,
     pub listen: SocketAddr,
+    pub max_connections: usize,
+    pub header_timeout: Duration,
     pub nvml_lib: String,
     pub interval: Duration,
     pub metrics_dcgm: bool,
@@ -123,6 +129,8 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
     Config {
         file,
         listen: o.listen.or(f.server.listen).unwrap_or(default_listen),
+        max_connections: f.server.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+        header_timeout: f.server.header_timeout.unwrap_or(DEFAULT_HEADER_TIMEOUT),
         nvml_lib: o
             .nvml_lib
             .clone()
@@ -156,13 +164,16 @@ impl Config {
         };
         format!(
             "configuration from {source}\n\
-             serve HTTP on {listen}: /metrics, /health, /health/gpus, /livez, /readyz\n\
+             serve HTTP on {listen}: /metrics, /health, /health/gpus, /livez, /readyz \
+             (at most {max_connections} connections, {header_timeout} to send headers)\n\
              load NVML from '{lib}' and poll every {interval}\n\
              metrics: dcgm-compatible {dcgm}, native {native}, hostname label {hostname_label}\n\
              mutating API (/api/v1): {api}\n\
              log: level {level}, format {format:?}\n\
              {health}",
             listen = self.listen,
+            max_connections = self.max_connections,
+            header_timeout = humantime::format_duration(self.header_timeout),
             lib = self.nvml_lib,
             interval = humantime::format_duration(self.interval),
             dcgm = on(self.metrics_dcgm),
@@ -230,6 +241,13 @@ mod tests {
         assert!(e.starts_with("c.toml:2:10:"), "{e}");
         let e = err("[metrics]\nhostname_label = \"host-name\"\n");
         assert!(e.contains("invalid label name 'host-name'"), "{e}");
+        let e = err("[server]\nmax_connections = 0\n");
+        assert!(
+            e.starts_with("c.toml:2:19: max_connections 0 is out of range"),
+            "{e}"
+        );
+        let e = err("[server]\nheader_timeout = \"1h\"\n");
+        assert!(e.contains("header_timeout '1h' is out of range"), "{e}");
         let e = err("[metrics]\ndcgm = \"yes\"\n");
         assert!(e.starts_with("c.toml:2:8:"), "{e}");
     }

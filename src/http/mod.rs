@@ -6,6 +6,7 @@
 
 mod events;
 mod health;
+pub mod server;
 
 use std::sync::Arc;
 use std::time::SystemTime;
