@@ -5,7 +5,7 @@
 //! Only GPUs that answered this poll are rendered: dcgm-exporter drops a GPU it cannot read, and
 //! a dashboard showing its last value as current would lie.
 
-use super::{Families, Family, RenderConfig};
+use super::{flag, Families, Family, RenderConfig};
 use crate::health::NodeHealth;
 use crate::snapshot::{GpuReading, GpuSnapshot, GpuStatus, Snapshot};
 
@@ -17,14 +17,6 @@ fn r(g: &GpuSnapshot) -> &GpuReading {
 
 fn mib(bytes: u64) -> f64 {
     (bytes / (1024 * 1024)) as f64
-}
-
-fn flag(b: bool) -> f64 {
-    if b {
-        1.0
-    } else {
-        0.0
-    }
 }
 
 /// (name, help as dcgm-exporter's default-counters.csv words it, value).
@@ -223,11 +215,7 @@ pub(super) fn render(
         .collect();
     for (table, counter) in [(GAUGES, false), (COUNTERS, true)] {
         for (name, help, value) in table {
-            let mut f = if counter {
-                Family::counter(name, help)
-            } else {
-                Family::gauge(name, help)
-            };
+            let mut f = Family::new(name, help, counter);
             for (labels, g) in &gpus {
                 f.add_opt(labels, value(g));
             }

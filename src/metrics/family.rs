@@ -10,14 +10,24 @@ pub struct Family {
 
 impl Family {
     pub fn gauge(name: &str, help: &str) -> Self {
-        Self::new(name, help, MetricType::GAUGE)
+        Self::of_kind(name, help, MetricType::GAUGE)
     }
 
     pub fn counter(name: &str, help: &str) -> Self {
-        Self::new(name, help, MetricType::COUNTER)
+        Self::of_kind(name, help, MetricType::COUNTER)
     }
 
-    fn new(name: &str, help: &str, kind: MetricType) -> Self {
+    /// A counter family when `counter`, else a gauge family (for table-driven collectors).
+    pub fn new(name: &str, help: &str, counter: bool) -> Self {
+        let kind = if counter {
+            MetricType::COUNTER
+        } else {
+            MetricType::GAUGE
+        };
+        Self::of_kind(name, help, kind)
+    }
+
+    fn of_kind(name: &str, help: &str, kind: MetricType) -> Self {
         let mut mf = MetricFamily::default();
         mf.set_name(name.to_string());
         mf.set_help(help.to_string());

@@ -102,6 +102,15 @@ pub fn render(
     }
 }
 
+/// 1 for true, 0 for false: the value of a boolean series.
+pub(crate) fn flag(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
 /// Seconds since the Unix epoch, for `_timestamp_seconds` series.
 pub(crate) fn unix_seconds(t: SystemTime) -> f64 {
     t.duration_since(SystemTime::UNIX_EPOCH)

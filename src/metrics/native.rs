@@ -2,7 +2,7 @@
 //! ratios 0-1), counters ending in `_total`, identity in `gpu_steward_gpu_info` and per-GPU series
 //! labelled `gpu` and `uuid` only (plus a dimension label where the metric has one).
 
-use super::{Families, Family};
+use super::{flag, Families, Family};
 use crate::snapshot::{GpuReading, GpuSnapshot, GpuStatus, Snapshot};
 
 /// The clock event (throttle) reasons NVML defines, by bit (`nvmlClocksEventReason*`).
@@ -26,14 +26,6 @@ fn ratio(percent: Option<u32>) -> Option<f64> {
 
 fn watts(mw: Option<u32>) -> Option<f64> {
     mw.map(|mw| f64::from(mw) / 1000.0)
-}
-
-fn flag(b: bool) -> f64 {
-    if b {
-        1.0
-    } else {
-        0.0
-    }
 }
 
 /// Per-GPU series without a dimension label: (name, help, value).
@@ -122,7 +114,7 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
     let labels = |g: &GpuSnapshot| [("gpu", g.index.to_string()), ("uuid", g.uuid().to_string())];
     for (table, counter) in [(GAUGES, false), (COUNTERS, true)] {
         for (name, help, value) in table {
-            let mut f = new_family(name, help, counter);
+            let mut f = Family::new(name, help, counter);
             for g in &up {
                 f.add_opt(&labels(g), value(&g.reading));
             }
@@ -130,7 +122,7 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
         }
     }
     for (name, help, label, counter, values) in DIMENSIONED {
-        let mut f = new_family(name, help, *counter);
+        let mut f = Family::new(name, help, *counter);
         for g in &up {
             let [gpu, uuid] = labels(g);
             for (dim, v) in values(&g.reading) {
@@ -138,14 +130,6 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
             }
         }
         out.push(f);
-    }
-}
-
-fn new_family(name: &str, help: &str, counter: bool) -> Family {
-    if counter {
-        Family::counter(name, help)
-    } else {
-        Family::gauge(name, help)
     }
 }
 
