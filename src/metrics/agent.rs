@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{unix_seconds, Families, Family};
+use super::{flag, unix_seconds, Families, Family};
 use crate::snapshot::{NvmlStatus, Snapshot};
 use crate::AgentCounters;
 
@@ -96,10 +96,7 @@ pub(super) fn render(snapshot: &Snapshot, counters: &AgentCounters, out: &mut Fa
     );
     for (source, status) in &snapshot.sources {
         source_duration.add(&[("source", *source)], status.duration.as_secs_f64());
-        source_success.add(
-            &[("source", *source)],
-            if status.success { 1.0 } else { 0.0 },
-        );
+        source_success.add(&[("source", *source)], flag(status.success));
     }
     out.push(source_duration);
     out.push(source_success);
