@@ -4,6 +4,7 @@
 - time from process start to the first `/readyz` 200;
 - resident memory (VmRSS, VmHWM) after a minute of polling at the default 5 s interval;
 - NVML calls per poll, per function (from the simulator's NVML_SIM_STATS call counts);
+- SIGTERM to exit with an idle keep-alive connection open;
 - /metrics latency over loopback (plain and gzip), median and p99 of N sequential scrapes.
 
 Usage: cargo build --release --workspace && python3 benches/footprint.py [--seconds 60]
@@ -100,8 +101,13 @@ def main():
         xs.sort()
         lat[label] = (statistics.median(xs), xs[int(len(xs) * 0.99) - 1], size)
 
+    # Shutdown with an idle keep-alive connection open, as Prometheus holds one.
+    idle = socket.create_connection(("127.0.0.1", port))
+    t = time.monotonic()
     p.send_signal(signal.SIGTERM)
-    p.wait(timeout=10)
+    code = p.wait(timeout=10)
+    stop_ms = (time.monotonic() - t) * 1000
+    idle.close()
 
     per_fn = {k: (calls_b.get(k, 0) - calls_a.get(k, 0)) / polls for k in calls_b}
     per_fn = {k: v for k, v in per_fn.items() if v > 0}
@@ -110,6 +116,7 @@ def main():
     print(f"| start to first `/readyz` 200 | {ready_ms:.0f} ms |")
     print(f"| resident memory after {args.seconds} s (VmRSS / VmHWM) | {rss:.1f} MiB / {hwm:.1f} MiB |")
     print(f"| NVML calls per poll (8 GPUs) | {total:.0f} |")
+    print(f"| SIGTERM to exit (exit code {code}), with an idle connection open | {stop_ms:.0f} ms |")
     for label, (med, p99, size) in lat.items():
         print(f"| `/metrics` {label}: median / p99 over {args.scrapes} scrapes, body size | "
               f"{med:.2f} ms / {p99:.2f} ms, {size} bytes |")

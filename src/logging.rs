@@ -19,17 +19,20 @@ pub struct LogHandle {
     flag_level: Option<String>,
 }
 
-/// The filter directive in force given the flag, `RUST_LOG` and the config.
-fn directive(flag: Option<&str>, config: Option<&str>) -> String {
+/// The filter directive in force given the flag, `RUST_LOG` and the config (an empty or
+/// invalid `RUST_LOG` is ignored, as if unset).
+fn directive(flag: Option<&str>, rust_log: Option<&str>, config: Option<&str>) -> String {
     if let Some(l) = flag {
         return l.to_string();
     }
-    if let Ok(l) = std::env::var("RUST_LOG") {
-        if !l.is_empty() && EnvFilter::try_new(&l).is_ok() {
-            return l;
-        }
+    if let Some(l) = rust_log.filter(|l| !l.is_empty() && EnvFilter::try_new(l).is_ok()) {
+        return l.to_string();
     }
     config.unwrap_or("info").to_string()
+}
+
+fn rust_log() -> Option<String> {
+    std::env::var("RUST_LOG").ok()
 }
 
 /// Installs the global subscriber. Call once, before anything logs.
@@ -38,7 +41,11 @@ pub fn init(
     config_level: Option<&str>,
     format: LogFormat,
 ) -> LogHandle {
-    let filter = EnvFilter::new(directive(flag_level.as_deref(), config_level));
+    let filter = EnvFilter::new(directive(
+        flag_level.as_deref(),
+        rust_log().as_deref(),
+        config_level,
+    ));
     let (filter, handle) = reload::Layer::new(filter);
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {
@@ -66,9 +73,39 @@ pub fn init(
 impl LogHandle {
     /// Applies the level of a reloaded config (unless a flag or `RUST_LOG` overrides it).
     pub fn set_config_level(&self, config_level: Option<&str>) {
-        let d = directive(self.flag_level.as_deref(), config_level);
+        let d = directive(
+            self.flag_level.as_deref(),
+            rust_log().as_deref(),
+            config_level,
+        );
         if let Err(e) = self.handle.reload(EnvFilter::new(&d)) {
             tracing::error!(error = %e, "cannot change the log level");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::directive;
+
+    #[test]
+    fn flag_wins_then_rust_log_then_config_then_info() {
+        assert_eq!(
+            directive(Some("debug"), Some("warn"), Some("error")),
+            "debug"
+        );
+        assert_eq!(directive(None, Some("warn"), Some("error")), "warn");
+        assert_eq!(directive(None, None, Some("error")), "error");
+        assert_eq!(directive(None, None, None), "info");
+        assert_eq!(
+            directive(None, Some(""), Some("error")),
+            "error",
+            "empty RUST_LOG"
+        );
+        assert_eq!(
+            directive(None, Some("=[bad"), None),
+            "info",
+            "invalid RUST_LOG"
+        );
     }
 }

@@ -293,3 +293,27 @@ fn a_gpu_refusing_xid_registration_does_not_churn_the_event_waiter() {
         1.0
     );
 }
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let mut agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
+        .arg("--log-format")
+        .arg("json")
+        .start();
+    agent.signal(Signal::SIGTERM);
+    assert_eq!(agent.wait_exit(Duration::from_secs(10)).code(), Some(0));
+    // The reader thread may still be draining the pipe.
+    let log = wait_for("the final log line", Duration::from_secs(5), || {
+        let log = agent.log();
+        log.contains("stopped").then_some(log)
+    });
+    let mut messages = Vec::new();
+    for line in log.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(v["timestamp"].is_string() && v["level"].is_string(), "{line}");
+        messages.push(v["fields"]["message"].as_str().unwrap_or_default().to_string());
+    }
+    assert!(messages.iter().any(|m| m.starts_with("listening on 127.0.0.1:")), "{messages:?}");
+    assert!(messages.iter().any(|m| m == "NVML initialised"), "{messages:?}");
+}
