@@ -309,11 +309,59 @@ fn json_logs_are_one_object_per_line() {
     });
     let mut messages = Vec::new();
     for line in log.lines() {
-        let v: serde_json::Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
-        assert!(v["timestamp"].is_string() && v["level"].is_string(), "{line}");
-        messages.push(v["fields"]["message"].as_str().unwrap_or_default().to_string());
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            v["timestamp"].is_string() && v["level"].is_string(),
+            "{line}"
+        );
+        messages.push(
+            v["fields"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
     }
-    assert!(messages.iter().any(|m| m.starts_with("listening on 127.0.0.1:")), "{messages:?}");
-    assert!(messages.iter().any(|m| m == "NVML initialised"), "{messages:?}");
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.starts_with("listening on 127.0.0.1:")),
+        "{messages:?}"
+    );
+    assert!(
+        messages.iter().any(|m| m == "NVML initialised"),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn a_changed_device_count_is_re_enumerated() {
+    let text = scenario("dgx-h100.toml");
+    let agent = Agent::with_scenario(&text).start();
+    assert_eq!(agent.metrics().get("gpu_steward_gpus", &[]), 8.0);
+    // Keep the first four GPUs only (as after unbinding four from the driver).
+    let cut = text.match_indices("[[gpu]]").nth(4).expect("eight GPUs").0;
+    agent.rewrite_scenario(&text[..cut]);
+    let m = wait_for("four GPUs", Duration::from_secs(5), || {
+        let m = agent.metrics();
+        (m.value("gpu_steward_gpus", &[]) == Some(4.0)).then_some(m)
+    });
+    assert_eq!(m.find("DCGM_FI_DEV_GPU_UTIL", &[]).len(), 4);
+    assert_eq!(m.find("gpu_steward_gpu_up", &[]).len(), 4);
+    assert!(
+        agent.log().contains("GPU count changed, re-enumerating"),
+        "{}",
+        agent.log()
+    );
+    // And back: the returning GPUs get their identity read again.
+    agent.rewrite_scenario(&text);
+    let m = wait_for("eight GPUs again", Duration::from_secs(5), || {
+        let m = agent.metrics();
+        (m.find("DCGM_FI_DEV_GPU_UTIL", &[]).len() == 8).then_some(m)
+    });
+    assert_eq!(
+        m.find("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "7")])[0].labels["pci_bus_id"],
+        "00000000:DB:00.0"
+    );
+    assert_eq!(agent.get("/health/gpus").status, 200);
 }
