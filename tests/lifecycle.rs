@@ -365,3 +365,43 @@ fn a_changed_device_count_is_re_enumerated() {
     );
     assert_eq!(agent.get("/health/gpus").status, 200);
 }
+
+#[test]
+fn an_unreadable_gpu_is_reported_with_the_nvml_error() {
+    let text = scenario("dgx-h100.toml");
+    let agent = Agent::with_scenario(&text).start();
+    let at = text.match_indices("[[gpu]]").nth(6).expect("GPU 6").0 + "[[gpu]]".len();
+    let broken = format!(
+        "{}\nerrors = {{ nvmlDeviceGetHandleByIndex_v2 = \"UNKNOWN\" }}{}",
+        &text[..at],
+        &text[at..]
+    );
+    agent.rewrite_scenario(&broken);
+    let m = wait_for("GPU 6 to be unreadable", Duration::from_secs(5), || {
+        let m = agent.metrics();
+        (m.value("gpu_steward_gpu_up", &[("gpu", "6")]) == Some(0.0)).then_some(m)
+    });
+    assert!(
+        m.get(
+            "gpu_steward_nvml_errors_total",
+            &[
+                ("function", "nvmlDeviceGetHandleByIndex_v2"),
+                ("error", "unknown")
+            ]
+        ) >= 1.0
+    );
+    assert_eq!(m.find("DCGM_FI_DEV_GPU_UTIL", &[]).len(), 7);
+    let check = &agent.get("/health/gpus/6").json();
+    assert_eq!(check["status"], "fail");
+    assert_eq!(check["conditions"][0]["name"], "gpu_unreadable");
+    assert!(
+        check["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("unknown")),
+        "{check}"
+    );
+    agent.rewrite_scenario(&text);
+    wait_for("GPU 6 back", Duration::from_secs(5), || {
+        (agent.metrics().value("gpu_steward_gpu_up", &[("gpu", "6")]) == Some(1.0)).then_some(())
+    });
+}
