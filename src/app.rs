@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::config::{self, Config, Overrides};
 use crate::health::{Journal, NodeHealth};
+use crate::kubernetes::{self, KubeletFeed};
 use crate::logging::LogHandle;
 use crate::metrics::{self, RenderConfig};
 use crate::poller::{self, Control, PollerConfig, Published};
@@ -62,19 +63,27 @@ fn render_config(c: &Config) -> RenderConfig {
     }
 }
 
-fn poller_config(c: &Config) -> PollerConfig {
+fn poller_config(c: &Config, kubelet: Option<KubeletFeed>) -> PollerConfig {
     PollerConfig {
         nvml_lib: c.nvml_lib.clone(),
         interval: c.interval,
         render: render_config(c),
         health: c.health.clone(),
+        processes: c.processes.clone(),
+        kubelet,
     }
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result<(), AppError> {
     let counters = Arc::new(AgentCounters::new());
-    let pconfig = poller_config(&config);
+    // The kubelet client lives as long as the daemon; `[kubernetes]` changes need a restart.
+    let (kubelet_stop, kubelet_stop_rx) = watch::channel(false);
+    let kubelet = config
+        .kubernetes
+        .enabled
+        .then(|| kubernetes::spawn(&config.kubernetes, kubelet_stop_rx));
+    let pconfig = poller_config(&config, kubelet.clone());
     let first = Snapshot::starting(SystemTime::now());
     let health = Arc::new(NodeHealth::default());
     let journal = Arc::new(Mutex::new(Journal::default()));
@@ -111,10 +120,11 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let server = tokio::spawn(http::server::serve(listener, app, limits, stop_rx));
 
     let control = poller.control.clone();
-    wait_for_signals(config, &source, &log, &counters, &control).await?;
+    wait_for_signals(config, &source, &log, &counters, &control, kubelet).await?;
 
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
+    let _ = kubelet_stop.send(true);
     // The server drains for at most DRAIN itself; the margin covers the task's own exit.
     if tokio::time::timeout(DRAIN + Duration::from_millis(100), server)
         .await
@@ -134,6 +144,7 @@ async fn wait_for_signals(
     log: &LogHandle,
     counters: &AgentCounters,
     control: &std::sync::mpsc::Sender<Control>,
+    kubelet: Option<KubeletFeed>,
 ) -> Result<(), AppError> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -156,8 +167,11 @@ async fn wait_for_signals(
                         if new.log_format != current.log_format {
                             tracing::warn!("the log format changes only on restart");
                         }
+                        if new.kubernetes != current.kubernetes {
+                            tracing::warn!("[kubernetes] changes only on restart");
+                        }
                         log.set_config_level(new.log_level.as_deref());
-                        let _ = control.send(Control::Reconfigure(Box::new(poller_config(&new))));
+                        let _ = control.send(Control::Reconfigure(Box::new(poller_config(&new, kubelet.clone()))));
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
                         current = new;

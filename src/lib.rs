@@ -10,6 +10,8 @@
 //! - [`poller`]: owns NVML on a blocking thread; publishes `Published` (snapshot + metrics).
 //! - [`snapshot`]: the immutable view of the node at one instant.
 //! - [`metrics`]: renders the snapshot once per poll (dcgm family, native family, agent).
+//! - [`attribution`]: process name, user and owner (container, pod, unit, Slurm job) from procfs.
+//! - [`kubernetes`]: the kubelet pod-resources client (GPU → pod, namespace, container).
 //! - [`health`]: pure verdicts (agent readiness, per-GPU health and actions).
 //! - [`http`]: the axum router (`/metrics`, `/health*`, `/livez`, `/readyz`, `/`).
 //! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
@@ -18,12 +20,14 @@
 //! `poller` → `gpu` → `snapshot`.
 
 pub mod app;
+pub mod attribution;
 pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod gpu;
 pub mod health;
 pub mod http;
+pub mod kubernetes;
 pub mod logging;
 pub mod metrics;
 pub mod poller;

@@ -16,8 +16,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use crate::gpu::{CallLog, ProcessCursor, Session, XidEvent, XidWatcher};
+use crate::attribution::{self, ProcTable, ProcessesConfig};
+use crate::gpu::{CallLog, GpmSampler, ProcessCursor, Session, XidEvent, XidWatcher};
 use crate::health::{self, Evaluator, HealthConfig, Journal, NodeHealth};
+use crate::kubernetes::{KubeletFeed, KubeletStatus};
 use crate::metrics::{self, RenderConfig, Rendered};
 use crate::snapshot::{
     GpuIdentity, GpuReading, GpuSnapshot, GpuStatus, NvmlStatus, Snapshot, SourceStatus, XidStat,
@@ -32,6 +34,9 @@ pub struct PollerConfig {
     pub interval: Duration,
     pub render: RenderConfig,
     pub health: HealthConfig,
+    pub processes: ProcessesConfig,
+    /// The kubelet client's latest mapping, when `[kubernetes] enabled`.
+    pub kubelet: Option<KubeletFeed>,
 }
 
 /// Messages to the poller thread.
@@ -111,6 +116,8 @@ struct Poller {
     nvml_errors: BTreeMap<(&'static str, String), u64>,
     init_errors: BTreeMap<String, u64>,
     polls: u64,
+    /// Process names and owners, cached by (pid, start time) across polls.
+    procs: ProcTable,
 }
 
 /// What the poller remembers about one GPU index between polls.
@@ -118,6 +125,9 @@ struct Poller {
 struct GpuState {
     identity: Option<Arc<GpuIdentity>>,
     cursor: ProcessCursor,
+    gpm: GpmSampler,
+    /// Processes left out by `[processes] max_per_gpu` since the agent started.
+    processes_dropped: u64,
     xids: BTreeMap<u64, XidStat>,
     last_xid: Option<u64>,
     status: Option<GpuStatus>,
@@ -131,6 +141,7 @@ impl Poller {
     ) -> Self {
         let (xid_tx, xid_rx) = mpsc::channel();
         Poller {
+            procs: ProcTable::new(config.processes.procfs.clone()),
             evaluator: Evaluator::new(config.health.clone()),
             journal,
             config,
@@ -173,6 +184,9 @@ impl Poller {
                         self.shutdown_nvml();
                     }
                     self.evaluator.set_config(config.health.clone());
+                    if config.processes.procfs != self.procs.root() {
+                        self.procs = ProcTable::new(config.processes.procfs.clone());
+                    }
                     self.config = *config;
                 }
                 Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
@@ -236,10 +250,15 @@ impl Poller {
             self.watcher = None;
         }
         self.drain_xids();
+        let kubelet = self.config.kubelet.as_ref().map(KubeletFeed::latest);
+        let mut seen = std::collections::HashSet::new();
         let mut gpus = Vec::with_capacity(count as usize);
         for index in 0..count {
-            gpus.push(self.poll_gpu(&session, index, &mut log));
+            let mut g = self.poll_gpu(&session, index, &mut log);
+            self.attribute(&mut g, kubelet.as_ref(), &mut seen);
+            gpus.push(g);
         }
+        self.procs.retain(&seen);
         self.ensure_watcher(&session, &gpus);
         self.snapshot(taken_at, started, log, gpus)
     }
@@ -294,25 +313,30 @@ impl Poller {
         let state = &mut self.gpus[index as usize];
         let errors_before = log.errors.len();
         log.lost = false;
-        let (status, reading) =
-            match session.read_gpu(index, state.identity.is_none(), &mut state.cursor, log) {
-                Ok((identity, reading)) => {
-                    if let Some(id) = identity {
-                        state.identity = Some(Arc::new(id));
-                    }
-                    let status = if log.lost {
-                        GpuStatus::Lost
-                    } else {
-                        GpuStatus::Up
-                    };
-                    (status, reading)
+        let (status, reading) = match session.read_gpu(
+            index,
+            state.identity.is_none(),
+            &mut state.cursor,
+            &mut state.gpm,
+            log,
+        ) {
+            Ok((identity, reading)) => {
+                if let Some(id) = identity {
+                    state.identity = Some(Arc::new(id));
                 }
-                Err(code) if code == "gpu_is_lost" => (GpuStatus::Lost, GpuReading::default()),
-                Err(code) => (
-                    GpuStatus::Unreadable(format!("NVML cannot read this GPU: {code}")),
-                    GpuReading::default(),
-                ),
-            };
+                let status = if log.lost {
+                    GpuStatus::Lost
+                } else {
+                    GpuStatus::Up
+                };
+                (status, reading)
+            }
+            Err(code) if code == "gpu_is_lost" => (GpuStatus::Lost, GpuReading::default()),
+            Err(code) => (
+                GpuStatus::Unreadable(format!("NVML cannot read this GPU: {code}")),
+                GpuReading::default(),
+            ),
+        };
         log.end();
         if state.status.as_ref() != Some(&status) {
             let uuid = state.identity.as_ref().map_or("", |i| i.uuid.as_str());
@@ -341,6 +365,28 @@ impl Poller {
             failed_calls,
             xids: state.xids.clone(),
             last_xid: state.last_xid,
+        }
+    }
+
+    /// Adds procfs facts to the GPU's processes (capped) and the kubelet's pods to the GPU.
+    fn attribute(
+        &mut self,
+        g: &mut GpuSnapshot,
+        kubelet: Option<&KubeletStatus>,
+        seen: &mut std::collections::HashSet<u32>,
+    ) {
+        let Some(state) = self.gpus.get_mut(g.index as usize) else {
+            return;
+        };
+        state.processes_dropped += attribution::attach(
+            &mut g.reading,
+            &mut self.procs,
+            &self.config.processes,
+            seen,
+        );
+        g.reading.processes_dropped_total = state.processes_dropped;
+        if let Some(k) = kubelet {
+            g.reading.pods = k.mapping.get(g.uuid()).cloned().unwrap_or_default();
         }
     }
 
@@ -427,6 +473,7 @@ impl Poller {
             nvml_errors: self.nvml_errors.clone(),
             nvml_init_errors: self.init_errors.clone(),
             polls: self.polls,
+            kubernetes: self.config.kubelet.as_ref().map(KubeletFeed::latest),
         }
     }
 }

@@ -113,6 +113,19 @@ pub struct RemappedRows {
 pub enum ProcessKind {
     Compute,
     Graphics,
+    /// In both lists (nvidia-smi's "C+G").
+    ComputeAndGraphics,
+}
+
+impl ProcessKind {
+    /// nvidia-smi's spelling: `C`, `G`, `C+G`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcessKind::Compute => "C",
+            ProcessKind::Graphics => "G",
+            ProcessKind::ComputeAndGraphics => "C+G",
+        }
+    }
 }
 
 /// One process using a GPU, joined from the running-process lists and process utilization.
@@ -124,6 +137,12 @@ pub struct GpuProcess {
     pub used_memory_bytes: Option<u64>,
     pub sm_util_percent: Option<u32>,
     pub mem_util_percent: Option<u32>,
+    /// The MIG GPU and compute instance running it (`None` off MIG).
+    pub gpu_instance_id: Option<u32>,
+    pub compute_instance_id: Option<u32>,
+    /// Name, user and owner from procfs; `None` when the process could not be read (gone,
+    /// another pid namespace without `hostPID`, or `[processes] enabled = false`).
+    pub info: Option<Arc<crate::attribution::ProcessInfo>>,
 }
 
 /// Telemetry read on every poll. Every field is optional; see the module docs.
@@ -161,7 +180,32 @@ pub struct GpuReading {
     /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`: 0 none, 1 gpu reset, 2 node reboot, 3 drain P2P,
     /// 4 drain and reset.
     pub recovery_action: Option<u32>,
+    /// The processes exported, at most `[processes] max_per_gpu` (largest memory first).
     pub processes: Option<Vec<GpuProcess>>,
+    /// How many processes NVML listed, before the cap.
+    pub process_count: Option<u32>,
+    /// Processes left out by the cap, summed over polls since the agent started.
+    pub processes_dropped_total: u64,
+    /// GPM profiling metrics between this poll and the previous one (Hopper and newer).
+    pub gpm: Option<GpmMetrics>,
+    /// Kubernetes containers the kubelet allocated this GPU (or a replica of it) to.
+    pub pods: Vec<crate::kubernetes::PodRef>,
+}
+
+/// GPM metrics (`nvmlGpmMetricsGet` between two samples), ratios 0-1 and bytes per second.
+/// Each is `None` when NVML answered that metric with an error.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GpmMetrics {
+    pub graphics_active: Option<f64>,
+    pub sm_active: Option<f64>,
+    pub sm_occupancy: Option<f64>,
+    pub tensor_active: Option<f64>,
+    pub dram_active: Option<f64>,
+    pub fp64_active: Option<f64>,
+    pub fp32_active: Option<f64>,
+    pub fp16_active: Option<f64>,
+    pub pcie_tx_bytes_per_second: Option<f64>,
+    pub pcie_rx_bytes_per_second: Option<f64>,
 }
 
 /// Whether the GPU could be read this poll.
@@ -228,6 +272,8 @@ pub struct Snapshot {
     pub nvml_init_errors: BTreeMap<String, u64>,
     /// Completed polls since the agent started.
     pub polls: u64,
+    /// The kubelet pod-resources client, when `[kubernetes] enabled`.
+    pub kubernetes: Option<crate::kubernetes::KubeletStatus>,
 }
 
 impl Snapshot {
@@ -243,6 +289,7 @@ impl Snapshot {
             nvml_errors: BTreeMap::new(),
             nvml_init_errors: BTreeMap::new(),
             polls: 0,
+            kubernetes: None,
         }
     }
 

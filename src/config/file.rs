@@ -27,6 +27,8 @@ pub struct FileConfig {
     pub log: LogSection,
     pub api: ApiSection,
     pub health: HealthSection,
+    pub processes: super::sections::ProcessesSection,
+    pub kubernetes: super::sections::KubernetesSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

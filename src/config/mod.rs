@@ -5,6 +5,7 @@
 //! file. Every error names the file, line and column and says how to fix it.
 
 mod file;
+mod sections;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,7 +15,9 @@ pub use file::{parse_interval, parse_listen, parse_log_level, LogFormat};
 
 use file::FileConfig;
 
+use crate::attribution::ProcessesConfig;
 use crate::health::HealthConfig;
+use crate::kubernetes::KubernetesConfig;
 
 pub const DEFAULT_CONFIG: &str = "/etc/gpu-steward/config.toml";
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9400";
@@ -57,6 +60,10 @@ pub struct Config {
     pub api_token_file: PathBuf,
     /// `[health]`: thresholds, XID window and overrides.
     pub health: HealthConfig,
+    /// `[processes]`: per-process series and procfs attribution.
+    pub processes: ProcessesConfig,
+    /// `[kubernetes]`: pod labels from the kubelet's pod-resources API.
+    pub kubernetes: KubernetesConfig,
 }
 
 /// A configuration that cannot be used.
@@ -146,6 +153,8 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
         api_enabled: f.api.enabled,
         api_token_file: f.api.token_file,
         health: f.health.into_config(),
+        processes: f.processes.into_config(),
+        kubernetes: f.kubernetes.into_config(),
     }
 }
 
@@ -170,7 +179,9 @@ impl Config {
              metrics: dcgm-compatible {dcgm}, native {native}, hostname label {hostname_label}\n\
              mutating API (/api/v1): {api}\n\
              log: level {level}, format {format:?}\n\
-             {health}",
+             {health}\
+             {processes}\
+             {kubernetes}",
             listen = self.listen,
             max_connections = self.max_connections,
             header_timeout = humantime::format_duration(self.header_timeout),
@@ -186,6 +197,8 @@ impl Config {
             level = self.log_level.as_deref().unwrap_or("info (or RUST_LOG)"),
             format = self.log_format,
             health = self.health.describe(),
+            processes = self.processes.describe(),
+            kubernetes = self.kubernetes.describe(),
         )
     }
 }
@@ -337,6 +350,46 @@ mod tests {
         assert!(e.starts_with("c.toml:2:21: must be 1 or more"), "{e}");
         let e = err("[health.pcie_replay_per_minute]\ngen7 = 1.0\n");
         assert!(e.contains("unknown field `gen7`"), "{e}");
+    }
+
+    #[test]
+    fn processes_and_kubernetes_sections() {
+        let c = merge(
+            None,
+            parse("c.toml", "").expect("valid"),
+            &Overrides::default(),
+        );
+        assert_eq!(c.processes, ProcessesConfig::default());
+        assert!(!c.kubernetes.enabled);
+        assert_eq!(c.kubernetes.labels.pod, "pod");
+        let text = "[processes]\nprocfs = \"/host/proc\"\nmax_per_gpu = 8\n\
+                    [kubernetes]\nenabled = true\nrefresh = \"30s\"\npod_label = \"k8s_pod\"\n";
+        let c = merge(
+            None,
+            parse("c.toml", text).expect("valid"),
+            &Overrides::default(),
+        );
+        assert_eq!(c.processes.procfs, PathBuf::from("/host/proc"));
+        assert_eq!(c.processes.max_per_gpu, 8);
+        assert!(c.kubernetes.enabled);
+        assert_eq!(c.kubernetes.refresh, Duration::from_secs(30));
+        assert_eq!(c.kubernetes.labels.pod, "k8s_pod");
+        let d = c.describe();
+        assert!(d.contains("/host/proc") && d.contains("k8s_pod"), "{d}");
+        let e = err("[processes]\nprocfs = \"proc\"\n");
+        assert!(
+            e.starts_with("c.toml:2:10: path 'proc' is not absolute"),
+            "{e}"
+        );
+        let e = err("[kubernetes]\npod_label = \"exported-pod\"\n");
+        assert!(
+            e.starts_with("c.toml:2:13: invalid label name 'exported-pod'"),
+            "{e}"
+        );
+        let e = err("[kubernetes]\nrefresh = \"100ms\"\n");
+        assert!(e.contains("shorter than 1s"), "{e}");
+        let e = err("[kubernetes]\nsocket = \"/x\"\n");
+        assert!(e.starts_with("c.toml:2:1: unknown field `socket`"), "{e}");
     }
 
     #[test]

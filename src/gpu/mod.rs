@@ -9,11 +9,13 @@
 
 mod calls;
 mod events;
+mod gpm;
 mod identity;
 mod telemetry;
 
 pub use calls::CallLog;
 pub use events::{XidEvent, XidWatcher};
+pub use gpm::GpmSampler;
 
 use std::ffi::OsStr;
 use std::sync::Arc;
@@ -72,13 +74,14 @@ impl Session {
 
     /// Reads one poll of the GPU at `index`: its identity too when `with_identity` (identity is
     /// read once per device, not every poll), and its telemetry, keeping process-utilization
-    /// state in `cursor`. `Err` carries the NVML error code when the handle itself cannot be had
+    /// state in `cursor` and GPM samples in `gpm`. `Err` carries the NVML error code when the handle itself cannot be had
     /// (`gpu_is_lost` when the GPU fell off the bus).
     pub fn read_gpu(
         &self,
         index: u32,
         with_identity: bool,
         cursor: &mut ProcessCursor,
+        gpm: &mut GpmSampler,
         log: &mut CallLog,
     ) -> Result<(Option<GpuIdentity>, GpuReading), String> {
         log.begin("identity");
@@ -93,7 +96,13 @@ impl Session {
         } else {
             None
         };
-        Ok((identity, telemetry::read(&device, cursor, log)))
+        let mut reading = telemetry::read(&device, cursor, log);
+        if !log.lost {
+            log.begin("gpm");
+            let mig = reading.mig_mode_current == Some(true);
+            reading.gpm = gpm.poll(&self.nvml, &device, mig, log);
+        }
+        Ok((identity, reading))
     }
 
     /// Starts a thread that waits for XID events on every reachable GPU.

@@ -21,6 +21,8 @@ use crate::snapshot::{
 const FI_MEMORY_TEMP: u32 = 82;
 /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`: the driver's recommended recovery action.
 const FI_RECOVERY_ACTION: u32 = 230;
+/// How long a process's last utilization sample stays current without a newer one.
+const UTIL_HORIZON_US: u64 = 10_000_000;
 
 pub(super) fn read(device: &Device, cursor: &mut ProcessCursor, log: &mut CallLog) -> GpuReading {
     let mut r = GpuReading::default();
@@ -232,12 +234,22 @@ fn read_processes(
     if !mig_enabled {
         match device.process_utilization_stats(cursor.last_seen_us) {
             Ok(samples) => {
+                // The buffer may hold several samples per process since the last poll, in no
+                // promised order: keep the newest of each, and ask next time only for samples
+                // newer than the newest seen (nvml.h, lastSeenTimeStamp).
                 for s in samples {
                     cursor.last_seen_us = cursor.last_seen_us.max(s.timestamp);
-                    cursor
-                        .latest
-                        .insert(s.pid, (s.sm_util, s.mem_util, s.timestamp));
+                    let newer = cursor.latest.get(&s.pid).is_none_or(|l| s.timestamp >= l.2);
+                    if newer {
+                        cursor
+                            .latest
+                            .insert(s.pid, (s.sm_util, s.mem_util, s.timestamp));
+                    }
                 }
+                // A process with no sample for a while is not using the GPU: drop its value
+                // rather than repeat a stale one.
+                let horizon = cursor.last_seen_us.saturating_sub(UTIL_HORIZON_US);
+                cursor.latest.retain(|_, l| l.2 >= horizon);
             }
             // NOT_FOUND: no sample newer than the last one seen; keep the latest values.
             Err(NvmlError::NotFound) => {}
@@ -251,7 +263,18 @@ fn read_processes(
     ];
     for (list, kind) in kinds {
         for p in list.unwrap_or_default() {
-            out.push(process(&p, kind, &cursor.latest));
+            let new = process(&p, kind, &cursor.latest);
+            // A process in both lists is one process (nvidia-smi's "C+G"), not two series.
+            match out
+                .iter_mut()
+                .find(|o| o.pid == new.pid && o.gpu_instance_id == new.gpu_instance_id)
+            {
+                Some(o) => {
+                    o.kind = ProcessKind::ComputeAndGraphics;
+                    o.used_memory_bytes = o.used_memory_bytes.max(new.used_memory_bytes);
+                }
+                None => out.push(new),
+            }
         }
     }
     let running: std::collections::HashSet<u32> = out.iter().map(|p| p.pid).collect();
@@ -275,6 +298,9 @@ fn process(
         },
         sm_util_percent: util.map(|u| u.0),
         mem_util_percent: util.map(|u| u.1),
+        gpu_instance_id: p.gpu_instance_id,
+        compute_instance_id: p.compute_instance_id,
+        info: None,
     }
 }
 

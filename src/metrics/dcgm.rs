@@ -210,6 +210,12 @@ pub(super) fn render(
                 labels.push((config.hostname_label.as_str(), config.hostname.clone()));
             }
             labels.push(("DCGM_FI_DRIVER_VERSION", driver.to_string()));
+            // dcgm-exporter's --kubernetes attributes, for a GPU allocated to one container.
+            if let (Some(k), [pod]) = (&snapshot.kubernetes, g.reading.pods.as_slice()) {
+                labels.push((k.labels.container.as_str(), pod.container.clone()));
+                labels.push((k.labels.namespace.as_str(), pod.namespace.clone()));
+                labels.push((k.labels.pod.as_str(), pod.pod.clone()));
+            }
             Some((labels, g))
         })
         .collect();
@@ -223,4 +229,5 @@ pub(super) fn render(
         }
     }
     super::dcgm_xid::render(&gpus, health, out);
+    super::gpm::render_dcgm(&gpus, out);
 }

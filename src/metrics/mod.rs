@@ -4,7 +4,8 @@
 //!   rules and autoscaler queries keep working;
 //! - `native`: `gpu_steward_*` series following the Prometheus naming rules (base units, ratios,
 //!   `_total` counters, identity in `gpu_steward_gpu_info`);
-//! - `agent`: the agent's own health (always on).
+//! - `agent`: the agent's own health (always on); `kubelet`: the pod-resources client's.
+//! - `gpm` (profiling, both families) and `processes` (per-process, native) have their own files.
 //!
 //! Rendering happens on the poller thread right after a poll; a scrape copies the bytes and
 //! appends one line computed at scrape time (the snapshot's age). Nothing here calls NVML.
@@ -13,9 +14,12 @@ mod agent;
 mod dcgm;
 mod dcgm_xid;
 mod family;
+mod gpm;
 mod gzip;
 mod health;
+mod kubelet;
 mod native;
+mod processes;
 
 use std::time::SystemTime;
 
@@ -91,9 +95,12 @@ pub fn render(
     }
     if config.native {
         native::render(snapshot, &mut families);
+        gpm::render_native(snapshot, &mut families);
+        processes::render(snapshot, &mut families);
         health::render(snapshot, health, &mut families);
     }
     agent::render(snapshot, counters, &mut families);
+    kubelet::render(snapshot, &mut families);
     let text = families.encode().into_bytes();
     Rendered {
         gzip: gzip::GzipPrefix::new(&text),

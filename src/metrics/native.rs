@@ -57,7 +57,7 @@ const GAUGES: &[(&str, &str, Value)] = &[
     ("gpu_steward_mig_mode_enabled", "1 if MIG mode is currently enabled (nvmlDeviceGetMigMode current).", |r| r.mig_mode_current.map(flag)),
     ("gpu_steward_mig_mode_pending_enabled", "1 if MIG mode will be enabled after the next reset (nvmlDeviceGetMigMode pending).", |r| r.mig_mode_pending.map(flag)),
     ("gpu_steward_recovery_action", "Driver-recommended recovery action: 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).", |r| r.recovery_action.map(f64::from)),
-    ("gpu_steward_gpu_processes", "Compute and graphics processes running on the GPU (nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetGraphicsRunningProcesses_v3).", |r| r.processes.as_ref().map(|p| p.len() as f64)),
+    ("gpu_steward_gpu_processes", "Compute and graphics processes running on the GPU (nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetGraphicsRunningProcesses_v3).", |r| r.process_count.map(f64::from)),
 ];
 
 const COUNTERS: &[(&str, &str, Value)] = &[

@@ -70,7 +70,7 @@ impl Model {
 }
 
 const AMPERE: u32 = 7;
-const HOPPER: u32 = 9;
+pub const HOPPER: u32 = 9;
 const ADA: u32 = 8;
 const TURING: u32 = 6;
 const BRAND_NVIDIA: u32 = 14;

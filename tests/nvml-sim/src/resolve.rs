@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ffi::{code_by_name, Ret};
 use crate::models::Model;
-use crate::scenario::{Ecc, ProcessKind, RawGpu, RemappedRows, RetiredPages};
+use crate::scenario::{Ecc, ProcessKind, RawGpm, RawGpu, RemappedRows, RetiredPages};
 
 /// One scenario, resolved.
 #[derive(Debug, Clone)]
@@ -91,6 +91,47 @@ pub struct Process {
     pub mig_device: Option<usize>,
 }
 
+/// GPM metrics of one GPU, resolved: ratios 0-1 and bytes per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gpm {
+    pub gr_engine_active: f64,
+    pub sm_active: f64,
+    pub sm_occupancy: f64,
+    pub tensor_active: f64,
+    pub dram_active: f64,
+    pub fp64_active: f64,
+    pub fp32_active: f64,
+    pub fp16_active: f64,
+    pub pcie_tx_bytes_per_s: f64,
+    pub pcie_rx_bytes_per_s: f64,
+}
+
+impl Gpm {
+    /// CHOSEN: without values, GPM follows the utilization: the engine is active
+    /// `gpu_util_percent` of the time, SMs 90 % of that, occupancy 45 %, tensor 50 %, FP32 30 %,
+    /// FP16 40 %, FP64 0 (an AI workload); DRAM follows `mem_util_percent`; PCIe equals
+    /// `pcie_{tx,rx}_kib_s` × 1024.
+    fn derive(raw: RawGpm, gpu_util: u32, mem_util: u32, tx_kib: u32, rx_kib: u32) -> Gpm {
+        let g = f64::from(gpu_util) / 100.0;
+        Gpm {
+            gr_engine_active: raw.gr_engine_active.unwrap_or(g),
+            sm_active: raw.sm_active.unwrap_or(0.9 * g),
+            sm_occupancy: raw.sm_occupancy.unwrap_or(0.45 * g),
+            tensor_active: raw.tensor_active.unwrap_or(0.5 * g),
+            dram_active: raw.dram_active.unwrap_or(f64::from(mem_util) / 100.0),
+            fp64_active: raw.fp64_active.unwrap_or(0.0),
+            fp32_active: raw.fp32_active.unwrap_or(0.3 * g),
+            fp16_active: raw.fp16_active.unwrap_or(0.4 * g),
+            pcie_tx_bytes_per_s: raw
+                .pcie_tx_bytes_per_s
+                .unwrap_or(f64::from(tx_kib) * 1024.0),
+            pcie_rx_bytes_per_s: raw
+                .pcie_rx_bytes_per_s
+                .unwrap_or(f64::from(rx_kib) * 1024.0),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
     pub id: u64,
@@ -132,6 +173,7 @@ pub struct Gpu {
     pub remapped_rows: RemappedRows,
     pub retired_pages: RetiredPages,
     pub throttle_reasons: u64,
+    pub gpm: Gpm,
     pub processes: Vec<Process>,
     pub events: Vec<Event>,
 }
@@ -287,6 +329,13 @@ impl Gpu {
                 .map(|r| *r.get_ref())
                 .unwrap_or_default(),
             throttle_reasons,
+            gpm: Gpm::derive(
+                g.gpm.as_ref().map(|v| *v.get_ref()).unwrap_or_default(),
+                gpu_util,
+                pct(&g.mem_util_percent),
+                g.pcie_tx_kib_s.unwrap_or(0),
+                g.pcie_rx_kib_s.unwrap_or(0),
+            ),
             processes: g
                 .process
                 .iter()

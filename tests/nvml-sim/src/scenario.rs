@@ -156,10 +156,28 @@ pub(crate) struct RawGpu {
     pub remapped_rows: Option<Spanned<RemappedRows>>,
     pub retired_pages: Option<Spanned<RetiredPages>>,
     pub throttle_reasons: Option<Vec<ThrottleReason>>,
+    pub gpm: Option<Spanned<RawGpm>>,
     #[serde(default)]
     pub process: Vec<Spanned<RawProcess>>,
     #[serde(default)]
     pub event: Vec<RawEvent>,
+}
+
+/// `gpm = { ... }`: GPM metrics (Hopper and newer) as ratios 0-1 and bytes per second; each
+/// omitted one is derived from the GPU's utilization (see `resolve::Gpm::derive`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawGpm {
+    pub gr_engine_active: Option<f64>,
+    pub sm_active: Option<f64>,
+    pub sm_occupancy: Option<f64>,
+    pub tensor_active: Option<f64>,
+    pub dram_active: Option<f64>,
+    pub fp64_active: Option<f64>,
+    pub fp32_active: Option<f64>,
+    pub fp16_active: Option<f64>,
+    pub pcie_tx_bytes_per_s: Option<f64>,
+    pub pcie_rx_bytes_per_s: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -187,6 +187,32 @@ pub(crate) fn validate_gpu(g: &RawGpu, err: &ErrAt<'_>) -> Result<&'static Model
             ));
         }
     }
+    if let Some(gpm) = &g.gpm {
+        let v = gpm.get_ref();
+        let ratios = [
+            v.gr_engine_active,
+            v.sm_active,
+            v.sm_occupancy,
+            v.tensor_active,
+            v.dram_active,
+            v.fp64_active,
+            v.fp32_active,
+            v.fp16_active,
+        ];
+        if ratios.iter().flatten().any(|r| !(0.0..=1.0).contains(r)) {
+            return Err(err(
+                gpm.span(),
+                "gpm ratios must be between 0.0 and 1.0".to_string(),
+            ));
+        }
+        let rates = [v.pcie_tx_bytes_per_s, v.pcie_rx_bytes_per_s];
+        if rates.iter().flatten().any(|r| !r.is_finite() || *r < 0.0) {
+            return Err(err(
+                gpm.span(),
+                "gpm PCIe rates must be bytes per second, 0 or more".to_string(),
+            ));
+        }
+    }
     for p in &g.process {
         let pr = p.get_ref();
         for u in [&pr.sm_util_percent, &pr.mem_util_percent]

@@ -9,6 +9,7 @@ mod device;
 mod ecc;
 mod events;
 mod fields;
+mod gpm;
 mod processes;
 mod system;
 mod telemetry;
@@ -103,6 +104,12 @@ pub const EXPORTED: &[&str] = &[
     "nvmlEventSetFree",
     // fields.rs
     "nvmlDeviceGetFieldValues",
+    // gpm.rs
+    "nvmlGpmQueryDeviceSupport",
+    "nvmlGpmSampleAlloc",
+    "nvmlGpmSampleFree",
+    "nvmlGpmSampleGet",
+    "nvmlGpmMetricsGet",
 ];
 
 /// `Ok` for SUCCESS, else `Err(code)`.

@@ -1,0 +1,128 @@
+//! `[processes]` and `[kubernetes]`: the TOML shape of per-process telemetry and kubelet
+//! attribution, validated while parsing so that errors carry the position of the bad value.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::de;
+use serde::{Deserialize, Deserializer};
+
+use crate::attribution::ProcessesConfig;
+use crate::kubernetes::{KubernetesConfig, LabelNames};
+
+/// `[processes]`: every key optional.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProcessesSection {
+    pub enabled: bool,
+    #[serde(deserialize_with = "absolute_path")]
+    pub procfs: PathBuf,
+    pub max_per_gpu: u32,
+}
+
+impl Default for ProcessesSection {
+    fn default() -> Self {
+        let d = ProcessesConfig::default();
+        ProcessesSection {
+            enabled: d.enabled,
+            procfs: d.procfs,
+            max_per_gpu: d.max_per_gpu,
+        }
+    }
+}
+
+impl ProcessesSection {
+    pub fn into_config(self) -> ProcessesConfig {
+        ProcessesConfig {
+            enabled: self.enabled,
+            procfs: self.procfs,
+            max_per_gpu: self.max_per_gpu,
+        }
+    }
+}
+
+/// `[kubernetes]`: every key optional.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesSection {
+    pub enabled: bool,
+    #[serde(deserialize_with = "absolute_path")]
+    pub pod_resources_socket: PathBuf,
+    #[serde(deserialize_with = "refresh")]
+    pub refresh: Duration,
+    #[serde(deserialize_with = "label_name")]
+    pub pod_label: String,
+    #[serde(deserialize_with = "label_name")]
+    pub namespace_label: String,
+    #[serde(deserialize_with = "label_name")]
+    pub container_label: String,
+}
+
+impl Default for KubernetesSection {
+    fn default() -> Self {
+        let d = KubernetesConfig::default();
+        KubernetesSection {
+            enabled: d.enabled,
+            pod_resources_socket: d.pod_resources_socket,
+            refresh: d.refresh,
+            pod_label: d.labels.pod,
+            namespace_label: d.labels.namespace,
+            container_label: d.labels.container,
+        }
+    }
+}
+
+impl KubernetesSection {
+    pub fn into_config(self) -> KubernetesConfig {
+        KubernetesConfig {
+            enabled: self.enabled,
+            pod_resources_socket: self.pod_resources_socket,
+            refresh: self.refresh,
+            labels: LabelNames {
+                pod: self.pod_label,
+                namespace: self.namespace_label,
+                container: self.container_label,
+            },
+        }
+    }
+}
+
+fn absolute_path<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.starts_with('/') {
+        Ok(PathBuf::from(s))
+    } else {
+        Err(de::Error::custom(format!(
+            "path '{s}' is not absolute; write it from the root, e.g. '/host/proc'"
+        )))
+    }
+}
+
+fn refresh<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    match humantime::parse_duration(&s) {
+        Ok(v) if v >= Duration::from_secs(1) => Ok(v),
+        Ok(_) => Err(de::Error::custom(format!(
+            "refresh '{s}' is shorter than 1s; the kubelet limits pod-resources to 100 QPS per \
+             node, so use '1s' or more"
+        ))),
+        Err(e) => Err(de::Error::custom(format!(
+            "invalid duration '{s}': {e}; write it like '10s' or '1m'"
+        ))),
+    }
+}
+
+fn label_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    let valid = !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && !s.starts_with("__");
+    if valid {
+        Ok(s)
+    } else {
+        Err(de::Error::custom(format!(
+            "invalid label name '{s}'; use letters, digits and '_', e.g. 'pod' or 'k8s_pod'"
+        )))
+    }
+}

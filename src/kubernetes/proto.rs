@@ -1,0 +1,124 @@
+//! The kubelet pod-resources API v1 (`k8s.io/kubelet/pkg/apis/podresources/v1`), the few
+//! messages of `List` written by hand, and a client for it over the kubelet's Unix socket.
+//!
+//! Hand-written on purpose: generating them needs `protoc` and a build script on every build
+//! machine for five small messages. Field numbers follow `api.proto`; fields not declared here
+//! (cpu_ids, memory, dynamic_resources, topology, fields of newer kubelets) are skipped by
+//! prost, as proto3 requires.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tonic::codec::ProstCodec;
+use tonic::transport::Endpoint;
+
+/// `ListPodResourcesRequest {}`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListPodResourcesRequest {}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListPodResourcesResponse {
+    #[prost(message, repeated, tag = "1")]
+    pub pod_resources: Vec<PodResources>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PodResources {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, tag = "2")]
+    pub namespace: String,
+    #[prost(message, repeated, tag = "3")]
+    pub containers: Vec<ContainerResources>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ContainerResources {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(message, repeated, tag = "2")]
+    pub devices: Vec<ContainerDevices>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ContainerDevices {
+    #[prost(string, tag = "1")]
+    pub resource_name: String,
+    #[prost(string, repeated, tag = "2")]
+    pub device_ids: Vec<String>,
+}
+
+/// The gRPC method path: `package v1; service PodResourcesLister { rpc List(...) }`.
+pub const LIST_PATH: &str = "/v1.PodResourcesLister/List";
+
+/// Largest reply accepted. tonic's default is 4 MiB, which a node with many pods exceeds
+/// (dcgm-exporter failed every scrape there: NVIDIA/dcgm-exporter#509).
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Why a `List` failed, in words for the log.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    #[error("cannot connect to the kubelet at '{path}': {source}")]
+    Connect {
+        path: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("the kubelet at '{path}' answered List with {status}")]
+    Call { path: String, status: tonic::Status },
+    #[error("the kubelet at '{path}' did not answer within {timeout:?}")]
+    Timeout { path: String, timeout: Duration },
+}
+
+/// Connects to `socket`, calls `List` once and closes the connection.
+pub async fn list(
+    socket: &Path,
+    timeout: Duration,
+) -> Result<ListPodResourcesResponse, KubeletError> {
+    let path = socket.display().to_string();
+    tokio::time::timeout(timeout, list_inner(socket.to_path_buf(), &path))
+        .await
+        .map_err(|_| KubeletError::Timeout {
+            path: path.clone(),
+            timeout,
+        })?
+}
+
+async fn list_inner(socket: PathBuf, path: &str) -> Result<ListPodResourcesResponse, KubeletError> {
+    // The URI is required by the API but unused: the connector below dials the Unix socket.
+    let endpoint = Endpoint::from_static("http://[::]:50051");
+    let channel = endpoint
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(socket).await?,
+                ))
+            }
+        }))
+        .await
+        .map_err(|source| KubeletError::Connect {
+            path: path.to_string(),
+            source,
+        })?;
+    let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let call = |status| KubeletError::Call {
+        path: path.to_string(),
+        status,
+    };
+    grpc.ready()
+        .await
+        .map_err(|e| call(tonic::Status::unavailable(e.to_string())))?;
+    let codec: ProstCodec<ListPodResourcesRequest, ListPodResourcesResponse> =
+        ProstCodec::default();
+    let method = tonic::codegen::http::uri::PathAndQuery::from_static(LIST_PATH);
+    let reply = grpc
+        .unary(
+            tonic::Request::new(ListPodResourcesRequest {}),
+            method,
+            codec,
+        )
+        .await
+        .map_err(call)?;
+    Ok(reply.into_inner())
+}

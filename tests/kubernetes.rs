@@ -1,0 +1,242 @@
+//! Pod labels from a fake kubelet: a tonic server on a Unix socket in a temporary directory
+//! answering `/v1.PodResourcesLister/List` with the agent's own hand-written messages.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use common::{wait_for, Agent};
+use gpu_steward::kubernetes::proto::{
+    ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
+    PodResources,
+};
+use tonic::codegen::{http, BoxFuture, Service};
+
+const GPU0: &str = "GPU-00000000-1111-2222-3333-444444444444";
+const GPU1: &str = "GPU-00000001-1111-2222-3333-444444444444";
+
+fn scenario() -> String {
+    format!(
+        "version = 1\n\
+         [[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"{GPU0}\"\ngpu_util_percent = 50\n\
+         [[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"{GPU1}\"\ngpu_util_percent = 60\n"
+    )
+}
+
+fn pod(ns: &str, name: &str, container: &str, ids: &[&str]) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: ns.into(),
+        containers: vec![ContainerResources {
+            name: container.into(),
+            devices: vec![ContainerDevices {
+                resource_name: "nvidia.com/gpu".into(),
+                device_ids: ids.iter().map(|s| s.to_string()).collect(),
+            }],
+        }],
+    }
+}
+
+/// GPU 0 to one container; GPU 1 time-sliced between two pods (replicas 0 and 1).
+fn reply(padding_pods: usize) -> ListPodResourcesResponse {
+    let mut pods = vec![
+        pod("ml", "train-0", "trainer", &[GPU0]),
+        pod("ml", "infer-a", "server", &[&format!("{GPU1}::0")]),
+        pod("web", "infer-b", "server", &[&format!("{GPU1}::1")]),
+    ];
+    for i in 0..padding_pods {
+        let mut p = pod(
+            "batch",
+            &format!("cpu-only-{i:06}-{}", "x".repeat(120)),
+            "c",
+            &[],
+        );
+        p.containers[0].devices[0].resource_name = "example.com/nic".into();
+        pods.push(p);
+    }
+    ListPodResourcesResponse {
+        pod_resources: pods,
+    }
+}
+
+#[derive(Clone)]
+struct Lister(Arc<Mutex<ListPodResourcesResponse>>);
+
+struct ListCall(Arc<Mutex<ListPodResourcesResponse>>);
+
+impl tonic::server::UnaryService<ListPodResourcesRequest> for ListCall {
+    type Response = ListPodResourcesResponse;
+    type Future = BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
+    fn call(&mut self, _: tonic::Request<ListPodResourcesRequest>) -> Self::Future {
+        let reply = self.0.lock().expect("reply").clone();
+        Box::pin(async move { Ok(tonic::Response::new(reply)) })
+    }
+}
+
+impl Service<http::Request<tonic::body::Body>> for Lister {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let reply = self.0.clone();
+        Box::pin(async move {
+            let codec = tonic::codec::ProstCodec::default();
+            let mut grpc = tonic::server::Grpc::new(codec);
+            Ok(grpc.unary(ListCall(reply), req).await)
+        })
+    }
+}
+
+impl tonic::server::NamedService for Lister {
+    const NAME: &'static str = "v1.PodResourcesLister";
+}
+
+/// Accepted connections of a Unix listener, as the stream tonic's server takes.
+struct Incoming(tokio::net::UnixListener);
+
+impl tonic::codegen::tokio_stream::Stream for Incoming {
+    type Item = std::io::Result<tokio::net::UnixStream>;
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_accept(cx).map(|r| Some(r.map(|(s, _)| s)))
+    }
+}
+
+/// Serves `reply` on `socket` from a background runtime until the test ends.
+fn fake_kubelet(socket: &Path, reply: ListPodResourcesResponse) {
+    let socket = socket.to_path_buf();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::UnixListener::bind(&socket).expect("bind socket");
+            let _ = ready_tx.send(());
+            tonic::transport::Server::builder()
+                .add_service(Lister(Arc::new(Mutex::new(reply))))
+                .serve_with_incoming(Incoming(listener))
+                .await
+                .expect("serve");
+        });
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("fake kubelet listening");
+}
+
+fn config(socket: &Path, extra: &str) -> String {
+    format!(
+        "[kubernetes]\nenabled = true\nrefresh = \"1s\"\npod_resources_socket = \"{}\"\n{extra}",
+        socket.display()
+    )
+}
+
+fn socket_in(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("kubelet.sock")
+}
+
+#[test]
+fn a_gpu_of_one_container_gets_its_pod_labels_and_a_shared_one_does_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = socket_in(&dir);
+    fake_kubelet(&socket, reply(0));
+    let agent = Agent::with_scenario(&scenario())
+        .config(&config(&socket, ""))
+        .start();
+    let m = wait_for("pod labels", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        (m.value("gpu_steward_kubelet_up", &[]) == Some(1.0)
+            && !m
+                .find("DCGM_FI_DEV_GPU_UTIL", &[("pod", "train-0")])
+                .is_empty())
+        .then_some(m)
+    });
+    let gpu0 = m.find("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "0")]);
+    assert_eq!(gpu0[0].labels["namespace"], "ml");
+    assert_eq!(gpu0[0].labels["container"], "trainer");
+    let gpu1 = m.find("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "1")]);
+    assert_eq!(gpu1.len(), 1, "a shared GPU keeps one series");
+    assert!(!gpu1[0].labels.contains_key("pod"), "{:?}", gpu1[0].labels);
+    let shared = m.find("gpu_steward_gpu_pod_info", &[("gpu", "1")]);
+    assert_eq!(shared.len(), 2);
+    assert_eq!(
+        m.find(
+            "gpu_steward_gpu_pod_info",
+            &[("pod", "infer-b"), ("replica", "1")]
+        )
+        .len(),
+        1
+    );
+    assert_eq!(m.get("gpu_steward_kubelet_refresh_errors_total", &[]), 0.0);
+    assert!(m.get("gpu_steward_kubelet_last_refresh_timestamp_seconds", &[]) > 1.7e9);
+}
+
+#[test]
+fn a_reply_over_four_mebibytes_is_read_and_label_names_are_configurable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = socket_in(&dir);
+    let big = reply(30_000);
+    let size = prost::Message::encoded_len(&big);
+    assert!(size > 4 * 1024 * 1024, "reply is {size} bytes");
+    fake_kubelet(&socket, big);
+    let agent = Agent::with_scenario(&scenario())
+        .config(&config(
+            &socket,
+            "pod_label = \"k8s_pod\"\nnamespace_label = \"k8s_namespace\"\n",
+        ))
+        .start();
+    let m = wait_for(
+        "pod labels from a big reply",
+        Duration::from_secs(30),
+        || {
+            let m = agent.metrics();
+            (!m.find("DCGM_FI_DEV_GPU_UTIL", &[("k8s_pod", "train-0")])
+                .is_empty())
+            .then_some(m)
+        },
+    );
+    assert_eq!(m.get("gpu_steward_kubelet_up", &[]), 1.0);
+    let s = m.find("DCGM_FI_DEV_GPU_UTIL", &[("k8s_pod", "train-0")]);
+    assert_eq!(s[0].labels["k8s_namespace"], "ml");
+    assert!(!s[0].labels.contains_key("pod"));
+}
+
+#[test]
+fn a_kubelet_that_is_down_then_comes_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = socket_in(&dir);
+    let agent = Agent::with_scenario(&scenario())
+        .config(&config(&socket, ""))
+        .start();
+    wait_for("refresh errors", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        (m.value("gpu_steward_kubelet_refresh_errors_total", &[]) >= Some(1.0)).then_some(())
+    });
+    let m = agent.metrics();
+    assert_eq!(m.get("gpu_steward_kubelet_up", &[]), 0.0);
+    assert!(m
+        .value("gpu_steward_kubelet_last_refresh_timestamp_seconds", &[])
+        .is_none());
+    assert_eq!(
+        m.get("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "0")]),
+        50.0,
+        "metrics go on"
+    );
+    fake_kubelet(&socket, reply(0));
+    wait_for("the kubelet to be seen up", Duration::from_secs(30), || {
+        let m = agent.metrics();
+        (m.value("gpu_steward_kubelet_up", &[]) == Some(1.0)
+            && !m
+                .find("DCGM_FI_DEV_GPU_UTIL", &[("pod", "train-0")])
+                .is_empty())
+        .then_some(())
+    });
+}
