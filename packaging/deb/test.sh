@@ -5,7 +5,7 @@
 # it installs and purges the package for real. Idempotent; cleans up on failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-1}" CARGO_TERM_COLOR=never DEBIAN_FRONTEND=noninteractive
+export CARGO_TERM_COLOR=never DEBIAN_FRONTEND=noninteractive
 
 say() { echo "--- deb: $*"; }
 fail() { echo "deb: FAILED: $*" >&2; exit 1; }
