@@ -125,10 +125,11 @@ impl Agent {
             .arg("--nvml-lib")
             .arg(sim_lib())
             .env("NVML_SIM_SCENARIO", &path)
-            .env("GPU_STEWARD_CONFIG", dir.path().join("absent.toml"))
+            // An empty config (built-in defaults), so that a machine's /etc/gpu-steward does
+            // not leak into the test.
+            .env("GPU_STEWARD_CONFIG", dir.path().join("config.toml"))
             .env_remove("RUST_LOG");
-        // An explicit config that does not exist is an error: point at an empty one instead.
-        std::fs::write(dir.path().join("absent.toml"), "").expect("write an empty config");
+        std::fs::write(dir.path().join("config.toml"), "").expect("write an empty config");
         let mut proc = Proc::spawn(&format!("gpu-steward ({scenario})"), cmd);
         let port = wait_for(
             "the agent's 'listening on' line",
