@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Builds the .deb and proves the dpkg path works on the first try: contents, lintian (no errors),
+# install, the installed check-config and demo (as the unprivileged gpu-steward user), upgrade
+# over itself, purge, and nothing left behind. Run as root on a throwaway Debian machine (CI):
+# it installs and purges the package for real. Idempotent; cleans up on failure.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export CARGO_TERM_COLOR=never DEBIAN_FRONTEND=noninteractive
+
+say() { echo "--- deb: $*"; }
+fail() { echo "deb: FAILED: $*" >&2; exit 1; }
+[ "$(id -u)" -eq 0 ] || fail "run as root (it installs and purges the package)"
+
+# A marker says that an installed gpu-steward came from an interrupted run of this script; any
+# other installed gpu-steward is someone's real install, which this test must not purge.
+MARKER=/var/tmp/gpu-steward-deb-test.marker
+if dpkg -s gpu-steward >/dev/null 2>&1; then
+  [ -f "$MARKER" ] || fail "gpu-steward is installed and not by this test; refusing to purge it"
+  say "purging the leftover of an interrupted run"
+  dpkg --purge gpu-steward >/dev/null
+fi
+
+TMP=$(mktemp -d)
+DEMO_PID=""
+cleanup() {
+  set +e
+  [ -n "$DEMO_PID" ] && kill "$DEMO_PID" 2>/dev/null && wait "$DEMO_PID" 2>/dev/null
+  if dpkg -s gpu-steward >/dev/null 2>&1; then dpkg --purge gpu-steward >/dev/null 2>&1; fi
+  rm -f "$MARKER"
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+missing=""
+command -v lintian >/dev/null || missing="$missing lintian"
+command -v dpkg-shlibdeps >/dev/null || missing="$missing dpkg-dev"   # cargo-deb's $auto depends
+command -v curl >/dev/null || missing="$missing curl"
+command -v systemd-analyze >/dev/null || missing="$missing systemd"
+if [ -n "$missing" ]; then
+  say "apt-get install$missing"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+if ! cargo deb --version >/dev/null 2>&1; then
+  say "cargo install cargo-deb --locked (once per machine)"
+  cargo install cargo-deb --locked --quiet
+fi
+
+say "cargo build --release --workspace (the agent and libnvml_sim.so)"
+cargo build --release --workspace --quiet
+say "cargo deb"
+cargo deb --no-build --output "$TMP/" >/dev/null
+DEB=$(ls "$TMP"/gpu-steward_*.deb)
+echo "$DEB"
+
+say "contents (dpkg-deb -c)"
+dpkg-deb -c "$DEB" | awk '{print $1, $6}' | tee "$TMP/contents"
+for path in ./usr/bin/gpu-steward ./usr/lib/gpu-steward/libnvml_sim.so \
+  ./lib/systemd/system/gpu-steward.service ./etc/gpu-steward/config.toml \
+  ./usr/share/doc/gpu-steward/install.md ./usr/share/doc/gpu-steward/copyright \
+  ./usr/share/gpu-steward/alerts/gpu-steward.rules.yml \
+  ./usr/share/gpu-steward/dashboards/gpu-steward-node.json; do
+  grep -q " $path\$" "$TMP/contents" || fail "$path is not in the package"
+done
+# (Listed into files first: `grep -q` closing a pipe early would fail the pipeline.)
+dpkg-deb -e "$DEB" "$TMP/control"
+grep -qx /etc/gpu-steward/config.toml "$TMP/control/conffiles" \
+  || fail "/etc/gpu-steward/config.toml is not a conffile"
+for script in postinst prerm postrm; do
+  [ -x "$TMP/control/$script" ] || fail "no executable $script in the package"
+done
+grep '^Depends:' "$TMP/control/control"
+
+say "lintian (errors fail, warnings are reported)"
+lintian --fail-on error "$DEB" \
+  | tee "$TMP/lintian" || fail "lintian found errors"
+echo "lintian: $(grep -c '^E:' "$TMP/lintian" || true) errors, $(grep -c '^W:' "$TMP/lintian" || true) warnings"
+
+say "dpkg -i"
+touch "$MARKER"
+dpkg -i "$DEB"
+getent passwd gpu-steward >/dev/null || fail "postinst did not create the gpu-steward user"
+[ -L /etc/systemd/system/multi-user.target.wants/gpu-steward.service ] || fail "unit not enabled"
+out=$(systemd-analyze verify /lib/systemd/system/gpu-steward.service 2>&1) || fail "systemd-analyze verify: $out"
+[ -z "$out" ] || fail "systemd-analyze verify is not clean: $out"
+systemd-analyze security --offline=true /lib/systemd/system/gpu-steward.service 2>/dev/null | tail -1
+
+say "installed gpu-steward check-config /etc/gpu-steward/config.toml"
+/usr/bin/gpu-steward check-config /etc/gpu-steward/config.toml
+
+say "installed gpu-steward demo, as the gpu-steward user, on a free loopback port"
+# setpriv execs the agent itself (no intermediate process), so $! is the agent and SIGTERM
+# reaches it; a leftover process of the user would also keep postrm from deleting the user.
+(cd / && exec setpriv --reuid=gpu-steward --regid=gpu-steward --init-groups \
+  /usr/bin/gpu-steward demo --listen 127.0.0.1:0 2>"$TMP/demo.log") &
+DEMO_PID=$!
+port=""
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/demo.log" | head -1)
+  [ -n "$port" ] && break
+  kill -0 "$DEMO_PID" 2>/dev/null || { cat "$TMP/demo.log"; fail "the demo exited"; }
+  sleep 0.1
+done
+[ -n "$port" ] || { cat "$TMP/demo.log"; fail "the demo did not log its address"; }
+ready=""
+for _ in $(seq 100); do
+  code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz" || true)
+  [ "$code" = 200 ] && { ready=1; break; }
+  sleep 0.1
+done
+[ -n "$ready" ] || { cat "$TMP/demo.log"; fail "/readyz never answered 200"; }
+curl -sf "http://127.0.0.1:$port/metrics" >"$TMP/metrics"
+gpus=$(grep -c '^gpu_steward_gpu_up{.*} 1$' "$TMP/metrics" || true)
+dcgm=$(grep -c '^DCGM_FI_DEV_GPU_UTIL{' "$TMP/metrics" || true)
+echo "/readyz 200 on port $port; /metrics: $gpus GPUs up, $dcgm DCGM_FI_DEV_GPU_UTIL series"
+[ "$gpus" -eq 8 ] && [ "$dcgm" -eq 8 ] || fail "expected 8 simulated GPUs"
+kill "$DEMO_PID"; wait "$DEMO_PID" || fail "the demo did not exit 0 on SIGTERM"
+DEMO_PID=""
+
+say "dpkg -i again (upgrade path over the same version)"
+dpkg -i "$DEB" >/dev/null
+
+say "dpkg --purge, then nothing may be left"
+contents=$(dpkg -L gpu-steward | sort -r)
+dpkg --purge gpu-steward
+left=""
+for f in $contents; do
+  # Shared directories (/usr/bin, /etc, ...) stay; anything that is ours must be gone.
+  case "$f" in */gpu-steward*|*/gpu-steward.service) [ -e "$f" ] && left="$left $f" ;; esac
+done
+for f in /etc/gpu-steward /usr/lib/gpu-steward /usr/share/gpu-steward /usr/share/doc/gpu-steward \
+  /etc/systemd/system/multi-user.target.wants/gpu-steward.service \
+  /var/lib/systemd/deb-systemd-helper-enabled/gpu-steward.service.dsh-also \
+  /var/lib/systemd/deb-systemd-helper-masked/gpu-steward.service; do
+  [ -e "$f" ] && left="$left $f"
+done
+getent passwd gpu-steward >/dev/null && left="$left user:gpu-steward"
+getent group gpu-steward >/dev/null && left="$left group:gpu-steward"
+[ -z "$left" ] || fail "left behind after purge:$left"
+echo "deb: OK"

@@ -1,0 +1,68 @@
+"""Checks on the rendered manifests that schema validation cannot make: the promises of
+docs/install.md (non-root, read-only, no capabilities, probes, GPU-node scheduling) and the
+consistency of the Prometheus Operator objects with the Service and the alert rules.
+
+usage: check_rendered.py RENDERED.yaml RULES_OUT.yml
+Writes the PrometheusRule's spec to RULES_OUT.yml for `promtool check rules`."""
+import sys
+
+import yaml
+
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+by_kind = {}
+for d in docs:
+    by_kind.setdefault(d["kind"], []).append(d)
+errors = []
+
+
+def need(cond, msg):
+    if not cond:
+        errors.append(msg)
+
+
+ds = by_kind["DaemonSet"][0]
+pod = ds["spec"]["template"]["spec"]
+c = pod["containers"][0]
+need(pod.get("nodeSelector", {}).get("nvidia.com/gpu.present") == "true", "nodeSelector on nvidia.com/gpu.present")
+need(any(t.get("key") == "nvidia.com/gpu" for t in pod.get("tolerations", [])), "toleration for nvidia.com/gpu")
+need(pod.get("automountServiceAccountToken") is False, "pod automountServiceAccountToken: false")
+psc, csc = pod.get("securityContext", {}), c.get("securityContext", {})
+need(psc.get("runAsNonRoot") is True, "runAsNonRoot")
+need(psc.get("seccompProfile", {}).get("type") == "RuntimeDefault", "seccomp RuntimeDefault")
+need(csc.get("readOnlyRootFilesystem") is True, "readOnlyRootFilesystem")
+need(csc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation: false")
+need(csc.get("capabilities", {}).get("drop") == ["ALL"], "drop ALL capabilities")
+need(not csc.get("capabilities", {}).get("add"), "no added capabilities")
+env = {e["name"]: e for e in c.get("env", [])}
+need(env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
+     "NODE_NAME from the downward API")
+need(c["readinessProbe"]["httpGet"]["path"] == "/health", "readiness probe GET /health")
+need(c["livenessProbe"]["httpGet"]["path"] == "/livez", "liveness probe GET /livez")
+need(all(k in c.get("resources", {}).get(s, {}) for s in ("requests", "limits") for k in ("memory",)),
+     "memory request and limit")
+mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+vols = {v["name"]: v for v in pod.get("volumes", [])}
+pr = [n for n, v in vols.items() if v.get("hostPath", {}).get("path") == "/var/lib/kubelet/pod-resources"]
+need(pr and mounts.get(pr[0], {}).get("readOnly") is True, "pod-resources hostPath mounted read-only")
+need(by_kind["ServiceAccount"][0].get("automountServiceAccountToken") is False, "ServiceAccount without token automount")
+
+svc = by_kind["Service"][0]
+ports = {p["name"]: p for p in svc["spec"]["ports"]}
+need(ports.get("metrics", {}).get("port") == 9400, "Service port 'metrics' 9400")
+
+for sm in by_kind.get("ServiceMonitor", []):
+    sel = sm["spec"]["selector"]["matchLabels"]
+    labels = svc["metadata"]["labels"]
+    need(all(labels.get(k) == v for k, v in sel.items()), "ServiceMonitor selector matches the Service")
+    need(all(e["port"] in ports for e in sm["spec"]["endpoints"]), "ServiceMonitor port names exist on the Service")
+    need(sm["metadata"].get("namespace") == svc["metadata"]["namespace"], "ServiceMonitor in the Service's namespace")
+
+rules = by_kind.get("PrometheusRule", [])
+if rules:
+    with open(sys.argv[2], "w") as f:
+        yaml.safe_dump({"groups": rules[0]["spec"]["groups"]}, f)
+
+if errors:
+    print("rendered manifests miss: " + "; ".join(errors))
+    sys.exit(1)
+print(f"checked {len(docs)} objects: " + ", ".join(sorted(by_kind)))

@@ -1,0 +1,272 @@
+//! Harness of the end-to-end test with a real Prometheus: starts `gpu-steward` agents against the
+//! simulated NVML and a `prometheus` server scraping them, all on loopback, and kills every
+//! process on drop. Owned by the packaging work; `tests/common/` is the lead's.
+//!
+//! Nothing sleeps for a fixed time where a condition can be polled: `wait_for` polls with a
+//! deadline.
+
+#![allow(dead_code)]
+
+pub mod dashboards;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The repository root (the root package's manifest directory).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `libnvml_sim.so` as `cargo test --workspace` leaves it: `cargo build` writes
+/// `target/<profile>/`, `cargo test` only refreshes `target/<profile>/deps/`; take the newer.
+pub fn sim_lib() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_gpu-steward"))
+        .parent()
+        .expect("the binary has a parent directory")
+        .to_path_buf();
+    [dir.join("libnvml_sim.so"), dir.join("deps/libnvml_sim.so")]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p)
+        .unwrap_or_else(|| {
+            panic!(
+                "libnvml_sim.so is missing from {}: run `cargo test --workspace`",
+                dir.display()
+            )
+        })
+}
+
+/// Polls `f` until it returns `Some`, or panics with `what` after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A child process killed (and reaped) on drop, with its stderr kept for failure messages.
+pub struct Proc {
+    child: Child,
+    pub name: String,
+    pub stderr: Arc<Mutex<String>>,
+}
+
+impl Proc {
+    fn spawn(name: &str, mut cmd: Command) -> Proc {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let pipe = child.stderr.take().expect("stderr is piped");
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().expect("stderr buffer lock");
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Proc {
+            child,
+            name: name.to_string(),
+            stderr,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        self.stderr.lock().expect("stderr buffer lock").clone()
+    }
+
+    fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("{} exited with {status}:\n{}", self.name, self.log());
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `gpu-steward run` on a free loopback port against the simulator, with its own scenario copy.
+pub struct Agent {
+    pub proc: Proc,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    /// Starts the agent on a copy of `tests/scenarios/<scenario>` and waits for its address.
+    pub fn start(scenario: &str) -> Agent {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join(scenario);
+        std::fs::copy(repo().join("tests/scenarios").join(scenario), &path)
+            .expect("copy the scenario");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpu-steward"));
+        cmd.args(["run", "--listen", "127.0.0.1:0", "--interval", "500ms"])
+            .arg("--nvml-lib")
+            .arg(sim_lib())
+            .env("NVML_SIM_SCENARIO", &path)
+            // An empty config (built-in defaults), so that a machine's /etc/gpu-steward does
+            // not leak into the test.
+            .env("GPU_STEWARD_CONFIG", dir.path().join("config.toml"))
+            .env_remove("RUST_LOG");
+        std::fs::write(dir.path().join("config.toml"), "").expect("write an empty config");
+        let mut proc = Proc::spawn(&format!("gpu-steward ({scenario})"), cmd);
+        let port = wait_for(
+            "the agent's 'listening on' line",
+            Duration::from_secs(20),
+            || {
+                proc.assert_running();
+                let log = proc.log();
+                let rest = log.split("listening on 127.0.0.1:").nth(1)?;
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            },
+        );
+        Agent {
+            proc,
+            port,
+            _dir: dir,
+        }
+    }
+
+    pub fn target(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+/// A free loopback port (bound, read, released: a tiny race, acceptable in a test).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a free loopback port")
+        .port()
+}
+
+/// A `prometheus` server on loopback with a temporary TSDB, scraping `targets` every second and
+/// evaluating `rules` every second.
+pub struct Prometheus {
+    pub proc: Proc,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    pub fn start(targets: &[String], rules: &str) -> Prometheus {
+        let bin = std::env::var("PROMETHEUS").unwrap_or_else(|_| "/usr/bin/prometheus".into());
+        assert!(
+            Path::new(&bin).is_file(),
+            "{bin} is missing: install the Debian package 'prometheus' (or set PROMETHEUS=path)"
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("rules.yml"), rules).expect("write the rules");
+        let list: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             rule_files: ['{}']\n\
+             scrape_configs:\n  - job_name: gpu-steward\n    static_configs:\n      - targets: [{}]\n",
+            dir.path().join("rules.yml").display(),
+            list.join(", ")
+        );
+        std::fs::write(dir.path().join("prometheus.yml"), config).expect("write the config");
+        let port = free_port();
+        let mut cmd = Command::new(bin);
+        cmd.arg(format!(
+            "--config.file={}",
+            dir.path().join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--log.level=warn");
+        let mut proc = Proc::spawn("prometheus", cmd);
+        wait_for("prometheus /-/ready", Duration::from_secs(30), || {
+            proc.assert_running();
+            let (status, _) = http_get(port, "/-/ready")?;
+            (status == 200).then_some(())
+        });
+        Prometheus {
+            proc,
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// `/api/v1/query`: the result vector (or scalar), or the error Prometheus gives.
+    pub fn query(&self, promql: &str) -> Result<serde_json::Value, String> {
+        let path = format!("/api/v1/query?query={}", urlencode(promql));
+        let (status, body) =
+            http_get(self.port, &path).ok_or_else(|| "prometheus did not answer".to_string())?;
+        let v: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| format!("HTTP {status}: {e}: {body}"))?;
+        if v["status"] != "success" {
+            return Err(format!("HTTP {status}: {}", v["error"]));
+        }
+        Ok(v["data"]["result"].clone())
+    }
+
+    /// `/api/v1/alerts`: the active alerts (pending and firing).
+    pub fn alerts(&self) -> Vec<serde_json::Value> {
+        http_get(self.port, "/api/v1/alerts")
+            .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
+            .and_then(|v| v["data"]["alerts"].as_array().cloned())
+            .unwrap_or_default()
+    }
+}
+
+/// Whether a query result holds data: a non-empty vector/matrix, or a scalar.
+pub fn has_data(result: &serde_json::Value) -> bool {
+    match result {
+        serde_json::Value::Array(a) => !a.is_empty(),
+        serde_json::Value::Null => false,
+        _ => true,
+    }
+}
+
+/// Percent-encodes a query-string value (RFC 3986 unreserved characters pass through).
+pub fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A plain HTTP/1.0 GET on loopback: (status, body), or None when nothing answers.
+/// HTTP/1.0 keeps the answer unchunked and the connection closed after it.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
