@@ -115,3 +115,29 @@ fn a_taken_port_is_a_runtime_failure() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen on"));
 }
+
+#[test]
+fn the_packaged_config_is_valid_and_shows_the_built_in_defaults() {
+    let packaged = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/deb/config.toml");
+    let describe = |path: &str| {
+        let out = Command::new(bin())
+            .args(["check-config", path])
+            .output()
+            .expect("run");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .skip(2) // the file names
+            .filter(|l| !l.starts_with("log:")) // "info" vs "info (or RUST_LOG)": same effect
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let empty = write(&dir, "empty.toml", "");
+    assert_eq!(describe(packaged), describe(&empty.display().to_string()));
+}

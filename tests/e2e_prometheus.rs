@@ -9,11 +9,6 @@ use std::time::Duration;
 
 use e2e_support::{dashboards, has_data, repo, wait_for, Agent, Prometheus};
 
-/// Metrics that the health branch adds and `main` does not have yet: a dashboard query on them may
-/// come back empty, but only while Prometheus has no series of that name at all (so the list
-/// stops excusing anything the moment the metric exists). Empty this list when health lands.
-const NOT_YET_ON_MAIN: &[&str] = &["gpu_steward_gpu_health", "gpu_steward_health_condition"];
-
 /// The shipped rules with every `for:` set to 0s, so that the test sees them fire within seconds
 /// while the expressions stay exactly those users get.
 fn rules_without_for() -> String {
@@ -59,32 +54,12 @@ fn dashboards_and_alerts_work_against_a_real_prometheus() {
         queries.len()
     );
     let mut failures = Vec::new();
-    let mut excused = Vec::new();
     for q in &queries {
         match prom.query(&q.expr) {
             Err(e) => failures.push(format!("{}: {e}\n    {}", q.origin, q.expr)),
             Ok(r) if has_data(&r) => {}
-            Ok(_) => {
-                let names = dashboards::metric_names(&q.expr);
-                let pending: Vec<&String> = names
-                    .iter()
-                    .filter(|n| NOT_YET_ON_MAIN.contains(&n.as_str()))
-                    .filter(|n| {
-                        prom.query(&format!("count({{__name__=\"{n}\"}})"))
-                            .map(|r| !has_data(&r))
-                            .unwrap_or(false)
-                    })
-                    .collect();
-                if pending.is_empty() {
-                    failures.push(format!("{}: no data\n    {}", q.origin, q.expr));
-                } else {
-                    excused.push(format!("{} (waits for {pending:?})", q.origin));
-                }
-            }
+            Ok(_) => failures.push(format!("{}: no data\n    {}", q.origin, q.expr)),
         }
-    }
-    for e in &excused {
-        eprintln!("empty, allowed until the health branch lands: {e}");
     }
     assert!(
         failures.is_empty(),
@@ -94,11 +69,7 @@ fn dashboards_and_alerts_work_against_a_real_prometheus() {
         failures.join("\n  "),
         faults.proc.log()
     );
-    eprintln!(
-        "{} dashboard queries answered ({} excused)",
-        queries.len(),
-        excused.len()
-    );
+    eprintln!("{} dashboard queries answered", queries.len());
 
     // Alerts the faults scenario implies: GPU 0 is lost, GPU 1 saw XID 48 and its driver asks
     // for a GPU reset. Nothing may fire for a lost GPU on the healthy node.
