@@ -2,7 +2,7 @@
 docs/install.md (non-root, read-only, no capabilities, probes, GPU-node scheduling) and the
 consistency of the Prometheus Operator objects with the Service and the alert rules.
 
-usage: check_rendered.py RENDERED.yaml RULES_OUT.yml
+usage: check_rendered.py RENDERED.yaml RULES_OUT.yml [--host-pid] [--non-root]
 Writes the PrometheusRule's spec to RULES_OUT.yml for `promtool check rules`."""
 import sys
 
@@ -27,7 +27,6 @@ need(pod.get("nodeSelector", {}).get("nvidia.com/gpu.present") == "true", "nodeS
 need(any(t.get("key") == "nvidia.com/gpu" for t in pod.get("tolerations", [])), "toleration for nvidia.com/gpu")
 need(pod.get("automountServiceAccountToken") is False, "pod automountServiceAccountToken: false")
 psc, csc = pod.get("securityContext", {}), c.get("securityContext", {})
-need(psc.get("runAsNonRoot") is True, "runAsNonRoot")
 need(psc.get("seccompProfile", {}).get("type") == "RuntimeDefault", "seccomp RuntimeDefault")
 need(csc.get("readOnlyRootFilesystem") is True, "readOnlyRootFilesystem")
 need(csc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation: false")
@@ -45,6 +44,35 @@ vols = {v["name"]: v for v in pod.get("volumes", [])}
 pr = [n for n, v in vols.items() if v.get("hostPath", {}).get("path") == "/var/lib/kubelet/pod-resources"]
 need(pr and mounts.get(pr[0], {}).get("readOnly") is True, "pod-resources hostPath mounted read-only")
 need(by_kind["ServiceAccount"][0].get("automountServiceAccountToken") is False, "ServiceAccount without token automount")
+# The config that turns the kubelet client on must reach the agent at the path it is told.
+args = c.get("args", [])
+need(args[:1] == ["run"] and "--config" in args, "args: run --config FILE")
+config_path = args[args.index("--config") + 1] if "--config" in args else ""
+cfg_vol = [n for n, v in vols.items() if "configMap" in v]
+need(cfg_vol and config_path.startswith(mounts.get(cfg_vol[0], {}).get("mountPath", "//") + "/"),
+     "the config ConfigMap is mounted where --config points")
+cms = {m["metadata"]["name"]: m for m in by_kind.get("ConfigMap", [])}
+cm = cms.get(vols[cfg_vol[0]]["configMap"]["name"]) if cfg_vol else None
+need(cm is not None, "the mounted ConfigMap exists")
+if cm is not None:
+    import tomllib
+    conf = tomllib.loads(cm["data"][config_path.rsplit("/", 1)[1]])
+    # Root exactly when the kubelet client is on (its socket accepts only root), and then
+    # without capabilities (checked above); non-root otherwise.
+    kubelet = conf.get("kubernetes", {}).get("enabled") is True
+    if kubelet:
+        need(psc.get("runAsUser") == 0 and psc.get("runAsNonRoot") is False,
+             "UID 0 (for the root-only kubelet socket) when [kubernetes] is enabled")
+    else:
+        need(psc.get("runAsNonRoot") is True and psc.get("runAsUser", 0) != 0,
+             "non-root when [kubernetes] is disabled")
+    expect_kubelet = not (len(sys.argv) > 3 and "--non-root" in sys.argv[3:])
+    need(kubelet == expect_kubelet, f"[kubernetes] enabled = {str(expect_kubelet).lower()}")
+    with open(sys.argv[2] + ".config.toml", "w") as f:
+        f.write(cm["data"][config_path.rsplit("/", 1)[1]])
+# hostPID only where the host-processes component asks for it.
+expect_host_pid = "--host-pid" in sys.argv[3:]
+need(bool(pod.get("hostPID")) == expect_host_pid, f"hostPID {'set' if expect_host_pid else 'absent'}")
 
 svc = by_kind["Service"][0]
 ports = {p["name"]: p for p in svc["spec"]["ports"]}

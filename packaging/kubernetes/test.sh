@@ -34,7 +34,7 @@ say "the PrometheusRule is generated from alerts/gpu-steward.rules.yml"
 diff -u components/monitoring/prometheusrule.yaml "$TMP/prometheusrule.yaml" \
   || { echo "out of date: run packaging/kubernetes/gen-prometheusrule.sh"; exit 1; }
 
-for dir in base overlays/with-monitoring; do
+for dir in base overlays/with-monitoring overlays/full overlays/non-root; do
   out="$TMP/$(echo "$dir" | tr / _).yaml"
   say "kubectl kustomize $dir"
   "$VENV/bin/kubectl" kustomize "$dir" >"$out"
@@ -49,8 +49,19 @@ for dir in base overlays/with-monitoring; do
     fi
   done
   say "policy and consistency checks ($dir)"
-  "$VENV/bin/python" check_rendered.py "$out" "$TMP/rules.yml"
+  flags=()
+  [ "$dir" = overlays/full ] && flags+=(--host-pid)
+  [ "$dir" = overlays/non-root ] && flags+=(--non-root)
+  "$VENV/bin/python" check_rendered.py "$out" "$TMP/rules.yml" "${flags[@]}"
+  cp "$TMP/rules.yml.config.toml" "$TMP/config-$(echo "$dir" | tr / _).toml"
 done
+say "the agent accepts the DaemonSet's config"
+GPU_STEWARD="${GPU_STEWARD:-../../target/debug/gpu-steward}"
+if [ -x "$GPU_STEWARD" ]; then
+  for f in "$TMP"/config-*.toml; do "$GPU_STEWARD" check-config "$f"; done
+else
+  echo "kubernetes: $GPU_STEWARD not built; skipping check-config (cargo build first)"; exit 1
+fi
 say "promtool check rules on the PrometheusRule's groups"
 promtool check rules "$TMP/rules.yml"
 echo "kubernetes: OK"
