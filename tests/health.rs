@@ -158,6 +158,10 @@ errors = { nvmlDeviceGetPowerUsage = "UNKNOWN" }"#,
     let (code, body) = a.get("/api/v1/events?since=yesterday");
     assert_eq!(code, 400);
     assert!(body.contains("invalid since 'yesterday'"), "{body}");
+    // Out-of-range numbers are a 400 too, not a handler that dies without an answer.
+    let (code, body) = a.get("/api/v1/events?since=1e20");
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("invalid since '1e20'"), "{body}");
 }
 
 #[test]

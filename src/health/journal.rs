@@ -126,12 +126,17 @@ pub fn log(e: &HealthEvent) {
 /// fractions allowed).
 pub fn parse_since(s: &str) -> Result<SystemTime, String> {
     if let Ok(secs) = s.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Ok(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs_f64(secs));
-        }
-        return Err(format!(
-            "invalid since '{s}': Unix seconds must be a non-negative number"
-        ));
+        // try_from_secs_f64 and checked_add, not their panicking forms: the value comes from an
+        // unauthenticated query string (`?since=1e20` must be a 400, not a dead handler).
+        return std::time::Duration::try_from_secs_f64(secs)
+            .ok()
+            .and_then(|d| SystemTime::UNIX_EPOCH.checked_add(d))
+            .ok_or_else(|| {
+                format!(
+                    "invalid since '{s}': Unix seconds must be a non-negative number within the \
+                     range of dates, e.g. '1767322245'"
+                )
+            });
     }
     humantime::parse_rfc3339_weak(s).map_err(|e| {
         format!(
@@ -178,5 +183,9 @@ mod tests {
         let e = parse_since("yesterday").expect_err("rejected");
         assert!(e.starts_with("invalid since 'yesterday'"), "{e}");
         assert!(parse_since("-5").is_err());
+        for huge in ["1e19", "1e20", "1e300", "inf", "NaN"] {
+            let e = parse_since(huge).expect_err("out of range");
+            assert!(e.starts_with(&format!("invalid since '{huge}'")), "{e}");
+        }
     }
 }
