@@ -63,8 +63,8 @@ pub struct MetricsSection {
     pub dcgm: bool,
     pub native: bool,
     pub hostname: Option<String>,
-    #[serde(deserialize_with = "hostname_label")]
-    pub hostname_label: String,
+    #[serde(deserialize_with = "super::labels::optional_label")]
+    pub hostname_label: toml::Spanned<String>,
 }
 
 impl Default for MetricsSection {
@@ -73,7 +73,7 @@ impl Default for MetricsSection {
             dcgm: true,
             native: true,
             hostname: None,
-            hostname_label: "Hostname".into(),
+            hostname_label: toml::Spanned::new(0..0, "Hostname".into()),
         }
     }
 }
@@ -252,22 +252,6 @@ fn log_level<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error
     parse_log_level(&s)
         .map(Some)
         .map_err(serde::de::Error::custom)
-}
-
-fn hostname_label<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let s = String::deserialize(d)?;
-    let valid = s.is_empty()
-        || (s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !s.starts_with(|c: char| c.is_ascii_digit())
-            && !s.starts_with("__"));
-    if valid {
-        Ok(s)
-    } else {
-        Err(serde::de::Error::custom(format!(
-            "invalid label name '{s}'; use letters, digits and '_' (e.g. 'Hostname' or \
-             'hostname'), or '' to leave the label out"
-        )))
-    }
 }
 
 fn positive_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {

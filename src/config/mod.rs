@@ -5,6 +5,7 @@
 //! file. Every error names the file, line and column and says how to fix it.
 
 mod file;
+mod labels;
 mod sections;
 
 use std::net::SocketAddr;
@@ -106,15 +107,32 @@ pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config
 
 /// Parses config text; `name` is used in error messages.
 fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
-    toml::from_str(text).map_err(|e| {
-        let (line, column) = e.span().map_or((1, 1), |span| line_col(text, span.start));
+    let invalid = |offset: usize, message: String| {
+        let (line, column) = line_col(text, offset);
         ConfigError::Invalid {
             file: name.to_string(),
             line,
             column,
-            message: e.message().trim().to_string(),
+            message,
         }
-    })
+    };
+    let f: FileConfig = toml::from_str(text).map_err(|e| {
+        invalid(
+            e.span().map_or(0, |span| span.start),
+            e.message().trim().to_string(),
+        )
+    })?;
+    let k = &f.kubernetes;
+    let chosen = [
+        ("[metrics] hostname_label", &f.metrics.hostname_label),
+        ("[kubernetes] pod_label", &k.pod_label),
+        ("[kubernetes] namespace_label", &k.namespace_label),
+        ("[kubernetes] container_label", &k.container_label),
+    ];
+    if let Some((span, message)) = labels::first_duplicate(&chosen) {
+        return Err(invalid(span.start, message));
+    }
+    Ok(f)
 }
 
 /// 1-based line and column (in characters) of a byte offset.
@@ -147,7 +165,7 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
         metrics_dcgm: f.metrics.dcgm,
         metrics_native: f.metrics.native,
         hostname: f.metrics.hostname,
-        hostname_label: f.metrics.hostname_label,
+        hostname_label: f.metrics.hostname_label.into_inner(),
         log_level: o.log_level.clone().or(f.log.level),
         log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Text),
         api_enabled: f.api.enabled,
@@ -252,6 +270,18 @@ mod tests {
         );
         let e = err("[log]\nformat = \"xml\"\n");
         assert!(e.starts_with("c.toml:2:10:"), "{e}");
+        let e = err("[metrics]\nhostname_label = \"gpu\"\n");
+        assert!(
+            e.starts_with("c.toml:2:18: label name 'gpu' is already used"),
+            "{e}"
+        );
+        let e = err("[kubernetes]\npod_label = \"k8s\"\ncontainer_label = \"k8s\"\n");
+        assert!(
+            e.starts_with("c.toml:3:19: [kubernetes] container_label 'k8s' is the same as [kubernetes] pod_label"),
+            "{e}"
+        );
+        let e = err("[metrics]\nhostname_label = \"pod\"\n");
+        assert!(e.contains("hostname_label 'pod' is the same as"), "{e}");
         let e = err("[metrics]\nhostname_label = \"host-name\"\n");
         assert!(e.contains("invalid label name 'host-name'"), "{e}");
         let e = err("[server]\nmax_connections = 0\n");

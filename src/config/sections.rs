@@ -50,12 +50,12 @@ pub struct KubernetesSection {
     pub pod_resources_socket: PathBuf,
     #[serde(deserialize_with = "refresh")]
     pub refresh: Duration,
-    #[serde(deserialize_with = "label_name")]
-    pub pod_label: String,
-    #[serde(deserialize_with = "label_name")]
-    pub namespace_label: String,
-    #[serde(deserialize_with = "label_name")]
-    pub container_label: String,
+    #[serde(deserialize_with = "super::labels::label")]
+    pub pod_label: toml::Spanned<String>,
+    #[serde(deserialize_with = "super::labels::label")]
+    pub namespace_label: toml::Spanned<String>,
+    #[serde(deserialize_with = "super::labels::label")]
+    pub container_label: toml::Spanned<String>,
 }
 
 impl Default for KubernetesSection {
@@ -65,9 +65,9 @@ impl Default for KubernetesSection {
             enabled: d.enabled,
             pod_resources_socket: d.pod_resources_socket,
             refresh: d.refresh,
-            pod_label: d.labels.pod,
-            namespace_label: d.labels.namespace,
-            container_label: d.labels.container,
+            pod_label: toml::Spanned::new(0..0, d.labels.pod),
+            namespace_label: toml::Spanned::new(0..0, d.labels.namespace),
+            container_label: toml::Spanned::new(0..0, d.labels.container),
         }
     }
 }
@@ -79,9 +79,9 @@ impl KubernetesSection {
             pod_resources_socket: self.pod_resources_socket,
             refresh: self.refresh,
             labels: LabelNames {
-                pod: self.pod_label,
-                namespace: self.namespace_label,
-                container: self.container_label,
+                pod: self.pod_label.into_inner(),
+                namespace: self.namespace_label.into_inner(),
+                container: self.container_label.into_inner(),
             },
         }
     }
@@ -109,20 +109,5 @@ fn refresh<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Err(e) => Err(de::Error::custom(format!(
             "invalid duration '{s}': {e}; write it like '10s' or '1m'"
         ))),
-    }
-}
-
-fn label_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let s = String::deserialize(d)?;
-    let valid = !s.is_empty()
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !s.starts_with(|c: char| c.is_ascii_digit())
-        && !s.starts_with("__");
-    if valid {
-        Ok(s)
-    } else {
-        Err(de::Error::custom(format!(
-            "invalid label name '{s}'; use letters, digits and '_', e.g. 'pod' or 'k8s_pod'"
-        )))
     }
 }

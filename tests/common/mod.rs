@@ -356,12 +356,23 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Parses a page, failing the test on anything Prometheus would reject the scrape for:
+    /// unparsable lines, duplicate label names, duplicate series.
     pub fn parse(text: &str) -> Metrics {
-        let samples = text
+        let samples: Vec<Sample> = text
             .lines()
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
             .map(|l| parse_sample(l).unwrap_or_else(|| panic!("unparsable sample line: {l}")))
             .collect();
+        let mut seen = std::collections::HashSet::new();
+        for s in &samples {
+            assert!(
+                seen.insert((s.name.clone(), s.labels.clone())),
+                "duplicate series: {} {:?}",
+                s.name,
+                s.labels
+            );
+        }
         Metrics {
             samples,
             text: text.to_string(),
@@ -441,7 +452,10 @@ fn parse_sample(line: &str) -> Option<Sample> {
                 }
             }
         }
-        labels.insert(key, value);
+        if labels.insert(key.clone(), value).is_some() {
+            // Prometheus rejects the whole scrape for this.
+            panic!("duplicate label name '{key}' in: {line}");
+        }
         i = j + 1;
     }
     let value = line[i + 1..].trim().split(' ').next()?;
