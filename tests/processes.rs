@@ -135,3 +135,39 @@ fn a_process_outside_our_procfs_is_exported_without_a_name() {
     assert_eq!(mem.len(), 2);
     assert_eq!(mem[0].labels["process"], "");
 }
+
+#[test]
+fn a_process_that_goes_idle_reads_zero_not_its_last_busy_value() {
+    let sleepers = Sleepers::start(2);
+    let busy = scenario(&sleepers);
+    let agent = Agent::with_scenario(&busy).start();
+    let pid = sleepers.pid(0).to_string();
+    let sm = |m: &common::Metrics| {
+        m.value(
+            "gpu_steward_process_sm_utilization_ratio",
+            &[("gpu", "0"), ("pid", pid.as_str())],
+        )
+    };
+    wait_for("the busy value", Duration::from_secs(5), || {
+        (sm(&agent.metrics()) == Some(0.7)).then_some(())
+    });
+    // The process keeps running but stops using the GPU: NVML stops producing samples for it.
+    agent.rewrite_scenario(&busy.replacen(
+        "sm_util_percent = 70\nmem_util_percent = 20",
+        "sm_util_percent = 0\nmem_util_percent = 0",
+        1,
+    ));
+    // Samples stay current for 10 s after the last one; then the value must drop to 0 (present,
+    // not absent: the utilization call answers, it just has nothing for this process).
+    let m = wait_for("the idle value", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        (sm(&m) == Some(0.0)).then_some(m)
+    });
+    assert_eq!(
+        m.value(
+            "gpu_steward_process_memory_utilization_ratio",
+            &[("gpu", "0"), ("pid", pid.as_str())]
+        ),
+        Some(0.0)
+    );
+}

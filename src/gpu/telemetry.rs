@@ -231,8 +231,8 @@ fn read_processes(
         return None;
     }
     // Process utilization is not supported on MIG-enabled GPUs (nvml.h); don't ask.
-    if !mig_enabled {
-        match device.process_utilization_stats(cursor.last_seen_us) {
+    let util_known = !mig_enabled
+        && match device.process_utilization_stats(cursor.last_seen_us) {
             Ok(samples) => {
                 // The buffer may hold several samples per process since the last poll, in no
                 // promised order: keep the newest of each, and ask next time only for samples
@@ -246,16 +246,24 @@ fn read_processes(
                             .insert(s.pid, (s.sm_util, s.mem_util, s.timestamp));
                     }
                 }
-                // A process with no sample for a while is not using the GPU: drop its value
-                // rather than repeat a stale one.
-                let horizon = cursor.last_seen_us.saturating_sub(UTIL_HORIZON_US);
-                cursor.latest.retain(|_, l| l.2 >= horizon);
+                true
             }
-            // NOT_FOUND: no sample newer than the last one seen; keep the latest values.
-            Err(NvmlError::NotFound) => {}
-            Err(e) => log.fail("nvmlDeviceGetProcessUtilization", &e),
-        }
-    }
+            // NOT_FOUND: no sample newer than the last one seen, i.e. no process was active.
+            Err(NvmlError::NotFound) => true,
+            Err(e) => {
+                log.fail("nvmlDeviceGetProcessUtilization", &e);
+                false
+            }
+        };
+    // Samples carry CPU timestamps (µs since the epoch). A process whose newest sample is older
+    // than the horizon has not used the GPU since: forget it, so that it reads 0 below instead
+    // of repeating its last busy value for as long as it keeps running. The horizon is measured
+    // from now, on every poll, whether or not new samples came.
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    let horizon = now_us.saturating_sub(UTIL_HORIZON_US);
+    cursor.latest.retain(|_, l| l.2 >= horizon);
     let mut out: Vec<GpuProcess> = Vec::new();
     let kinds = [
         (compute, ProcessKind::Compute),
@@ -263,14 +271,18 @@ fn read_processes(
     ];
     for (list, kind) in kinds {
         for p in list.unwrap_or_default() {
-            let new = process(&p, kind, &cursor.latest);
-            // A process in both lists is one process (nvidia-smi's "C+G"), not two series.
-            match out
-                .iter_mut()
-                .find(|o| o.pid == new.pid && o.gpu_instance_id == new.gpu_instance_id)
-            {
+            let new = process(&p, kind, util_known.then_some(&cursor.latest));
+            // A process in both lists (same MIG instance, if any) is one process, nvidia-smi's
+            // "C+G", not two series.
+            match out.iter_mut().find(|o| {
+                o.pid == new.pid
+                    && o.gpu_instance_id == new.gpu_instance_id
+                    && o.compute_instance_id == new.compute_instance_id
+            }) {
                 Some(o) => {
-                    o.kind = ProcessKind::ComputeAndGraphics;
+                    if o.kind != new.kind {
+                        o.kind = ProcessKind::ComputeAndGraphics;
+                    }
                     o.used_memory_bytes = o.used_memory_bytes.max(new.used_memory_bytes);
                 }
                 None => out.push(new),
@@ -283,12 +295,14 @@ fn read_processes(
     Some(out)
 }
 
+/// `latest` is `None` when utilization is unknown this poll (MIG, or the call failed): the
+/// values are then absent. Otherwise a process without a recent sample was idle: 0.
 fn process(
     p: &ProcessInfo,
     kind: ProcessKind,
-    latest: &HashMap<u32, (u32, u32, u64)>,
+    latest: Option<&HashMap<u32, (u32, u32, u64)>>,
 ) -> GpuProcess {
-    let util = latest.get(&p.pid);
+    let util = latest.map(|l| l.get(&p.pid).map_or((0, 0), |u| (u.0, u.1)));
     GpuProcess {
         pid: p.pid,
         kind,

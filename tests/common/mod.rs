@@ -30,18 +30,44 @@ pub fn sim_lib() -> PathBuf {
         .expect("binary has a parent dir")
         .to_path_buf();
     let candidates = [dir.join("libnvml_sim.so"), dir.join("deps/libnvml_sim.so")];
-    candidates
+    let (built, lib) = candidates
         .iter()
         .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p.clone())))
         .max()
-        .map(|(_, p)| p)
         .unwrap_or_else(|| {
             panic!(
                 "libnvml_sim.so is missing from {}: run the tests with `cargo test --workspace` \
                  so the simulator is built",
                 dir.display()
             )
+        });
+    // `cargo test --workspace --test X` builds no cdylib: a simulator older than its sources
+    // would make the tests pass or fail for the wrong reasons.
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nvml-sim/src");
+    if let Some(newest) = newest_mtime(&sources) {
+        assert!(
+            newest <= built,
+            "{} is older than tests/nvml-sim/src: run `cargo build --workspace` (or the whole \
+             `cargo test --workspace`) first",
+            lib.display()
+        );
+    }
+    lib
+}
+
+fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            if meta.is_dir() {
+                newest_mtime(&e.path())
+            } else {
+                meta.modified().ok()
+            }
         })
+        .max()
 }
 
 pub fn bin() -> &'static str {

@@ -2,7 +2,10 @@
 //! a NULL buffer or a too-small `*infoCount` sets the needed count and answers
 //! INSUFFICIENT_SIZE (SUCCESS with 0 when there is nothing to report). Memory is in bytes.
 //! Utilisation samples are generated on a fixed 1 s period (CHOSEN): each process has one
-//! sample, stamped with the start of the current wall-clock second in microseconds.
+//! sample, stamped with the start of the current wall-clock second in microseconds. A process
+//! with 0 % SM and 0 % memory utilisation has no sample at all (CHOSEN): the driver records
+//! samples for processes that ran in the sample period, so an idle process shows up as the
+//! absence of samples, and consumers must not repeat its last busy value.
 
 use std::ffi::{c_uint, c_ulonglong};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -158,6 +161,7 @@ export!(
         let samples: Vec<nvmlProcessUtilizationSample_t> = if tick > last_seen_time_stamp {
             g.processes
                 .iter()
+                .filter(|p| p.sm_util_percent > 0 || p.mem_util_percent > 0)
                 .map(|p| nvmlProcessUtilizationSample_t {
                     pid: p.pid,
                     timeStamp: tick,
