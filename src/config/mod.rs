@@ -270,6 +270,11 @@ mod tests {
         );
         let e = err("[log]\nformat = \"xml\"\n");
         assert!(e.starts_with("c.toml:2:10:"), "{e}");
+        let e = err("[api]\nenabled = true\n");
+        assert!(
+            e.starts_with("c.toml:2:11: this version has no mutating endpoints"),
+            "{e}"
+        );
         let e = err("[metrics]\nhostname_label = \"gpu\"\n");
         assert!(
             e.starts_with("c.toml:2:18: label name 'gpu' is already used"),
