@@ -6,6 +6,7 @@
 
 # --- Build stage: the whole workspace, so that libnvml_sim.so is built beside the agent.
 FROM rust:bookworm AS builder
+ARG GPU_STEWARD_REVISION=""
 WORKDIR /src
 COPY . .
 # Cache mounts keep the registry and target/ between builds; the artifacts are copied out in the

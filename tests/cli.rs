@@ -141,3 +141,25 @@ fn the_packaged_config_is_valid_and_shows_the_built_in_defaults() {
     let empty = write(&dir, "empty.toml", "");
     assert_eq!(describe(packaged), describe(&empty.display().to_string()));
 }
+
+#[test]
+fn build_info_carries_the_source_revision() {
+    let git = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output();
+    let Some(head) = git
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    else {
+        eprintln!("note: not a git checkout; the revision is 'unknown' by design");
+        return;
+    };
+    let agent = common::Agent::with_scenario(&common::scenario("dgx-h100.toml")).start();
+    let m = agent.metrics();
+    let info = m.find("gpu_steward_build_info", &[]);
+    assert_eq!(info.len(), 1);
+    assert_eq!(info[0].labels["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(info[0].labels["revision"], head);
+}
