@@ -36,6 +36,8 @@ command -v lintian >/dev/null || missing="$missing lintian"
 command -v dpkg-shlibdeps >/dev/null || missing="$missing dpkg-dev"   # cargo-deb's $auto depends
 command -v curl >/dev/null || missing="$missing curl"
 command -v systemd-analyze >/dev/null || missing="$missing systemd"
+# The package depends on adduser (its postinst creates the user) and dpkg -i resolves nothing.
+command -v adduser >/dev/null || missing="$missing adduser"
 if [ -n "$missing" ]; then
   say "apt-get install$missing"
   apt-get update -qq

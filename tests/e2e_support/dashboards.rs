@@ -81,6 +81,35 @@ pub fn substitute(expr: &str) -> String {
         .replace("$__range", "1m")
 }
 
+/// The left-hand side of `LHS or vector(0)` (or `LHS or on() vector(0)`): such a query always
+/// returns data, so a test must look at `LHS` to know whether the panel's series exist.
+/// None when the expression does not end in that fallback.
+pub fn without_vector0_fallback(expr: &str) -> Option<&str> {
+    let s = expr
+        .trim_end()
+        .strip_suffix(')')?
+        .trim_end()
+        .strip_suffix('0')?
+        .trim_end()
+        .strip_suffix('(')?
+        .trim_end()
+        .strip_suffix("vector")?
+        .trim_end();
+    let s = match s.strip_suffix(')') {
+        Some(rest) => rest
+            .trim_end()
+            .strip_suffix('(')?
+            .trim_end()
+            .strip_suffix("on")?
+            .trim_end(),
+        None => s,
+    };
+    let lhs = s.strip_suffix("or")?;
+    // `or` as an operator, not the end of a name such as `color`.
+    lhs.ends_with(|c: char| c.is_whitespace() || c == ')')
+        .then(|| lhs.trim_end())
+}
+
 /// The metric names a PromQL expression mentions (identifiers followed by `{`, or bare names
 /// starting with the project's prefixes).
 pub fn metric_names(expr: &str) -> Vec<String> {
