@@ -37,6 +37,14 @@ pub struct DriverInfo {
     pub cuda_version: Option<i32>,
 }
 
+/// How many consecutive polls with NVML up a GPU (a UUID) may be missing from the enumeration
+/// before the agent forgets what it accumulated about it: XID counts, processes dropped, health
+/// history. An hour at the default 5 s interval: a board unbound for maintenance, or gone
+/// during a reset, keeps its counters when it returns; one that returns later starts again
+/// from 0, which Prometheus reads as a counter reset. The poller and the health evaluator
+/// apply the same rule to the same snapshots, so they forget a GPU at the same poll.
+pub const FORGET_ABSENT_GPU_AFTER_POLLS: u32 = 720;
+
 /// What a GPU is, read once when the device is first seen (not every poll).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuIdentity {

@@ -14,7 +14,7 @@ mod identity;
 mod telemetry;
 
 pub use calls::CallLog;
-pub use events::{XidEvent, XidWatcher};
+pub use events::{Coverage, XidEvent, XidWatcher};
 pub use gpm::GpmSampler;
 
 use std::ffi::OsStr;
@@ -105,7 +105,8 @@ impl Session {
         Ok((identity, reading))
     }
 
-    /// Starts a thread that waits for XID events on every reachable GPU.
+    /// Starts the session's XID watcher (one event set); register GPUs with
+    /// [`XidWatcher::register`].
     pub fn watch_xids(&self, sink: std::sync::mpsc::Sender<XidEvent>) -> XidWatcher {
         XidWatcher::start(self.nvml.clone(), sink)
     }
