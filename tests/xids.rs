@@ -1,6 +1,7 @@
-//! XIDs across the GPU set changing under the agent: counts follow the board (its UUID) through
-//! re-enumeration, one event set per NVML session takes GPUs that become reachable, and "not
-//! supported" registration is not a failure.
+//! XIDs and identity across the GPU set changing under the agent: counts follow the board (its
+//! UUID) through re-enumeration, one event set per NVML session takes GPUs that become
+//! reachable, "not supported" registration is not a failure, and identity fields that failed
+//! are read again.
 
 mod common;
 
@@ -165,4 +166,53 @@ fn xid_registration_not_supported_anywhere_is_not_a_failure() {
     let health = agent.get("/health");
     assert_eq!(health.json()["status"], "pass", "{}", health.text());
     assert_eq!(call_counts(stats.path(), 8), (1, 8), "asked once each");
+}
+
+#[test]
+fn identity_that_failed_is_read_again_and_never_rendered_empty() {
+    let text = scenario("dgx-h100.toml");
+    let failing = with_gpu(
+        &text,
+        0,
+        "errors = { nvmlDeviceGetName = \"UNKNOWN\", nvmlDeviceGetPciInfo_v3 = \"UNKNOWN\" }",
+    );
+    let agent = Agent::with_scenario(&failing).start();
+    let m = agent.metrics();
+    assert_eq!(m.get("gpu_steward_gpu_up", &[("gpu", "0")]), 1.0);
+    assert!(m.find("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "0")]).is_empty());
+    assert!(m.find("gpu_steward_gpu_info", &[("gpu", "0")]).is_empty());
+    assert_eq!(m.find("DCGM_FI_DEV_GPU_UTIL", &[]).len(), 7);
+    assert!(m
+        .find("DCGM_FI_DEV_GPU_UTIL", &[("modelName", "")])
+        .is_empty());
+    assert!(
+        m.get(
+            "gpu_steward_nvml_errors_total",
+            &[("function", "nvmlDeviceGetName"), ("error", "unknown")]
+        ) >= 1.0
+    );
+
+    agent.rewrite_scenario(&text);
+    let m = wait_for("GPU 0 in the dcgm family", Duration::from_secs(10), || {
+        let m = agent.metrics();
+        (!m.find("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "0")]).is_empty()).then_some(m)
+    });
+    let util = m.find("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "0")]);
+    assert_eq!(util[0].labels["modelName"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(util[0].labels["pci_bus_id"], "00000000:18:00.0");
+    let info = m.find("gpu_steward_gpu_info", &[("gpu", "0")]);
+    assert_eq!(info[0].labels["name"], "NVIDIA H100 80GB HBM3");
+    // Read again until it succeeded, then no more.
+    let errors = |m: &Metrics| {
+        m.get(
+            "gpu_steward_nvml_errors_total",
+            &[("function", "nvmlDeviceGetName"), ("error", "unknown")],
+        )
+    };
+    let before = errors(&m);
+    let start = polls(&agent);
+    wait_for("three more polls", Duration::from_secs(5), || {
+        (polls(&agent) >= start + 3.0).then_some(())
+    });
+    assert_eq!(errors(&agent.metrics()), before);
 }

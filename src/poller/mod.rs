@@ -316,14 +316,15 @@ impl Poller {
         log.lost = false;
         let (status, reading) = match session.read_gpu(
             index,
-            state.identity.is_none(),
+            !state.identity_complete,
             &mut state.cursor,
             &mut state.gpm,
             log,
         ) {
             Ok((identity, reading)) => {
-                if let Some(id) = identity {
-                    state.identity = Some(Arc::new(id));
+                if let Some(read) = identity {
+                    state.identity_complete = read.complete;
+                    state.identity = Some(Arc::new(read.merged(state.identity.as_deref())));
                 }
                 let status = if log.lost {
                     GpuStatus::Lost

@@ -21,6 +21,8 @@ use crate::snapshot::{GpuIdentity, GpuStatus, XidStat, FORGET_ABSENT_GPU_AFTER_P
 #[derive(Default)]
 pub(super) struct Slot {
     pub identity: Option<Arc<GpuIdentity>>,
+    /// The last identity read had no failure: it is not read again.
+    pub identity_complete: bool,
     pub cursor: ProcessCursor,
     pub gpm: GpmSampler,
     pub status: Option<GpuStatus>,
