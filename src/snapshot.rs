@@ -37,14 +37,23 @@ pub struct DriverInfo {
     pub cuda_version: Option<i32>,
 }
 
-/// What a GPU is, read once when the device is first seen (not every poll).
+/// How many consecutive polls with NVML up a GPU (a UUID) may be missing from the enumeration
+/// before the agent forgets what it accumulated about it: XID counts, processes dropped, health
+/// history. An hour at the default 5 s interval: a board unbound for maintenance, or gone
+/// during a reset, keeps its counters when it returns; one that returns later starts again
+/// from 0, which Prometheus reads as a counter reset. The poller and the health evaluator
+/// apply the same rule to the same snapshots, so they forget a GPU at the same poll.
+pub const FORGET_ABSENT_GPU_AFTER_POLLS: u32 = 720;
+
+/// What a GPU is, read when the device is first seen (and re-read while a field fails).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuIdentity {
     pub index: u32,
     pub uuid: String,
+    /// `""` until NVML answered (see [`GpuIdentity::labels_known`]).
     pub name: String,
     pub serial: Option<String>,
-    /// NVML's 8-digit-domain form, e.g. `00000000:18:00.0`.
+    /// NVML's 8-digit-domain form, e.g. `00000000:18:00.0`; `""` until NVML answered.
     pub pci_bus_id: String,
     /// `(device << 16) | vendor`, e.g. `0x233010DE`.
     pub pci_device_id: u32,
@@ -59,6 +68,14 @@ pub struct GpuIdentity {
     pub thresholds: TemperatureThresholds,
     pub max_pcie_generation: Option<u32>,
     pub max_pcie_width: Option<u32>,
+}
+
+impl GpuIdentity {
+    /// Whether the name and bus id, which label every series of the dcgm family and
+    /// `gpu_steward_gpu_info`, have been read. NVML never answers them empty.
+    pub fn labels_known(&self) -> bool {
+        !self.name.is_empty() && !self.pci_bus_id.is_empty()
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

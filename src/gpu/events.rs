@@ -1,10 +1,16 @@
 //! A blocking waiter for XID events, on its own thread so that a long `nvmlEventSetWait` never
-//! delays a poll. It registers every reachable GPU for `nvmlEventTypeXidCriticalError` and sends
-//! what arrives to the poller, which counts it into the next snapshot.
+//! delays a poll, and what it has registered.
+//!
+//! One watcher, and one event set, per NVML session: a driver delivers an event only to the sets
+//! registered when it occurs, so dropping a set and creating another would lose what happens in
+//! between. The thread owns the set and takes registration requests (GPU indices) from the
+//! poller through a channel it checks between waits (waits last `WAIT_MS`); it reports what it
+//! registered in a shared [`Coverage`]. Each event is sent with the UUID of its GPU, so that
+//! the poller credits it to that board whatever index the board has by then.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Sender;
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
@@ -15,14 +21,16 @@ use nvml_wrapper::{Device, EventSet, Nvml};
 
 use super::error_code;
 
-/// How long one wait blocks before the thread checks whether it should stop.
+/// How long one wait blocks before the thread looks at its requests and whether to stop.
 const WAIT_MS: u32 = 250;
 
 /// What the watcher tells the poller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum XidEvent {
-    /// An XID on the GPU at `index` (`None` if the event's device could not be matched).
+    /// An XID on the GPU with `uuid` (`None` if the event's device could not be identified),
+    /// which had `index` when it was registered (for logs only: indices change).
     Xid {
+        uuid: Option<String>,
         index: Option<u32>,
         xid: u64,
         at: SystemTime,
@@ -34,95 +42,167 @@ pub enum XidEvent {
     },
 }
 
-/// The running watcher. Dropping it stops and joins the thread.
-pub struct XidWatcher {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-    /// GPU indices the watcher tried to register (it had their handle); the poller restarts the
-    /// watcher when a reachable GPU is missing here (a GPU that was added or recovered).
-    pub covered: Vec<u32>,
-    /// How many of them accepted the registration (NOT_SUPPORTED ones did not).
+/// What the watcher has done with the poller's registration requests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Coverage {
+    /// UUIDs of GPUs with nothing more to do: registered on the set, or NOT_SUPPORTED.
+    pub settled: BTreeSet<String>,
+    /// How many of them accepted the registration.
     pub registered: usize,
+    /// Requests handled so far.
+    pub handled: u64,
+    /// The last request had a failure other than NOT_SUPPORTED (creating the set, reading a
+    /// handle or UUID, registering); its GPUs are not settled and will be asked again.
+    pub registration_failed: bool,
+    /// The last wait failed with something other than TIMEOUT.
+    pub wait_failed: bool,
+}
+
+/// The running watcher. Dropping it stops and joins the thread (within one wait).
+pub struct XidWatcher {
+    requests: Option<Sender<Vec<u32>>>,
+    coverage: Arc<Mutex<Coverage>>,
+    sent: u64,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl XidWatcher {
     pub(super) fn start(nvml: Arc<Nvml>, sink: Sender<XidEvent>) -> XidWatcher {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let thread_stop = stop.clone();
+        let (requests, rx) = mpsc::channel();
+        let coverage = Arc::new(Mutex::new(Coverage::default()));
+        let shared = coverage.clone();
         let thread = std::thread::Builder::new()
             .name("xid-watcher".into())
-            .spawn(move || run(&nvml, &sink, &thread_stop, ready_tx));
-        let (thread, (covered, registered)) = match thread {
-            Ok(t) => (Some(t), ready_rx.recv().unwrap_or_default()),
+            .spawn(move || run(&nvml, &sink, &rx, &shared));
+        let thread = match thread {
+            Ok(t) => Some(t),
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the XID watcher thread");
-                (None, (Vec::new(), 0))
+                None
             }
         };
         XidWatcher {
-            stop,
+            requests: Some(requests),
+            coverage,
+            sent: 0,
             thread,
-            covered,
-            registered,
         }
+    }
+
+    /// What the watcher has registered so far.
+    pub fn coverage(&self) -> Coverage {
+        self.coverage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// True while an earlier request has not been handled yet.
+    pub fn busy(&self) -> bool {
+        self.coverage().handled < self.sent
+    }
+
+    /// Asks the thread to register the GPUs at `indices` on its event set.
+    pub fn register(&mut self, indices: Vec<u32>) {
+        if let Some(tx) = &self.requests {
+            if tx.send(indices).is_ok() {
+                self.sent += 1;
+            }
+        }
+    }
+
+    /// False when the thread is not running or its last registration or wait failed with an
+    /// error; "not supported" is not one (those GPUs simply have no XID stream).
+    pub fn healthy(&self) -> bool {
+        let c = self.coverage();
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+            && !c.registration_failed
+            && !c.wait_failed
     }
 }
 
 impl Drop for XidWatcher {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        // Closing the channel is the stop signal.
+        self.requests = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
 }
 
-fn run(nvml: &Nvml, sink: &Sender<XidEvent>, stop: &AtomicBool, ready: Sender<(Vec<u32>, usize)>) {
+/// A device registered on the set: its raw handle (to match events), index and UUID.
+struct Registered {
+    handle: usize,
+    index: u32,
+    uuid: String,
+}
+
+fn run(
+    nvml: &Nvml,
+    sink: &Sender<XidEvent>,
+    requests: &Receiver<Vec<u32>>,
+    coverage: &Mutex<Coverage>,
+) {
     let report = |function: &'static str, e: &NvmlError| {
         let _ = sink.send(XidEvent::Error {
             function,
             code: error_code(e),
         });
     };
-    let set = match nvml.create_event_set() {
-        Ok(set) => set,
-        Err(e) => {
-            report("nvmlEventSetCreate", &e);
-            let _ = ready.send((Vec::new(), 0));
-            return;
-        }
+    let update = |f: &mut dyn FnMut(&mut Coverage)| {
+        f(&mut coverage.lock().unwrap_or_else(PoisonError::into_inner));
     };
-    let count = nvml.device_count().unwrap_or(0);
-    let mut handles: Vec<(usize, u32)> = Vec::new();
-    let mut covered = Vec::new();
-    for index in 0..count {
-        let Ok(device) = nvml.device_by_index(index) else {
-            continue; // lost or unreadable: the poller reports it
+    let mut set: Option<EventSet<'_>> = None;
+    let mut registered: Vec<Registered> = Vec::new();
+    loop {
+        // Nothing to wait on yet: block on the next request instead.
+        let request = if registered.is_empty() {
+            match requests.recv() {
+                Ok(r) => Some(r),
+                Err(_) => return,
+            }
+        } else {
+            match requests.try_recv() {
+                Ok(r) => Some(r),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => return,
+            }
         };
-        covered.push(index);
-        match register_xids(&device, &set) {
-            // SAFETY: reading the raw handle value only, to compare it with event handles later.
-            Ok(()) => handles.push((unsafe { device.handle() } as usize, index)),
-            Err(NvmlError::NotSupported) => {}
-            Err(e) => report("nvmlDeviceRegisterEvents", &e),
+        if let Some(indices) = request {
+            let (settled, failed) = handle_request(nvml, &mut set, &mut registered, &indices);
+            for (function, e) in failed.iter().flatten() {
+                report(function, e);
+            }
+            let count = registered.len();
+            update(&mut |c| {
+                c.settled.extend(settled.iter().cloned());
+                c.registered = count;
+                c.handled += 1;
+                c.registration_failed = failed.is_some();
+            });
         }
-    }
-    let _ = ready.send((covered, handles.len()));
-    if handles.is_empty() {
-        return;
-    }
-    while !stop.load(Ordering::Relaxed) {
+        let Some(set) = set.as_ref().filter(|_| !registered.is_empty()) else {
+            continue;
+        };
         match set.wait(WAIT_MS) {
             Ok(data) => {
+                update(&mut |c| c.wait_failed = false);
                 let Some(XidError::Value(xid)) = data.event_data else {
                     continue;
                 };
                 // SAFETY: reading the raw handle value only, for comparison.
                 let handle = unsafe { data.device.handle() } as usize;
-                let index = handles.iter().find(|h| h.0 == handle).map(|h| h.1);
+                let known = registered.iter().find(|r| r.handle == handle);
+                // The board at this handle now; a lost GPU cannot say, so the one registered.
+                let uuid = data
+                    .device
+                    .uuid()
+                    .ok()
+                    .or_else(|| known.map(|r| r.uuid.clone()));
                 let event = XidEvent::Xid {
-                    index,
+                    uuid,
+                    index: known.map(|r| r.index),
                     xid,
                     at: SystemTime::now(),
                 };
@@ -130,13 +210,71 @@ fn run(nvml: &Nvml, sink: &Sender<XidEvent>, stop: &AtomicBool, ready: Sender<(V
                     return;
                 }
             }
-            Err(NvmlError::Timeout) => {}
+            Err(NvmlError::Timeout) => update(&mut |c| c.wait_failed = false),
             Err(e) => {
                 report("nvmlEventSetWait_v2", &e);
+                update(&mut |c| c.wait_failed = true);
                 std::thread::sleep(Duration::from_secs(1));
             }
         }
     }
+}
+
+/// Registers the GPUs at `indices` (creating the set first if needed). Returns the UUIDs now
+/// settled and the failures (function, error) other than NOT_SUPPORTED, if any.
+#[allow(clippy::type_complexity)]
+fn handle_request<'n>(
+    nvml: &'n Nvml,
+    set: &mut Option<EventSet<'n>>,
+    registered: &mut Vec<Registered>,
+    indices: &[u32],
+) -> (Vec<String>, Option<Vec<(&'static str, NvmlError)>>) {
+    let mut settled = Vec::new();
+    let mut failed = Vec::new();
+    if set.is_none() {
+        match nvml.create_event_set() {
+            Ok(s) => *set = Some(s),
+            Err(e) => return (settled, Some(vec![("nvmlEventSetCreate", e)])),
+        }
+    }
+    let Some(set) = set.as_ref() else {
+        return (settled, None);
+    };
+    for &index in indices {
+        let device = match nvml.device_by_index(index) {
+            Ok(d) => d,
+            Err(e) => {
+                failed.push(("nvmlDeviceGetHandleByIndex_v2", e));
+                continue;
+            }
+        };
+        let uuid = match device.uuid() {
+            Ok(u) => u,
+            Err(e) => {
+                failed.push(("nvmlDeviceGetUUID", e));
+                continue;
+            }
+        };
+        // SAFETY: reading the raw handle value only, to compare it with event handles later.
+        let handle = unsafe { device.handle() } as usize;
+        if registered.iter().any(|r| r.handle == handle) {
+            settled.push(uuid);
+            continue;
+        }
+        match register_xids(&device, set) {
+            Ok(()) => {
+                registered.push(Registered {
+                    handle,
+                    index,
+                    uuid: uuid.clone(),
+                });
+                settled.push(uuid);
+            }
+            Err(NvmlError::NotSupported) => settled.push(uuid),
+            Err(e) => failed.push(("nvmlDeviceRegisterEvents", e)),
+        }
+    }
+    (settled, (!failed.is_empty()).then_some(failed))
 }
 
 /// nvml-wrapper's `register_events` frees the whole set when one device refuses registration, so

@@ -14,8 +14,9 @@ mod identity;
 mod telemetry;
 
 pub use calls::CallLog;
-pub use events::{XidEvent, XidWatcher};
+pub use events::{Coverage, XidEvent, XidWatcher};
 pub use gpm::GpmSampler;
+pub use identity::IdentityRead;
 
 use std::ffi::OsStr;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
-use crate::snapshot::{DriverInfo, GpuIdentity, GpuReading};
+use crate::snapshot::{DriverInfo, GpuReading};
 
 /// Why NVML could not be brought up.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -73,8 +74,9 @@ impl Session {
     }
 
     /// Reads one poll of the GPU at `index`: its identity too when `with_identity` (identity is
-    /// read once per device, not every poll), and its telemetry, keeping process-utilization
-    /// state in `cursor` and GPM samples in `gpm`. `Err` carries the NVML error code when the handle itself cannot be had
+    /// read when a device is first seen and while a field of it keeps failing, not every poll),
+    /// and its telemetry, keeping process-utilization state in `cursor` and GPM samples in
+    /// `gpm`. `Err` carries the NVML error code when the handle itself cannot be had
     /// (`gpu_is_lost` when the GPU fell off the bus).
     pub fn read_gpu(
         &self,
@@ -83,7 +85,7 @@ impl Session {
         cursor: &mut ProcessCursor,
         gpm: &mut GpmSampler,
         log: &mut CallLog,
-    ) -> Result<(Option<GpuIdentity>, GpuReading), String> {
+    ) -> Result<(Option<IdentityRead>, GpuReading), String> {
         log.begin("identity");
         let device = log
             .call(
@@ -105,7 +107,8 @@ impl Session {
         Ok((identity, reading))
     }
 
-    /// Starts a thread that waits for XID events on every reachable GPU.
+    /// Starts the session's XID watcher (one event set); register GPUs with
+    /// [`XidWatcher::register`].
     pub fn watch_xids(&self, sink: std::sync::mpsc::Sender<XidEvent>) -> XidWatcher {
         XidWatcher::start(self.nvml.clone(), sink)
     }

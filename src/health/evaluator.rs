@@ -5,7 +5,7 @@
 //! give the same verdicts and events. It never reads the clock and performs no I/O; the poller
 //! logs and journals the events it returns.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, SystemTime};
 
 use super::conditions::{self, finding, Finding};
@@ -14,18 +14,41 @@ use super::{
     catalog, Condition, EventKind, GpuHealth, GpuVerdict, HealthConfig, HealthEvent, NodeHealth,
     Status,
 };
-use crate::snapshot::{GpuSnapshot, GpuStatus, NvmlStatus, Snapshot};
+use crate::snapshot::{
+    GpuSnapshot, GpuStatus, NvmlStatus, Snapshot, FORGET_ABSENT_GPU_AFTER_POLLS,
+};
 
 #[derive(Debug, Default)]
 pub struct Evaluator {
     config: HealthConfig,
-    gpus: BTreeMap<u32, GpuState>,
+    gpus: BTreeMap<Key, GpuState>,
 }
 
-/// What is remembered about one GPU index.
+/// Whose history a state is. History follows the board (UUID) like the poller's cumulative
+/// counts, so that a re-enumeration neither hands one board's XIDs to another nor re-counts a
+/// board's cumulative XID counts as new. A GPU never identified is known by its index until
+/// its UUID is read, and then its history moves to the UUID.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Uuid(String),
+    Index(u32),
+}
+
+impl Key {
+    fn of(gpu: &GpuSnapshot) -> Key {
+        match gpu.uuid() {
+            "" => Key::Index(gpu.index),
+            uuid => Key::Uuid(uuid.to_string()),
+        }
+    }
+}
+
+/// What is remembered about one GPU.
 #[derive(Debug, Default)]
 struct GpuState {
     uuid: String,
+    /// Consecutive evaluations (with NVML up) in which the GPU was not in the snapshot.
+    absent: u32,
     active: BTreeMap<String, Condition>,
     xids: XidHistory,
     /// (time, cumulative replay count) samples covering the replay window.
@@ -66,17 +89,29 @@ impl Evaluator {
         if snapshot.nvml != NvmlStatus::Up {
             return (health, events);
         }
-        self.gpus
-            .retain(|index, _| snapshot.gpus.iter().any(|g| g.index == *index));
         for gpu in &snapshot.gpus {
-            let state = self.gpus.entry(gpu.index).or_default();
-            let uuid = gpu.uuid().to_string();
-            if !state.uuid.is_empty() && !uuid.is_empty() && state.uuid != uuid {
-                // Another board at this index (re-enumeration): its history is not ours.
-                *state = GpuState::default();
+            let key = Key::of(gpu);
+            if matches!(key, Key::Uuid(_)) && !self.gpus.contains_key(&key) {
+                if let Some(state) = self.gpus.remove(&Key::Index(gpu.index)) {
+                    self.gpus.insert(key, state);
+                }
             }
-            if !uuid.is_empty() {
-                state.uuid = uuid;
+        }
+        // The same rule as the poller's (`FORGET_ABSENT_GPU_AFTER_POLLS`), on the same
+        // snapshots: history is never kept longer or shorter than the counts it is built from.
+        let present: BTreeSet<Key> = snapshot.gpus.iter().map(Key::of).collect();
+        self.gpus.retain(|key, state| {
+            if present.contains(key) {
+                state.absent = 0;
+                return true;
+            }
+            state.absent = state.absent.saturating_add(1);
+            matches!(key, Key::Uuid(_)) && state.absent <= FORGET_ABSENT_GPU_AFTER_POLLS
+        });
+        for gpu in &snapshot.gpus {
+            let state = self.gpus.entry(Key::of(gpu)).or_default();
+            if !gpu.uuid().is_empty() {
+                state.uuid = gpu.uuid().to_string();
             }
             health
                 .gpus

@@ -288,3 +288,54 @@ fn nvml_down_keeps_the_history() {
     assert!(ev.is_empty(), "the same XID is not counted twice: {ev:?}");
     assert_eq!(names(&h), vec!["xid_48"]);
 }
+
+#[test]
+fn history_follows_the_board_not_its_index() {
+    let mut e = Evaluator::default();
+    let mut g = gpu();
+    g.index = 1;
+    xid(&mut g, 48, 1, 0);
+    let (_, ev) = e.evaluate(&snap(&g, 0), at(0));
+    assert!(kinds(&ev).contains(&(EventKind::Observed, "xid_48".into())));
+    // Re-enumerated: the board is now at index 0, then missing for a while, then back.
+    g.index = 0;
+    let (h, ev) = e.evaluate(&snap(&g, 5), at(5));
+    assert!(ev.is_empty(), "not observed again: {ev:?}");
+    assert!(h.gpus[0].verdict.conditions[0]
+        .reason
+        .contains("seen 1 time"));
+    let mut none = snap(&g, 10);
+    none.gpus.clear();
+    for t in 10..20 {
+        e.evaluate(&none, at(t));
+    }
+    let (h, ev) = e.evaluate(&snap(&g, 20), at(20));
+    assert!(ev.is_empty(), "the same board, the same count: {ev:?}");
+    assert_eq!(h.gpus[0].xid_window_counts.get(&48), Some(&1));
+    // Another board at index 0 has none of that history.
+    let mut other = gpu();
+    other.identity = Some(Arc::new(GpuIdentity {
+        uuid: "GPU-other".into(),
+        ..GpuIdentity::default()
+    }));
+    let (h, _) = e.evaluate(&snap(&other, 25), at(25));
+    assert!(h.gpus[0].verdict.conditions.is_empty());
+    assert_eq!(h.gpus[0].uuid, "GPU-other");
+}
+
+#[test]
+fn a_board_missing_too_long_is_forgotten() {
+    let mut e = Evaluator::default();
+    let mut g = gpu();
+    xid(&mut g, 48, 1, 0);
+    e.evaluate(&snap(&g, 0), at(0));
+    let mut none = snap(&g, 1);
+    none.gpus.clear();
+    for _ in 0..=crate::snapshot::FORGET_ABSENT_GPU_AFTER_POLLS {
+        e.evaluate(&none, at(1));
+    }
+    // The poller forgot it at the same poll: its counts start again and are new.
+    xid(&mut g, 48, 1, 2);
+    let (_, ev) = e.evaluate(&snap(&g, 2), at(2));
+    assert!(kinds(&ev).contains(&(EventKind::Observed, "xid_48".into())));
+}

@@ -35,8 +35,9 @@ pub struct XidHistory {
 }
 
 impl XidHistory {
-    /// Records what is new in the snapshot's cumulative counts. A count below the previous one
-    /// means the poller started over (GPUs re-enumerated): the whole count is new.
+    /// Records what is new in the snapshot's cumulative counts. The poller keeps them per UUID
+    /// for as long as the evaluator keeps this history, so they only grow; a count below the
+    /// previous one could only come from a counter that started over, whose whole count is new.
     pub fn ingest(&mut self, xids: &BTreeMap<u64, XidStat>) -> Vec<NewXid> {
         let mut new = Vec::new();
         for (xid, stat) in xids {

@@ -181,7 +181,8 @@ fn gpu_check(g: &GpuSnapshot, v: &GpuVerdict, at: SystemTime) -> Value {
         "action": v.action,
         "conditions": v.conditions,
     });
-    if let Some(id) = &g.identity {
+    // Left out until read (see `GpuIdentity::labels_known`), rather than shown as "".
+    if let Some(id) = g.identity.as_ref().filter(|id| id.labels_known()) {
         check["name"] = json!(id.name);
         check["pciBusId"] = json!(id.pci_bus_id);
     }

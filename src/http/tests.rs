@@ -23,6 +23,7 @@ fn gpu(index: u32, status: GpuStatus) -> GpuSnapshot {
             index,
             uuid: format!("GPU-{index:08}"),
             name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: format!("00000000:{:02X}:00.0", 0x18 + index),
             ..GpuIdentity::default()
         })),
         status,

@@ -176,30 +176,34 @@ fn render_identity(snapshot: &Snapshot, out: &mut Families) {
             .compute_capability
             .map(|(a, b)| format!("{a}.{b}"))
             .unwrap_or_default();
-        info.add(
-            &[
-                ("gpu", gpu.clone()),
-                ("uuid", uuid.clone()),
-                ("name", id.name.clone()),
-                ("pci_bus_id", id.pci_bus_id.clone()),
-                ("pci_device_id", format!("0x{:08X}", id.pci_device_id)),
-                ("serial", id.serial.clone().unwrap_or_default()),
-                ("architecture", id.architecture.clone().unwrap_or_default()),
-                ("compute_capability", cc),
-                (
-                    "driver_version",
-                    driver.map(|d| d.driver_version.clone()).unwrap_or_default(),
-                ),
-                (
-                    "cuda_version",
-                    driver
-                        .and_then(|d| d.cuda_version)
-                        .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
-                        .unwrap_or_default(),
-                ),
-            ],
-            1.0,
-        );
+        // Like the dcgm family: no info series until its name and bus id are read, rather than
+        // one with empty labels that is replaced by another once they are.
+        if id.labels_known() {
+            info.add(
+                &[
+                    ("gpu", gpu.clone()),
+                    ("uuid", uuid.clone()),
+                    ("name", id.name.clone()),
+                    ("pci_bus_id", id.pci_bus_id.clone()),
+                    ("pci_device_id", format!("0x{:08X}", id.pci_device_id)),
+                    ("serial", id.serial.clone().unwrap_or_default()),
+                    ("architecture", id.architecture.clone().unwrap_or_default()),
+                    ("compute_capability", cc),
+                    (
+                        "driver_version",
+                        driver.map(|d| d.driver_version.clone()).unwrap_or_default(),
+                    ),
+                    (
+                        "cuda_version",
+                        driver
+                            .and_then(|d| d.cuda_version)
+                            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
+                            .unwrap_or_default(),
+                    ),
+                ],
+                1.0,
+            );
+        }
         let t = id.thresholds;
         for (kind, v) in [
             ("shutdown", t.shutdown_c),

@@ -1,39 +1,65 @@
-//! Event delivery bookkeeping for one event set, kept pure so it can be unit tested: which GPUs
-//! the set is registered on (with which `nvmlEventType*` mask), and which scenario event ids it
-//! has already received. Every `[[gpu.event]]` id is delivered exactly once to every set
-//! registered for XID events on that GPU, including ids that a rewritten scenario adds later.
+//! Event delivery bookkeeping, kept pure so it can be unit tested: which GPUs a set is
+//! registered on (with which `nvmlEventType*` mask), which scenario event ids existed when it
+//! registered, and which ids it has received; plus, per library instance, which ids have been
+//! delivered to any set at all.
+//!
+//! A real driver delivers an event only to the sets registered when it occurs. The simulator
+//! models a scenario's events as "pending in the driver" until some set receives them, so an
+//! `[[gpu.event]]` id reaches a set registered for XIDs on its GPU when either
+//! - no set of this library instance has received it yet (it was pending), or
+//! - a rewrite added it to the scenario after the set registered on that GPU (it occurred
+//!   while the set was listening).
+//!
+//! Each set receives an id at most once; an id already delivered is not replayed to sets that
+//! register later.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use crate::resolve::Gpu;
 
 /// `nvmlEventTypeXidCriticalError`.
 pub const XID_CRITICAL_ERROR: u64 = 0x8;
 
+/// Event ids `(gpu index, id)` delivered to at least one set of this library instance.
+pub type Delivered = BTreeSet<(u32, u64)>;
+
 /// What one `nvmlEventSet_t` has been told and has seen.
 #[derive(Debug, Default, Clone)]
 pub struct EventSet {
     registered: BTreeMap<u32, u64>,
+    /// Ids in the scenario when the set registered for XIDs on their GPU.
+    known_at_registration: BTreeSet<(u32, u64)>,
     delivered: BTreeSet<(u32, u64)>,
 }
 
 impl EventSet {
-    /// Adds `mask` to the event types this set receives from GPU `gpu`.
-    pub fn register(&mut self, gpu: u32, mask: u64) {
-        *self.registered.entry(gpu).or_insert(0) |= mask;
+    /// Adds `mask` to the event types this set receives from `gpu`. The first registration
+    /// that includes XIDs remembers which of the GPU's event ids already existed.
+    pub fn register(&mut self, gpu: &Gpu, mask: u64) {
+        let before = self.registered.get(&gpu.index).copied().unwrap_or(0);
+        if before & XID_CRITICAL_ERROR == 0 && mask & XID_CRITICAL_ERROR != 0 {
+            self.known_at_registration
+                .extend(gpu.events.iter().map(|ev| (gpu.index, ev.id)));
+        }
+        self.registered.insert(gpu.index, before | mask);
     }
 
-    /// The next undelivered XID event `(gpu index, xid)` for this set, marked as delivered.
-    /// GPUs are visited in index order and events in scenario order. Lost GPUs still deliver:
-    /// that is how an XID 79 reaches a set registered before the GPU fell off the bus.
-    pub fn next(&mut self, gpus: &[Gpu]) -> Option<(u32, u64)> {
+    /// The next XID event `(gpu index, xid)` for this set, marked as delivered here and in
+    /// `any`. GPUs are visited in index order and events in scenario order. Lost GPUs still
+    /// deliver: that is how an XID 79 reaches a set registered before the GPU fell off the bus.
+    pub fn next(&mut self, gpus: &[Gpu], any: &mut Delivered) -> Option<(u32, u64)> {
         for gpu in gpus {
             let mask = self.registered.get(&gpu.index).copied().unwrap_or(0);
             if mask & XID_CRITICAL_ERROR == 0 {
                 continue;
             }
             for ev in &gpu.events {
-                if self.delivered.insert((gpu.index, ev.id)) {
+                let key = (gpu.index, ev.id);
+                let pending = !any.contains(&key);
+                let after_registration = !self.known_at_registration.contains(&key);
+                if (pending || after_registration) && self.delivered.insert(key) {
+                    any.insert(key);
                     return Some((gpu.index, ev.xid));
                 }
             }
@@ -70,34 +96,68 @@ xid = 13
     #[test]
     fn each_id_once_per_set_and_only_where_registered() {
         let g = gpus(TWO);
+        let mut any = Delivered::new();
         let mut a = EventSet::default();
-        assert_eq!(a.next(&g), None, "nothing registered");
-        a.register(0, XID_CRITICAL_ERROR);
-        assert_eq!(a.next(&g), Some((0, 79)));
-        assert_eq!(a.next(&g), Some((0, 48)));
-        assert_eq!(a.next(&g), None, "GPU 1 not registered");
-        a.register(1, 0x4); // PState only: no XIDs
-        assert_eq!(a.next(&g), None);
-        a.register(1, XID_CRITICAL_ERROR);
-        assert_eq!(a.next(&g), Some((1, 13)));
-        assert_eq!(a.next(&g), None);
-
-        let mut b = EventSet::default();
-        b.register(0, XID_CRITICAL_ERROR);
-        assert_eq!(b.next(&g), Some((0, 79)), "a second set gets its own copy");
+        assert_eq!(a.next(&g, &mut any), None, "nothing registered");
+        a.register(&g[0], XID_CRITICAL_ERROR);
+        assert_eq!(a.next(&g, &mut any), Some((0, 79)));
+        assert_eq!(a.next(&g, &mut any), Some((0, 48)));
+        assert_eq!(a.next(&g, &mut any), None, "GPU 1 not registered");
+        a.register(&g[1], 0x4); // PState only: no XIDs
+        assert_eq!(a.next(&g, &mut any), None);
+        a.register(&g[1], XID_CRITICAL_ERROR);
+        assert_eq!(
+            a.next(&g, &mut any),
+            Some((1, 13)),
+            "still pending: delivered"
+        );
+        assert_eq!(a.next(&g, &mut any), None);
     }
 
     #[test]
-    fn ids_added_by_a_rewrite_are_delivered_old_ones_are_not() {
-        let mut a = EventSet::default();
-        a.register(0, XID_CRITICAL_ERROR);
+    fn delivered_ids_are_not_replayed_to_sets_registered_later() {
         let g = gpus(TWO);
-        while a.next(&g).is_some() {}
-        let rewritten = TWO.replace(
+        let mut any = Delivered::new();
+        let mut a = EventSet::default();
+        a.register(&g[0], XID_CRITICAL_ERROR);
+        assert_eq!(a.next(&g, &mut any), Some((0, 79)));
+        let mut b = EventSet::default();
+        b.register(&g[0], XID_CRITICAL_ERROR);
+        assert_eq!(b.next(&g, &mut any), Some((0, 48)), "48 was still pending");
+        assert_eq!(
+            b.next(&g, &mut any),
+            None,
+            "79 happened before b registered"
+        );
+        assert_eq!(a.next(&g, &mut any), None, "48 went to b first");
+    }
+
+    #[test]
+    fn ids_added_by_a_rewrite_reach_every_set_registered_before() {
+        let g = gpus(TWO);
+        let mut any = Delivered::new();
+        let (mut a, mut b) = (EventSet::default(), EventSet::default());
+        a.register(&g[0], XID_CRITICAL_ERROR);
+        b.register(&g[0], XID_CRITICAL_ERROR);
+        while a.next(&g, &mut any).is_some() {}
+        assert_eq!(b.next(&g, &mut any), None, "a took the pending ones");
+        let rewritten = gpus(&TWO.replace(
             "id = 2\nxid = 48",
             "id = 2\nxid = 48\n[[gpu.event]]\nid = 7\nxid = 94",
+        ));
+        assert_eq!(a.next(&rewritten, &mut any), Some((0, 94)));
+        assert_eq!(a.next(&rewritten, &mut any), None);
+        assert_eq!(
+            b.next(&rewritten, &mut any),
+            Some((0, 94)),
+            "b listened too"
         );
-        assert_eq!(a.next(&gpus(&rewritten)), Some((0, 94)));
-        assert_eq!(a.next(&gpus(&rewritten)), None);
+        let mut c = EventSet::default();
+        c.register(&rewritten[0], XID_CRITICAL_ERROR);
+        assert_eq!(
+            c.next(&rewritten, &mut any),
+            None,
+            "c registered after all of it"
+        );
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nvml_wrapper_sys::bindings::{nvmlDevice_st, nvmlDevice_t, nvmlEventSet_st, nvmlEventSet_t};
 
-use crate::events::EventSet;
+use crate::events::{Delivered, EventSet};
 use crate::ffi::{self, NvResult, Ret};
 use crate::resolve::{Gpu, Scenario};
 
@@ -111,6 +111,9 @@ pub struct Sim {
     ever_count: usize,
     energy: Vec<Energy>,
     event_sets: BTreeMap<usize, EventSetEntry>,
+    /// Event ids any set of this library instance received: kept across `nvmlShutdown` and
+    /// `nvmlInit` while the library stays loaded, like a driver that stays loaded.
+    delivered: Delivered,
     next_set_id: u64,
 }
 
@@ -124,6 +127,7 @@ static SIM: Mutex<Sim> = Mutex::new(Sim {
     ever_count: 0,
     energy: Vec::new(),
     event_sets: BTreeMap::new(),
+    delivered: Delivered::new(),
     next_set_id: 1,
 });
 
@@ -336,18 +340,22 @@ pub fn event_set_create() -> NvResult<nvmlEventSet_t> {
 }
 
 /// Runs `f` on a registered event set (INVALID_ARGUMENT for an unknown handle), with the
-/// current scenario.
+/// current scenario and the ids delivered to any set so far.
 pub fn with_event_set<T>(
     set: nvmlEventSet_t,
-    f: impl FnOnce(&mut EventSet, &Scenario) -> NvResult<T>,
+    f: impl FnOnce(&mut EventSet, &Scenario, &mut Delivered) -> NvResult<T>,
 ) -> NvResult<T> {
     let mut sim = lock();
     let scenario = sim.scenario()?;
-    let entry = sim
-        .event_sets
+    let Sim {
+        event_sets,
+        delivered,
+        ..
+    } = &mut *sim;
+    let entry = event_sets
         .get_mut(&(set as usize))
         .ok_or(ffi::INVALID_ARGUMENT)?;
-    f(&mut entry.set, &scenario)
+    f(&mut entry.set, &scenario, delivered)
 }
 
 /// `nvmlEventSetFree`.

@@ -77,17 +77,13 @@ fn events_rewrites_and_loss() {
     assert!(matches!(ev.event_data, Some(XidError::Value(94))));
     assert!(matches!(set.wait(50), Err(NvmlError::Timeout)));
 
-    // A second set registered now gets every id once, too.
+    // A second set registered now gets nothing old: 48 and 94 were delivered already.
     let other = h100.register_events(
         EventTypes::CRITICAL_XID_ERROR,
         nvml.create_event_set().expect("set"),
     );
     let other = other.expect("register");
-    let mut xids: Vec<_> = (0..2)
-        .map(|_| format!("{:?}", other.wait(500).expect("event").event_data))
-        .collect();
-    xids.sort();
-    assert_eq!(xids, ["Some(Value(48))", "Some(Value(94))"]);
+    assert!(matches!(other.wait(100), Err(NvmlError::Timeout)));
 
     // The GPU falls off the bus: old handle answers GPU_IS_LOST, lookups too, the count stays,
     // and the set registered before the loss still receives the XID 79.
@@ -109,12 +105,70 @@ fn events_rewrites_and_loss() {
     assert_eq!(nvml.device_count().expect("count"), 5);
     let ev = set.wait(2000).expect("xid 79 from the lost GPU");
     assert!(matches!(ev.event_data, Some(XidError::Value(79))));
+    let ev = other.wait(2000).expect("xid 79 on the second set too");
+    assert!(matches!(ev.event_data, Some(XidError::Value(79))));
 
     // A malformed rewrite keeps the previous scenario.
     sim.rewrite("version = 1\n[[gpu]]\nmodel = \"V100\"\n");
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(nvml.device_count().expect("count"), 5);
     assert_eq!(l4.name().expect("still the old scenario"), "NVIDIA L4");
+}
+
+#[test]
+fn a_delivered_event_is_not_replayed_to_a_later_set() {
+    let sim = Sim::new(MIXED);
+    let nvml = sim.init();
+    let h100 = nvml.device_by_index(0).expect("gpu 0");
+    let first = h100
+        .register_events(
+            EventTypes::CRITICAL_XID_ERROR,
+            nvml.create_event_set().expect("set"),
+        )
+        .expect("register");
+    let ev = first.wait(2000).expect("the pending xid 48");
+    assert!(matches!(ev.event_data, Some(XidError::Value(48))));
+    // As after a re-enumeration or a new NVML session: a new set on the same driver.
+    let later = h100
+        .register_events(
+            EventTypes::CRITICAL_XID_ERROR,
+            nvml.create_event_set().expect("set"),
+        )
+        .expect("register");
+    assert!(
+        matches!(later.wait(300), Err(NvmlError::Timeout)),
+        "xid 48 happened before this set registered"
+    );
+}
+
+#[test]
+fn two_sets_registered_before_a_rewrite_both_get_its_event() {
+    let sim = Sim::new(MIXED);
+    let nvml = sim.init();
+    let h100 = nvml.device_by_index(0).expect("gpu 0");
+    let register = || {
+        h100.register_events(
+            EventTypes::CRITICAL_XID_ERROR,
+            nvml.create_event_set().expect("set"),
+        )
+        .expect("register")
+    };
+    let (a, b) = (register(), register());
+    let ev = a.wait(2000).expect("the pending xid 48");
+    assert!(matches!(ev.event_data, Some(XidError::Value(48))));
+    assert!(
+        matches!(b.wait(100), Err(NvmlError::Timeout)),
+        "a pending event goes to the first set that takes it"
+    );
+    sim.rewrite(&MIXED.replace(
+        "id = 1\nxid = 48",
+        "id = 1\nxid = 48\n[[gpu.event]]\nid = 2\nxid = 94",
+    ));
+    for set in [&a, &b] {
+        let ev = set.wait(2000).expect("the rewritten xid 94");
+        assert!(matches!(ev.event_data, Some(XidError::Value(94))));
+        assert!(matches!(set.wait(50), Err(NvmlError::Timeout)));
+    }
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! Event sets: XID critical errors from the scenario's `[[gpu.event]]` tables, each id
-//! delivered once to every set registered for XIDs on that GPU. `nvmlEventSetWait*` polls in
+//! Event sets: XID critical errors from the scenario's `[[gpu.event]]` tables, delivered as
+//! `crate::events` describes (pending ids to the first set that waits, ids added by a rewrite
+//! to every set registered before it). `nvmlEventSetWait*` polls in
 //! short steps and never sleeps while holding the state lock (the agent waits on one thread
 //! while it polls on another); it answers TIMEOUT when nothing arrives in time.
 
@@ -42,8 +43,8 @@ export!(
         if event_types & !supported(g.model.mig_capable()) != 0 {
             return Err(ffi::NOT_SUPPORTED);
         }
-        state::with_event_set(set, |s, _| {
-            s.register(g.index, event_types);
+        state::with_event_set(set, |s, _, _| {
+            s.register(&g, event_types);
             Ok(())
         })
     }
@@ -63,7 +64,9 @@ fn wait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uint) -> 
     let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
     loop {
         // The lock is taken and released inside `with_event_set`; we sleep without it.
-        if let Some((gpu, xid)) = state::with_event_set(set, |s, sc| Ok(s.next(&sc.gpus)))? {
+        if let Some((gpu, xid)) =
+            state::with_event_set(set, |s, sc, any| Ok(s.next(&sc.gpus, any)))?
+        {
             return put(
                 data,
                 nvmlEventData_t {

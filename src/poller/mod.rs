@@ -7,8 +7,15 @@
 //! It must never exit on an NVML failure: a missing library or driver is retried with backoff, a
 //! lost GPU is reported while the others keep reporting, and a changed device count triggers a
 //! re-enumeration. Only `Control::Shutdown` (or the control channel closing) stops it.
+//!
+//! Per-GPU state lives in [`state`]: per index for one enumeration, per UUID for what
+//! accumulates (XID and dropped-process counts), which survives re-enumeration and NVML
+//! re-initialisation. One XID watcher (one event set) serves each NVML session; GPUs that become
+//! reachable are registered on it, never by replacing it.
 
-use std::collections::BTreeMap;
+mod state;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -17,13 +24,11 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 
 use crate::attribution::{self, ProcTable, ProcessesConfig};
-use crate::gpu::{CallLog, GpmSampler, ProcessCursor, Session, XidEvent, XidWatcher};
+use crate::gpu::{CallLog, Session, XidEvent, XidWatcher};
 use crate::health::{self, Evaluator, HealthConfig, Journal, NodeHealth};
 use crate::kubernetes::{KubeletFeed, KubeletStatus};
 use crate::metrics::{self, RenderConfig, Rendered};
-use crate::snapshot::{
-    GpuIdentity, GpuReading, GpuSnapshot, GpuStatus, NvmlStatus, Snapshot, SourceStatus, XidStat,
-};
+use crate::snapshot::{GpuReading, GpuSnapshot, GpuStatus, NvmlStatus, Snapshot, SourceStatus};
 use crate::AgentCounters;
 
 /// What the poller needs to know; replaced as a whole on reload.
@@ -112,25 +117,12 @@ struct Poller {
     xid_rx: Receiver<XidEvent>,
     nvml: NvmlStatus,
     driver: Option<crate::snapshot::DriverInfo>,
-    gpus: Vec<GpuState>,
+    gpus: state::GpuStates,
     nvml_errors: BTreeMap<(&'static str, String), u64>,
     init_errors: BTreeMap<String, u64>,
     polls: u64,
     /// Process names and owners, cached by (pid, start time) across polls.
     procs: ProcTable,
-}
-
-/// What the poller remembers about one GPU index between polls.
-#[derive(Default)]
-struct GpuState {
-    identity: Option<Arc<GpuIdentity>>,
-    cursor: ProcessCursor,
-    gpm: GpmSampler,
-    /// Processes left out by `[processes] max_per_gpu` since the agent started.
-    processes_dropped: u64,
-    xids: BTreeMap<u64, XidStat>,
-    last_xid: Option<u64>,
-    status: Option<GpuStatus>,
 }
 
 impl Poller {
@@ -152,7 +144,7 @@ impl Poller {
             xid_rx,
             nvml: NvmlStatus::Starting,
             driver: None,
-            gpus: Vec::new(),
+            gpus: state::GpuStates::default(),
             nvml_errors: BTreeMap::new(),
             init_errors: BTreeMap::new(),
             polls: 0,
@@ -209,6 +201,7 @@ impl Poller {
     }
 
     /// Stops the XID watcher before the session so that no thread uses NVML after shutdown.
+    /// Events it queued stay in the channel and are counted by UUID at the next poll.
     fn shutdown_nvml(&mut self) {
         self.watcher = None;
         self.session = None;
@@ -238,16 +231,16 @@ impl Poller {
                 return self.snapshot(taken_at, started, log, Vec::new());
             }
         };
-        if count as usize != self.gpus.len() {
-            if !self.gpus.is_empty() {
+        if count as usize != self.gpus.slots.len() {
+            if !self.gpus.slots.is_empty() {
                 tracing::warn!(
-                    from = self.gpus.len(),
+                    from = self.gpus.slots.len(),
                     to = count,
                     "GPU count changed, re-enumerating"
                 );
             }
-            self.gpus = (0..count).map(|_| GpuState::default()).collect();
-            self.watcher = None;
+            // The session's event set stays: the GPUs still there remain registered on it.
+            self.gpus.reenumerate(count);
         }
         self.drain_xids();
         let kubelet = self.config.kubelet.as_ref().map(KubeletFeed::latest);
@@ -259,7 +252,14 @@ impl Poller {
             gpus.push(g);
         }
         self.procs.retain(&seen);
-        self.ensure_watcher(&session, &gpus);
+        self.gpus.end_poll(
+            &gpus
+                .iter()
+                .filter_map(|g| g.identity.as_ref())
+                .map(|i| i.uuid.as_str())
+                .collect::<BTreeSet<_>>(),
+        );
+        self.register_xids(&session, &gpus);
         self.snapshot(taken_at, started, log, gpus)
     }
 
@@ -278,7 +278,8 @@ impl Poller {
                 );
                 self.driver = Some(driver);
                 self.nvml = NvmlStatus::Up;
-                self.gpus.clear();
+                // Indices may name other boards in a new session; what boards accumulated stays.
+                self.gpus.reenumerate(0);
                 self.session = Some(session.clone());
                 Some(session)
             }
@@ -310,19 +311,20 @@ impl Poller {
     }
 
     fn poll_gpu(&mut self, session: &Session, index: u32, log: &mut CallLog) -> GpuSnapshot {
-        let state = &mut self.gpus[index as usize];
+        let state = &mut self.gpus.slots[index as usize];
         let errors_before = log.errors.len();
         log.lost = false;
         let (status, reading) = match session.read_gpu(
             index,
-            state.identity.is_none(),
+            !state.identity_complete,
             &mut state.cursor,
             &mut state.gpm,
             log,
         ) {
             Ok((identity, reading)) => {
-                if let Some(id) = identity {
-                    state.identity = Some(Arc::new(id));
+                if let Some(read) = identity {
+                    state.identity_complete = read.complete;
+                    state.identity = Some(Arc::new(read.merged(state.identity.as_deref())));
                 }
                 let status = if log.lost {
                     GpuStatus::Lost
@@ -357,14 +359,22 @@ impl Poller {
             state.status = Some(status.clone());
         }
         let failed_calls = (log.errors.len() - errors_before) as u32;
+        let identity = state.identity.clone();
+        let (xids, last_xid) = match &identity {
+            Some(id) => {
+                let board = self.gpus.board(&id.uuid);
+                (board.xids.clone(), board.last_xid)
+            }
+            None => (BTreeMap::new(), None),
+        };
         GpuSnapshot {
             index,
-            identity: state.identity.clone(),
+            identity,
             status,
             reading,
             failed_calls,
-            xids: state.xids.clone(),
-            last_xid: state.last_xid,
+            xids,
+            last_xid,
         }
     }
 
@@ -375,56 +385,73 @@ impl Poller {
         kubelet: Option<&KubeletStatus>,
         seen: &mut std::collections::HashSet<u32>,
     ) {
-        let Some(state) = self.gpus.get_mut(g.index as usize) else {
-            return;
-        };
-        state.processes_dropped += attribution::attach(
+        let dropped = attribution::attach(
             &mut g.reading,
             &mut self.procs,
             &self.config.processes,
             seen,
         );
-        g.reading.processes_dropped_total = state.processes_dropped;
+        // Keyed by UUID like the XID counts; a GPU without identity has no readable processes.
+        if let Some(id) = &g.identity {
+            let board = self.gpus.board(&id.uuid);
+            board.processes_dropped += dropped;
+            g.reading.processes_dropped_total = board.processes_dropped;
+        }
         if let Some(k) = kubelet {
             g.reading.pods = k.mapping.get(g.uuid()).cloned().unwrap_or_default();
         }
     }
 
+    /// Counts the watcher's events into the board they carry the UUID of (not an index: a
+    /// queued event may predate a re-enumeration or a new session).
     fn drain_xids(&mut self) {
         while let Ok(event) = self.xid_rx.try_recv() {
             match event {
-                XidEvent::Xid { index, xid, at } => {
-                    tracing::warn!(gpu = ?index, xid, "XID event");
-                    let Some(state) = index.and_then(|i| self.gpus.get_mut(i as usize)) else {
-                        continue;
-                    };
-                    let stat = state.xids.entry(xid).or_insert(XidStat {
-                        count: 0,
-                        last_seen: at,
-                    });
-                    stat.count += 1;
-                    stat.last_seen = at;
-                    state.last_xid = Some(xid);
+                XidEvent::Xid {
+                    uuid: Some(uuid),
+                    index,
+                    xid,
+                    at,
+                } => {
+                    tracing::warn!(gpu = ?index, %uuid, xid, "XID event");
+                    self.gpus.record_xid(&uuid, xid, at);
+                }
+                XidEvent::Xid {
+                    uuid: None, xid, ..
+                } => {
+                    tracing::warn!(
+                        xid,
+                        "XID event from a GPU that cannot be identified; not counted"
+                    );
                 }
                 XidEvent::Error { function, code } => self.count_error(function, &code),
             }
         }
     }
 
-    /// (Re)starts the XID watcher when a reachable GPU is not registered yet. A GPU that became
-    /// lost does not restart it: the old event set still delivers that GPU's last XID (79).
-    fn ensure_watcher(&mut self, session: &Session, gpus: &[GpuSnapshot]) {
-        let missing = gpus.iter().any(|g| {
-            g.status == GpuStatus::Up
-                && !self
-                    .watcher
+    /// Starts the session's XID watcher, and asks it to register every reachable GPU it has not
+    /// settled yet (a GPU added, or reachable again). A GPU that became lost stays registered:
+    /// the set still delivers its last XID (79).
+    fn register_xids(&mut self, session: &Session, gpus: &[GpuSnapshot]) {
+        let watcher = self
+            .watcher
+            .get_or_insert_with(|| session.watch_xids(self.xid_tx.clone()));
+        if watcher.busy() {
+            return;
+        }
+        let settled = watcher.coverage().settled;
+        let missing: Vec<u32> = gpus
+            .iter()
+            .filter(|g| g.status == GpuStatus::Up)
+            .filter(|g| {
+                g.identity
                     .as_ref()
-                    .is_some_and(|w| w.covered.contains(&g.index))
-        });
-        if missing {
-            self.watcher = None;
-            self.drain_xids();
-            self.watcher = Some(session.watch_xids(self.xid_tx.clone()));
+                    .is_some_and(|i| !settled.contains(&i.uuid))
+            })
+            .map(|g| g.index)
+            .collect();
+        if !missing.is_empty() {
+            watcher.register(missing);
         }
     }
 
@@ -453,8 +480,9 @@ impl Poller {
             .map(|(name, (duration, success))| (name, SourceStatus { duration, success }))
             .collect();
         if self.session.is_some() {
-            let events_ok = self.watcher.as_ref().is_some_and(|w| w.registered > 0)
-                || gpus.iter().all(|g| g.status != GpuStatus::Up);
+            // Only errors fail the source: GPUs that answer NOT_SUPPORTED have no XID stream,
+            // as other unsupported calls have no value.
+            let events_ok = self.watcher.as_ref().is_none_or(XidWatcher::healthy);
             sources.insert(
                 "events",
                 SourceStatus {

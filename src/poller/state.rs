@@ -1,0 +1,130 @@
+//! What the poller remembers about GPUs between polls, under two keys:
+//!
+//! - per index ([`Slot`]): the identity read at that index, the process-utilization cursor, the
+//!   GPM samples and the last status. Valid for one enumeration of one NVML session, and
+//!   cleared when the device count changes or a new session starts: an index may then name
+//!   another board.
+//! - per UUID ([`Board`]): what accumulates since the agent started (XID counts, the last XID,
+//!   processes left out by the cap). It follows the board, not its index, and survives
+//!   re-enumeration and NVML re-initialisation, so these counters never go down for a GPU
+//!   whose UUID is unchanged. A board missing from the enumeration is forgotten after
+//!   [`FORGET_ABSENT_GPU_AFTER_POLLS`] polls (see there).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::gpu::{GpmSampler, ProcessCursor};
+use crate::snapshot::{GpuIdentity, GpuStatus, XidStat, FORGET_ABSENT_GPU_AFTER_POLLS};
+
+/// What the poller knows about the GPU at one index in the current enumeration.
+#[derive(Default)]
+pub(super) struct Slot {
+    pub identity: Option<Arc<GpuIdentity>>,
+    /// The last identity read had no failure: it is not read again.
+    pub identity_complete: bool,
+    pub cursor: ProcessCursor,
+    pub gpm: GpmSampler,
+    pub status: Option<GpuStatus>,
+}
+
+/// What accumulates about one board (UUID) since the agent started.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Board {
+    pub xids: BTreeMap<u64, XidStat>,
+    pub last_xid: Option<u64>,
+    /// Processes left out by `[processes] max_per_gpu`.
+    pub processes_dropped: u64,
+    /// Consecutive polls (with NVML up) in which the board was not enumerated.
+    absent_polls: u32,
+}
+
+#[derive(Default)]
+pub(super) struct GpuStates {
+    pub slots: Vec<Slot>,
+    boards: BTreeMap<String, Board>,
+}
+
+impl GpuStates {
+    /// Starts a new enumeration of `count` GPUs: per-index state goes, per-board state stays.
+    pub fn reenumerate(&mut self, count: u32) {
+        self.slots = (0..count).map(|_| Slot::default()).collect();
+    }
+
+    /// The accumulated state of the board with `uuid` (created empty when first seen).
+    pub fn board(&mut self, uuid: &str) -> &mut Board {
+        self.boards.entry(uuid.to_string()).or_default()
+    }
+
+    /// Counts one XID on the board with `uuid`, whatever its index is now.
+    pub fn record_xid(&mut self, uuid: &str, xid: u64, at: SystemTime) {
+        let board = self.board(uuid);
+        let stat = board.xids.entry(xid).or_insert(XidStat {
+            count: 0,
+            last_seen: at,
+        });
+        stat.count += 1;
+        stat.last_seen = at;
+        board.last_xid = Some(xid);
+    }
+
+    /// Ends a poll that enumerated the boards in `present`: forgets boards missing for more
+    /// than [`FORGET_ABSENT_GPU_AFTER_POLLS`] polls.
+    pub fn end_poll(&mut self, present: &BTreeSet<&str>) {
+        self.boards.retain(|uuid, board| {
+            if present.contains(uuid.as_str()) {
+                board.absent_polls = 0;
+                return true;
+            }
+            board.absent_polls = board.absent_polls.saturating_add(1);
+            board.absent_polls <= FORGET_ABSENT_GPU_AFTER_POLLS
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn counts_follow_the_board_across_re_enumeration_and_a_new_session() {
+        let mut s = GpuStates::default();
+        s.reenumerate(8);
+        s.record_xid("GPU-b", 48, at(1));
+        s.board("GPU-b").processes_dropped = 2;
+        // Four GPUs left (GPU-b now at another index), then a new NVML session.
+        s.reenumerate(4);
+        s.end_poll(&BTreeSet::from(["GPU-b"]));
+        s.reenumerate(4);
+        let b = s.board("GPU-b");
+        assert_eq!(b.xids[&48].count, 1, "never reset while the UUID stays");
+        assert_eq!((b.last_xid, b.processes_dropped), (Some(48), 2));
+        s.record_xid("GPU-b", 48, at(2));
+        assert_eq!(s.board("GPU-b").xids[&48].count, 2);
+    }
+
+    #[test]
+    fn a_missing_board_is_kept_for_a_while_then_forgotten() {
+        let mut s = GpuStates::default();
+        s.record_xid("GPU-gone", 79, at(1));
+        let none = BTreeSet::new();
+        for _ in 0..FORGET_ABSENT_GPU_AFTER_POLLS {
+            s.end_poll(&none);
+        }
+        assert_eq!(s.board("GPU-gone").xids[&79].count, 1, "kept");
+        s.end_poll(&BTreeSet::from(["GPU-gone"]));
+        for _ in 0..FORGET_ABSENT_GPU_AFTER_POLLS {
+            s.end_poll(&none);
+        }
+        assert!(
+            !s.board("GPU-gone").xids.is_empty(),
+            "back once: counting again"
+        );
+        s.end_poll(&none);
+        assert_eq!(s.board("GPU-gone"), &Board::default(), "forgotten");
+    }
+}
