@@ -13,7 +13,11 @@
 //! re-initialisation. One XID watcher (one event set) serves each NVML session; GPUs that become
 //! reachable are registered on it, never by replacing it.
 
+mod session;
 mod state;
+mod xids;
+
+use session::backoff;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -97,12 +101,6 @@ pub fn spawn(
         control,
         thread: Some(thread),
     })
-}
-
-/// Backoff between NVML initialisation attempts: 1 s doubling to 30 s.
-fn backoff(attempts: u32) -> Duration {
-    let secs = 1u64 << attempts.saturating_sub(1).min(5);
-    Duration::from_secs(secs.min(30))
 }
 
 struct Poller {
@@ -200,14 +198,6 @@ impl Poller {
         health
     }
 
-    /// Stops the XID watcher before the session so that no thread uses NVML after shutdown.
-    /// Events it queued stay in the channel and are counted by UUID at the next poll.
-    fn shutdown_nvml(&mut self) {
-        self.watcher = None;
-        self.session = None;
-        self.driver = None;
-    }
-
     fn poll(&mut self) -> Snapshot {
         let started = Instant::now();
         let taken_at = SystemTime::now();
@@ -261,53 +251,6 @@ impl Poller {
         );
         self.register_xids(&session, &gpus);
         self.snapshot(taken_at, started, log, gpus)
-    }
-
-    fn ensure_session(&mut self, log: &mut CallLog, now: SystemTime) -> Option<Session> {
-        if let Some(s) = &self.session {
-            return Some(s.clone());
-        }
-        match Session::open(&self.config.nvml_lib) {
-            Ok(session) => {
-                log.begin("system");
-                let driver = session.driver_info(log);
-                tracing::info!(
-                    library = %self.config.nvml_lib,
-                    driver = %driver.driver_version,
-                    "NVML initialised"
-                );
-                self.driver = Some(driver);
-                self.nvml = NvmlStatus::Up;
-                // Indices may name other boards in a new session; what boards accumulated stays.
-                self.gpus.reenumerate(0);
-                self.session = Some(session.clone());
-                Some(session)
-            }
-            Err(e) => {
-                *self.init_errors.entry(e.code.clone()).or_default() += 1;
-                self.mark_down(e.reason, e.code, now);
-                None
-            }
-        }
-    }
-
-    fn mark_down(&mut self, reason: String, error: String, now: SystemTime) {
-        let (since, attempts) = match &self.nvml {
-            NvmlStatus::Down {
-                since, attempts, ..
-            } => (*since, attempts + 1),
-            _ => (now, 1),
-        };
-        if attempts == 1 || matches!(&self.nvml, NvmlStatus::Down { reason: r, .. } if *r != reason)
-        {
-            tracing::error!(%reason, retry_in = ?backoff(attempts), "NVML unavailable; serving without GPU data and retrying");
-        }
-        self.nvml = NvmlStatus::Down {
-            reason,
-            error,
-            since,
-            attempts,
-        };
     }
 
     fn poll_gpu(&mut self, session: &Session, index: u32, log: &mut CallLog) -> GpuSnapshot {
@@ -399,59 +342,6 @@ impl Poller {
         }
         if let Some(k) = kubelet {
             g.reading.pods = k.mapping.get(g.uuid()).cloned().unwrap_or_default();
-        }
-    }
-
-    /// Counts the watcher's events into the board they carry the UUID of (not an index: a
-    /// queued event may predate a re-enumeration or a new session).
-    fn drain_xids(&mut self) {
-        while let Ok(event) = self.xid_rx.try_recv() {
-            match event {
-                XidEvent::Xid {
-                    uuid: Some(uuid),
-                    index,
-                    xid,
-                    at,
-                } => {
-                    tracing::warn!(gpu = ?index, %uuid, xid, "XID event");
-                    self.gpus.record_xid(&uuid, xid, at);
-                }
-                XidEvent::Xid {
-                    uuid: None, xid, ..
-                } => {
-                    tracing::warn!(
-                        xid,
-                        "XID event from a GPU that cannot be identified; not counted"
-                    );
-                }
-                XidEvent::Error { function, code } => self.count_error(function, &code),
-            }
-        }
-    }
-
-    /// Starts the session's XID watcher, and asks it to register every reachable GPU it has not
-    /// settled yet (a GPU added, or reachable again). A GPU that became lost stays registered:
-    /// the set still delivers its last XID (79).
-    fn register_xids(&mut self, session: &Session, gpus: &[GpuSnapshot]) {
-        let watcher = self
-            .watcher
-            .get_or_insert_with(|| session.watch_xids(self.xid_tx.clone()));
-        if watcher.busy() {
-            return;
-        }
-        let settled = watcher.coverage().settled;
-        let missing: Vec<u32> = gpus
-            .iter()
-            .filter(|g| g.status == GpuStatus::Up)
-            .filter(|g| {
-                g.identity
-                    .as_ref()
-                    .is_some_and(|i| !settled.contains(&i.uuid))
-            })
-            .map(|g| g.index)
-            .collect();
-        if !missing.is_empty() {
-            watcher.register(missing);
         }
     }
 
