@@ -4,6 +4,7 @@
 //! return data through `/api/v1/query` (for `X or vector(0)`, X itself must), the alerts the
 //! faults scenario implies must fire, and no alert may fire or be pending for the healthy node.
 
+mod common;
 mod e2e_support;
 
 use std::time::Duration;
@@ -98,7 +99,7 @@ fn dashboards_and_alerts_work_against_a_real_prometheus() {
         failures.len(),
         queries.len(),
         failures.join("\n  "),
-        faults.proc.log()
+        faults.log()
     );
     eprintln!(
         "{} dashboard queries answered, {fallbacks} of them also without 'or vector(0)'",

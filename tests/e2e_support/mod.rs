@@ -9,12 +9,14 @@
 
 pub mod dashboards;
 
+pub use crate::common::wait_for;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The repository root (the root package's manifest directory).
 pub fn repo() -> PathBuf {
@@ -23,40 +25,6 @@ pub fn repo() -> PathBuf {
 
 /// `libnvml_sim.so` as `cargo test --workspace` leaves it: `cargo build` writes
 /// `target/<profile>/`, `cargo test` only refreshes `target/<profile>/deps/`; take the newer.
-pub fn sim_lib() -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_gpu-steward"))
-        .parent()
-        .expect("the binary has a parent directory")
-        .to_path_buf();
-    [dir.join("libnvml_sim.so"), dir.join("deps/libnvml_sim.so")]
-        .into_iter()
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .unwrap_or_else(|| {
-            panic!(
-                "libnvml_sim.so is missing from {}: run `cargo test --workspace`",
-                dir.display()
-            )
-        })
-}
-
-/// Polls `f` until it returns `Some`, or panics with `what` after `timeout`.
-pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// A child process killed (and reaped) on drop, with its stderr kept for failure messages.
 pub struct Proc {
     child: Child,
     pub name: String,
@@ -107,52 +75,20 @@ impl Drop for Proc {
 }
 
 /// A `gpu-steward run` on a free loopback port against the simulator, with its own scenario copy.
-pub struct Agent {
-    pub proc: Proc,
-    pub port: u16,
-    _dir: tempfile::TempDir,
-}
+/// An agent on a shared scenario, through the shared harness (`tests/common`).
+pub struct Agent(pub crate::common::Agent);
 
 impl Agent {
-    /// Starts the agent on a copy of `tests/scenarios/<scenario>` and waits for its address.
     pub fn start(scenario: &str) -> Agent {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join(scenario);
-        std::fs::copy(repo().join("tests/scenarios").join(scenario), &path)
-            .expect("copy the scenario");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpu-steward"));
-        cmd.args(["run", "--listen", "127.0.0.1:0", "--interval", "500ms"])
-            .arg("--nvml-lib")
-            .arg(sim_lib())
-            .env("NVML_SIM_SCENARIO", &path)
-            // An empty config (built-in defaults), so that a machine's /etc/gpu-steward does
-            // not leak into the test.
-            .env("GPU_STEWARD_CONFIG", dir.path().join("config.toml"))
-            .env_remove("RUST_LOG");
-        std::fs::write(dir.path().join("config.toml"), "").expect("write an empty config");
-        let mut proc = Proc::spawn(&format!("gpu-steward ({scenario})"), cmd);
-        let port = wait_for(
-            "the agent's 'listening on' line",
-            Duration::from_secs(20),
-            || {
-                proc.assert_running();
-                let log = proc.log();
-                let rest = log.split("listening on 127.0.0.1:").nth(1)?;
-                rest.split(|c: char| !c.is_ascii_digit())
-                    .next()?
-                    .parse()
-                    .ok()
-            },
-        );
-        Agent {
-            proc,
-            port,
-            _dir: dir,
-        }
+        Agent(crate::common::Agent::with_scenario(&crate::common::scenario(scenario)).start())
     }
 
     pub fn target(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.0.port)
+    }
+
+    pub fn log(&self) -> String {
+        self.0.log()
     }
 }
 
