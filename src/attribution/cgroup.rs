@@ -5,20 +5,7 @@
 //! cgroup v2 (`0::/path`) and v1 (`N:controllers:/path`, one line per hierarchy) are read; the
 //! first path that yields a value wins for each attribute.
 
-/// The attribution of one process; every field is optional.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Attribution {
-    /// Like Kubernetes' `containerStatuses[].containerID`: `containerd://<id>`, `cri-o://<id>`,
-    /// `docker://<id>`, or the bare 64-hex id when the runtime cannot be told from the path.
-    /// Joins with kube-state-metrics' `kube_pod_container_info{container_id}`.
-    pub container_id: Option<String>,
-    /// The pod's UID with dashes, as `metadata.uid` spells it.
-    pub pod_uid: Option<String>,
-    /// The systemd unit (`ollama.service`, `session-3.scope`) of a process outside a container.
-    pub systemd_unit: Option<String>,
-    /// The Slurm job id (`job_<id>` in the path).
-    pub slurm_job: Option<String>,
-}
+pub use crate::snapshot::Attribution;
 
 /// Reads every attribute that the cgroup paths in `text` reveal.
 pub fn parse(text: &str) -> Attribution {

@@ -7,6 +7,7 @@
 //! (pid, start time) is served from the cache, so a reused pid is never given the previous
 //! owner's name. A process that vanished or cannot be read is simply left unattributed.
 
+pub use crate::snapshot::ProcessInfo;
 mod attach;
 pub mod cgroup;
 
@@ -51,16 +52,6 @@ impl ProcessesConfig {
             "processes: per-process series off (process count per GPU only)\n".to_string()
         }
     }
-}
-
-/// What procfs says about one process.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ProcessInfo {
-    /// `/proc/<pid>/comm` (the kernel's 15-character name).
-    pub name: String,
-    /// The real user, by name when the agent's user database knows the uid, else the number.
-    pub user: String,
-    pub attribution: Attribution,
 }
 
 /// The cache of process facts, keyed by pid and validated by start time.

@@ -6,6 +6,7 @@
 //! latest value. The kubelet is never called per scrape nor on the poller's path, so a slow or
 //! absent kubelet costs pod labels, never metrics. Off unless `[kubernetes] enabled = true`.
 
+pub use crate::snapshot::{KubeletStatus, LabelNames, PodMapping, PodRef};
 pub mod proto;
 
 use std::collections::HashMap;
@@ -22,15 +23,6 @@ pub struct KubernetesConfig {
     pub pod_resources_socket: PathBuf,
     pub refresh: Duration,
     pub labels: LabelNames,
-}
-
-/// The label names for pod, namespace and container: `pod`, `namespace`, `container` like
-/// dcgm-exporter's `--kubernetes`; rename them to avoid Prometheus' `exported_pod` clash.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LabelNames {
-    pub pod: String,
-    pub namespace: String,
-    pub container: String,
 }
 
 impl Default for KubernetesConfig {
@@ -64,30 +56,6 @@ impl KubernetesConfig {
             "kubernetes: off\n".to_string()
         }
     }
-}
-
-/// One container that was allocated a GPU, a MIG device or a time-slicing replica of a GPU.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct PodRef {
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
-    /// The replica number of a time-sliced GPU (`GPU-…::N`), as dcgm-exporter's `vgpu`.
-    pub replica: Option<String>,
-}
-
-/// Device (GPU UUID or MIG UUID, replica suffix stripped) → the containers allocated it.
-pub type PodMapping = HashMap<String, Vec<PodRef>>;
-
-/// The client's state as the poller copies it into each snapshot.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KubeletStatus {
-    /// Whether the last `List` succeeded.
-    pub up: bool,
-    pub refresh_errors: u64,
-    pub last_refresh: Option<SystemTime>,
-    pub labels: LabelNames,
-    pub mapping: Arc<PodMapping>,
 }
 
 /// The receiving end of the client's channel, comparable so that `PollerConfig` stays `Eq`.

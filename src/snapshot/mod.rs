@@ -4,6 +4,13 @@
 //! talks to NVML. Every telemetry value is an `Option`: `None` means NVML could not give it (not
 //! supported, failed, GPU lost), and renderers must leave such a series out rather than invent a 0.
 
+mod process;
+
+pub use process::{
+    Attribution, GpuProcess, KubeletStatus, LabelNames, PodMapping, PodRef, ProcessInfo,
+    ProcessKind,
+};
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -126,42 +133,6 @@ pub struct RemappedRows {
     pub failure: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProcessKind {
-    Compute,
-    Graphics,
-    /// In both lists (nvidia-smi's "C+G").
-    ComputeAndGraphics,
-}
-
-impl ProcessKind {
-    /// nvidia-smi's spelling: `C`, `G`, `C+G`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProcessKind::Compute => "C",
-            ProcessKind::Graphics => "G",
-            ProcessKind::ComputeAndGraphics => "C+G",
-        }
-    }
-}
-
-/// One process using a GPU, joined from the running-process lists and process utilization.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuProcess {
-    pub pid: u32,
-    pub kind: ProcessKind,
-    /// `None` when NVML reports `NVML_VALUE_NOT_AVAILABLE` (e.g. without privileges).
-    pub used_memory_bytes: Option<u64>,
-    pub sm_util_percent: Option<u32>,
-    pub mem_util_percent: Option<u32>,
-    /// The MIG GPU and compute instance running it (`None` off MIG).
-    pub gpu_instance_id: Option<u32>,
-    pub compute_instance_id: Option<u32>,
-    /// Name, user and owner from procfs; `None` when the process could not be read (gone,
-    /// another pid namespace without `hostPID`, or `[processes] enabled = false`).
-    pub info: Option<Arc<crate::attribution::ProcessInfo>>,
-}
-
 /// Telemetry read on every poll. Every field is optional; see the module docs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuReading {
@@ -206,7 +177,7 @@ pub struct GpuReading {
     /// GPM profiling metrics between this poll and the previous one (Hopper and newer).
     pub gpm: Option<GpmMetrics>,
     /// Kubernetes containers the kubelet allocated this GPU (or a replica of it) to.
-    pub pods: Vec<crate::kubernetes::PodRef>,
+    pub pods: Vec<PodRef>,
 }
 
 /// GPM metrics (`nvmlGpmMetricsGet` between two samples), ratios 0-1 and bytes per second.
@@ -290,7 +261,7 @@ pub struct Snapshot {
     /// Completed polls since the agent started.
     pub polls: u64,
     /// The kubelet pod-resources client, when `[kubernetes] enabled`.
-    pub kubernetes: Option<crate::kubernetes::KubeletStatus>,
+    pub kubernetes: Option<KubeletStatus>,
 }
 
 impl Snapshot {
