@@ -1,64 +1,60 @@
-//! A thin builder over the `prometheus` crate's metric-family protos, so that each collector
-//! reads as a list of series and the text encoding (escaping, format) is the crate's, not ours.
+//! Metric families written straight into the Prometheus text format 0.0.4, so that each
+//! collector reads as a list of series.
+//!
+//! Written by hand rather than through the `prometheus` crate's protobuf structs: those
+//! allocate a `String` per label name and value and a struct per series, and building and
+//! encoding them was two thirds of the agent's own CPU per poll (0.7 + 0.4 ms of 1.6 ms on
+//! the 8-GPU demo node, measured on the 2-core development machine). The format is small:
+//! `# HELP` (backslash and newline escaped), `# TYPE`, then one line per series with label
+//! values escaped (backslash, double quote, newline) and Go's spelling of special floats.
 
-use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use std::fmt::Write;
 
 /// One metric family under construction.
 pub struct Family {
-    mf: MetricFamily,
+    name: &'static str,
+    help: &'static str,
+    kind: &'static str,
+    /// The series lines written so far.
+    lines: String,
 }
 
 impl Family {
-    pub fn gauge(name: &str, help: &str) -> Self {
-        Self::of_kind(name, help, MetricType::GAUGE)
+    pub fn gauge(name: &'static str, help: &'static str) -> Self {
+        Self::new(name, help, false)
     }
 
-    pub fn counter(name: &str, help: &str) -> Self {
-        Self::of_kind(name, help, MetricType::COUNTER)
+    pub fn counter(name: &'static str, help: &'static str) -> Self {
+        Self::new(name, help, true)
     }
 
     /// A counter family when `counter`, else a gauge family (for table-driven collectors).
-    pub fn new(name: &str, help: &str, counter: bool) -> Self {
-        let kind = if counter {
-            MetricType::COUNTER
-        } else {
-            MetricType::GAUGE
-        };
-        Self::of_kind(name, help, kind)
-    }
-
-    fn of_kind(name: &str, help: &str, kind: MetricType) -> Self {
-        let mut mf = MetricFamily::default();
-        mf.set_name(name.to_string());
-        mf.set_help(help.to_string());
-        mf.set_field_type(kind);
-        Family { mf }
+    pub fn new(name: &'static str, help: &'static str, counter: bool) -> Self {
+        Family {
+            name,
+            help,
+            kind: if counter { "counter" } else { "gauge" },
+            lines: String::new(),
+        }
     }
 
     /// Adds one series. Labels are written in the order given.
     pub fn add<S: AsRef<str>>(&mut self, labels: &[(&str, S)], value: f64) {
-        let mut m = Metric::default();
-        m.set_label(
-            labels
-                .iter()
-                .map(|(k, v)| {
-                    let mut l = LabelPair::default();
-                    l.set_name(k.to_string());
-                    l.set_value(v.as_ref().to_string());
-                    l
-                })
-                .collect(),
-        );
-        if self.mf.get_field_type() == MetricType::COUNTER {
-            let mut c = Counter::default();
-            c.set_value(value);
-            m.set_counter(c);
-        } else {
-            let mut g = Gauge::default();
-            g.set_value(value);
-            m.set_gauge(g);
+        let out = &mut self.lines;
+        out.push_str(self.name);
+        for (i, (k, v)) in labels.iter().enumerate() {
+            out.push(if i == 0 { '{' } else { ',' });
+            out.push_str(k);
+            out.push_str("=\"");
+            escape(out, v.as_ref(), true);
+            out.push('"');
         }
-        self.mf.mut_metric().push(m);
+        if !labels.is_empty() {
+            out.push('}');
+        }
+        out.push(' ');
+        write_value(out, value);
+        out.push('\n');
     }
 
     /// Adds a series only when the value is known: absent stays absent, never a made-up 0.
@@ -72,24 +68,87 @@ impl Family {
 /// The families of one render, in output order.
 #[derive(Default)]
 pub struct Families {
-    families: Vec<MetricFamily>,
+    text: String,
 }
 
 impl Families {
-    /// Keeps `family` unless it has no series (the text format has no empty families).
+    /// Writes `family` out unless it has no series (the text format has no empty families).
     pub fn push(&mut self, family: Family) {
-        if !family.mf.get_metric().is_empty() {
-            self.families.push(family.mf);
+        if family.lines.is_empty() {
+            return;
         }
+        let out = &mut self.text;
+        if out.is_empty() {
+            out.reserve(64 * 1024);
+        }
+        out.push_str("# HELP ");
+        out.push_str(family.name);
+        out.push(' ');
+        escape(out, family.help, false);
+        out.push_str("\n# TYPE ");
+        out.push_str(family.name);
+        out.push(' ');
+        out.push_str(family.kind);
+        out.push('\n');
+        out.push_str(&family.lines);
     }
 
-    /// Encodes everything in the Prometheus text format 0.0.4.
-    pub fn encode(&self) -> String {
-        let mut out = String::with_capacity(64 * 1024);
-        if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&self.families, &mut out) {
-            // Only reachable with an empty or unnamed family, which `push` prevents.
-            tracing::error!(error = %e, "metrics encoding failed");
+    /// Everything, in the Prometheus text format 0.0.4.
+    pub fn encode(self) -> String {
+        self.text
+    }
+}
+
+/// Escapes as the text format requires: `\` and newline always, `"` in label values.
+fn escape(out: &mut String, s: &str, quote: bool) {
+    if !s.contains(['\\', '\n', '"']) {
+        out.push_str(s);
+        return;
+    }
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '"' if quote => out.push_str("\\\""),
+            c => out.push(c),
         }
-        out
+    }
+}
+
+fn write_value(out: &mut String, v: f64) {
+    if v.is_nan() {
+        out.push_str("NaN");
+    } else if v.is_infinite() {
+        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
+    } else {
+        // `Display` of f64 is the shortest string that reads back to the same value.
+        let _ = write!(out, "{v}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_the_text_format_with_escapes() {
+        let mut f = Family::gauge("x_ratio", "A \\ help\nline.");
+        f.add(&[("gpu", "0"), ("name", "a \"b\"\\c\nd")], 0.5);
+        f.add::<&str>(&[], 1e21);
+        f.add_opt::<&str, f64>(&[], None);
+        let mut c = Family::counter("y_total", "Y.");
+        c.add(&[("k", "v")], f64::INFINITY);
+        let empty = Family::gauge("z", "Z.");
+        let mut all = Families::default();
+        all.push(f);
+        all.push(empty);
+        all.push(c);
+        assert_eq!(
+            all.encode(),
+            "# HELP x_ratio A \\\\ help\\nline.\n# TYPE x_ratio gauge\n\
+             x_ratio{gpu=\"0\",name=\"a \\\"b\\\"\\\\c\\nd\"} 0.5\n\
+             x_ratio 1000000000000000000000\n\
+             # HELP y_total Y.\n# TYPE y_total counter\ny_total{k=\"v\"} +Inf\n"
+        );
     }
 }
