@@ -67,6 +67,7 @@ fn poller_config(c: &Config, kubelet: Option<KubeletFeed>) -> PollerConfig {
     PollerConfig {
         nvml_lib: c.nvml_lib.clone(),
         interval: c.interval,
+        slow_interval: c.slow_interval,
         render: render_config(c),
         health: c.health.clone(),
         processes: c.processes.clone(),

@@ -55,6 +55,9 @@ pub struct NvmlSection {
 pub struct PollerSection {
     #[serde(deserialize_with = "interval")]
     pub interval: Option<Duration>,
+    /// Cadence of the slow tier: reads that cost milliseconds or move slowly.
+    #[serde(deserialize_with = "slow_interval")]
+    pub slow_interval: Option<Duration>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -215,6 +218,13 @@ fn interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Erro
     parse_interval(&s)
         .map(Some)
         .map_err(serde::de::Error::custom)
+}
+
+fn slow_interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_interval(&s)
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(e.replacen("interval", "slow_interval", 1)))
 }
 
 fn max_connections<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {

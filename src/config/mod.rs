@@ -24,6 +24,9 @@ pub const DEFAULT_CONFIG: &str = "/etc/gpu-steward/config.toml";
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9400";
 pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+/// The slow tier: every 10 s the energy counter (3 ms of CPU on an H100), process utilization
+/// (2.8 ms), BAR1, power limit, ECC, PCIe counters and MIG mode (0.16 ms each) are read.
+pub const DEFAULT_SLOW_INTERVAL: Duration = Duration::from_secs(10);
 /// Prometheus, a probe or two and an operator's curl: 64 is plenty, and bounds what a
 /// misbehaving client can hold.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
@@ -49,6 +52,8 @@ pub struct Config {
     pub header_timeout: Duration,
     pub nvml_lib: String,
     pub interval: Duration,
+    /// Cadence of the slow tier of reads (energy, process utilization, ECC, limits, ...).
+    pub slow_interval: Duration,
     pub metrics_dcgm: bool,
     pub metrics_native: bool,
     /// Overrides the hostname label value; default `NODE_NAME`, else the host name.
@@ -162,6 +167,7 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
             .or(f.nvml.library)
             .unwrap_or_else(|| DEFAULT_NVML_LIB.to_string()),
         interval: o.interval.or(f.poller.interval).unwrap_or(DEFAULT_INTERVAL),
+        slow_interval: f.poller.slow_interval.unwrap_or(DEFAULT_SLOW_INTERVAL),
         metrics_dcgm: f.metrics.dcgm,
         metrics_native: f.metrics.native,
         hostname: f.metrics.hostname,
@@ -193,7 +199,8 @@ impl Config {
             "configuration from {source}\n\
              serve HTTP on {listen}: /metrics, /health, /health/gpus, /livez, /readyz \
              (at most {max_connections} connections, {header_timeout} to send headers)\n\
-             load NVML from '{lib}' and poll every {interval}\n\
+             load NVML from '{lib}' and poll every {interval}; expensive and slow-moving reads \
+             every {slow}\n\
              metrics: dcgm-compatible {dcgm}, native {native}, hostname label {hostname_label}\n\
              mutating API (/api/v1): {api}\n\
              log: level {level}, format {format:?}\n\
@@ -205,6 +212,7 @@ impl Config {
             header_timeout = humantime::format_duration(self.header_timeout),
             lib = self.nvml_lib,
             interval = humantime::format_duration(self.interval),
+            slow = humantime::format_duration(self.slow_interval.max(self.interval)),
             dcgm = on(self.metrics_dcgm),
             native = on(self.metrics_native),
             api = if self.api_enabled {

@@ -19,7 +19,11 @@ use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
 use nvml_wrapper::{Device, EventSet, Nvml};
 
-use super::error_code;
+use super::code;
+use crate::snapshot::NvmlCode;
+
+/// The XID NVML reports when the driver cannot say which (`XidError::Unknown` in nvml-wrapper).
+pub const UNKNOWN_XID: u64 = 999;
 
 /// How long one wait blocks before the thread looks at its requests and whether to stop.
 const WAIT_MS: u32 = 250;
@@ -38,7 +42,7 @@ pub enum XidEvent {
     /// An NVML call of the watcher failed.
     Error {
         function: &'static str,
-        code: String,
+        code: NvmlCode,
     },
 }
 
@@ -147,7 +151,7 @@ fn run(
     let report = |function: &'static str, e: &NvmlError| {
         let _ = sink.send(XidEvent::Error {
             function,
-            code: error_code(e),
+            code: code(e),
         });
     };
     let update = |f: &mut dyn FnMut(&mut Coverage)| {
@@ -188,8 +192,12 @@ fn run(
         match set.wait(WAIT_MS) {
             Ok(data) => {
                 update(&mut |c| c.wait_failed = false);
-                let Some(XidError::Value(xid)) = data.event_data else {
-                    continue;
+                let xid = match data.event_data {
+                    Some(XidError::Value(xid)) => xid,
+                    // NVML's "unknown XID" (999): the driver saw an error it has no number
+                    // for. Still an XID, counted like any other.
+                    Some(XidError::Unknown) => UNKNOWN_XID,
+                    None => continue,
                 };
                 // SAFETY: reading the raw handle value only, for comparison.
                 let handle = unsafe { data.device.handle() } as usize;

@@ -66,6 +66,12 @@ struct Samples {
     primed: bool,
 }
 
+// SAFETY: the two sample handles are opaque allocations of the NVML library, which is
+// thread-safe (nvml.h: "NVML is thread-safe so it is safe to make simultaneous NVML calls from
+// multiple threads"); `Samples` is owned by one GPU worker at a time and only moved between
+// threads, never shared, so no handle is used from two threads at once.
+unsafe impl Send for Samples {}
+
 impl Drop for Samples {
     fn drop(&mut self) {
         if let Ok(free) = nvml_sym(self.nvml.lib().nvmlGpmSampleFree.as_ref()) {
@@ -95,14 +101,10 @@ impl GpmSampler {
         log: &mut CallLog,
     ) -> Option<GpmMetrics> {
         if self.supported.is_none() {
-            match query_support(device) {
+            match log.call("nvmlGpmQueryDeviceSupport", || query_support(device)) {
                 Ok(s) => self.supported = Some(s),
-                Err(e) => {
-                    log.fail("nvmlGpmQueryDeviceSupport", &e);
-                    if matches!(
-                        e,
-                        NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)
-                    ) {
+                Err(c) => {
+                    if c.is_unsupported() {
                         self.supported = Some(false);
                     }
                     return None;
@@ -119,16 +121,18 @@ impl GpmSampler {
             .is_some_and(|s| Arc::ptr_eq(&s.nvml, nvml))
         {
             self.samples = None;
-            self.samples = Some(log.read("nvmlGpmSampleAlloc", Samples::alloc(nvml))?);
+            self.samples = Some(log.read("nvmlGpmSampleAlloc", || Samples::alloc(nvml))?);
         }
         let samples = self.samples.as_mut()?;
-        if let Err(e) = samples.take(device) {
-            log.fail("nvmlGpmSampleGet", &e);
+        if log
+            .read("nvmlGpmSampleGet", || samples.take(device))
+            .is_none()
+        {
             samples.primed = false;
             return None;
         }
         let metrics = if samples.primed {
-            log.read("nvmlGpmMetricsGet", samples.compare())
+            log.read("nvmlGpmMetricsGet", || samples.compare())
         } else {
             None
         };

@@ -6,8 +6,8 @@
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureThreshold};
 use nvml_wrapper::Device;
 
-use super::{error_code, CallLog};
-use crate::snapshot::{Clocks, GpuIdentity, TemperatureThresholds};
+use super::CallLog;
+use crate::snapshot::{Clocks, GpuIdentity, NvmlCode, TemperatureThresholds};
 
 /// One identity read.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,74 +69,74 @@ impl IdentityRead {
 
 /// `Err` carries the NVML error code when the UUID, the one field identity cannot do without,
 /// is unreadable. Failed fields are left empty (`""`, `None`) and `complete` is false.
-pub(super) fn read(device: &Device, index: u32, log: &mut CallLog) -> Result<IdentityRead, String> {
+pub(super) fn read(
+    device: &Device,
+    index: u32,
+    log: &mut CallLog,
+) -> Result<IdentityRead, NvmlCode> {
     let errors_before = log.errors.len();
-    let uuid = log
-        .call("nvmlDeviceGetUUID", device.uuid())
-        .map_err(|e| error_code(&e))?;
-    let pci = log.read("nvmlDeviceGetPciInfo_v3", device.pci_info());
-    let constraints = log.read(
-        "nvmlDeviceGetPowerManagementLimitConstraints",
-        device.power_management_limit_constraints(),
-    );
-    let max_clock = |log: &mut CallLog, clock| {
-        log.read("nvmlDeviceGetMaxClockInfo", device.max_clock_info(clock))
+    let uuid = log.call("nvmlDeviceGetUUID", || device.uuid())?;
+    let pci = log.read("nvmlDeviceGetPciInfo_v3", || device.pci_info());
+    let constraints = log.read("nvmlDeviceGetPowerManagementLimitConstraints", || {
+        device.power_management_limit_constraints()
+    });
+    let max_clock = |log: &mut CallLog, clock: Clock| {
+        log.probe_at("nvmlDeviceGetMaxClockInfo", clock as u32, || {
+            device.max_clock_info(clock)
+        })
     };
-    let threshold = |log: &mut CallLog, t| {
-        log.read(
-            "nvmlDeviceGetTemperatureThreshold",
-            device.temperature_threshold(t),
-        )
+    let max_clocks_mhz = Clocks {
+        graphics: max_clock(log, Clock::Graphics),
+        sm: max_clock(log, Clock::SM),
+        memory: max_clock(log, Clock::Memory),
+        video: max_clock(log, Clock::Video),
+    };
+    let threshold = |log: &mut CallLog, t: TemperatureThreshold| {
+        log.probe_at("nvmlDeviceGetTemperatureThreshold", t as u32, || {
+            device.temperature_threshold(t)
+        })
+    };
+    let thresholds = TemperatureThresholds {
+        shutdown_c: threshold(log, TemperatureThreshold::Shutdown),
+        slowdown_c: threshold(log, TemperatureThreshold::Slowdown),
+        gpu_max_c: threshold(log, TemperatureThreshold::GpuMax),
+        memory_max_c: threshold(log, TemperatureThreshold::MemoryMax),
     };
     let identity = GpuIdentity {
         index,
         uuid,
         name: log
-            .read("nvmlDeviceGetName", device.name())
+            .read("nvmlDeviceGetName", || device.name())
             .unwrap_or_default(),
-        serial: log.read("nvmlDeviceGetSerial", device.serial()),
+        serial: log.read("nvmlDeviceGetSerial", || device.serial()),
         pci_bus_id: pci
             .as_ref()
             .map(|p| normalize_bus_id(&p.bus_id))
             .unwrap_or_default(),
         pci_device_id: pci.as_ref().map_or(0, |p| p.pci_device_id),
         pci_subsystem_id: pci.as_ref().and_then(|p| p.pci_sub_system_id).unwrap_or(0),
-        minor_number: log.read("nvmlDeviceGetMinorNumber", device.minor_number()),
+        minor_number: log.read("nvmlDeviceGetMinorNumber", || device.minor_number()),
         architecture: log
-            .read("nvmlDeviceGetArchitecture", device.architecture())
+            .read("nvmlDeviceGetArchitecture", || device.architecture())
             .map(|a| a.to_string()),
         compute_capability: log
-            .read(
-                "nvmlDeviceGetCudaComputeCapability",
-                device.cuda_compute_capability(),
-            )
+            .read("nvmlDeviceGetCudaComputeCapability", || {
+                device.cuda_compute_capability()
+            })
             .map(|c| (c.major, c.minor)),
-        power_default_limit_mw: log.read(
-            "nvmlDeviceGetPowerManagementDefaultLimit",
-            device.power_management_limit_default(),
-        ),
+        power_default_limit_mw: log.read("nvmlDeviceGetPowerManagementDefaultLimit", || {
+            device.power_management_limit_default()
+        }),
         power_min_limit_mw: constraints.as_ref().map(|c| c.min_limit),
         power_max_limit_mw: constraints.as_ref().map(|c| c.max_limit),
-        max_clocks_mhz: Clocks {
-            graphics: max_clock(log, Clock::Graphics),
-            sm: max_clock(log, Clock::SM),
-            memory: max_clock(log, Clock::Memory),
-            video: max_clock(log, Clock::Video),
-        },
-        thresholds: TemperatureThresholds {
-            shutdown_c: threshold(log, TemperatureThreshold::Shutdown),
-            slowdown_c: threshold(log, TemperatureThreshold::Slowdown),
-            gpu_max_c: threshold(log, TemperatureThreshold::GpuMax),
-            memory_max_c: threshold(log, TemperatureThreshold::MemoryMax),
-        },
-        max_pcie_generation: log.read(
-            "nvmlDeviceGetMaxPcieLinkGeneration",
-            device.max_pcie_link_gen(),
-        ),
-        max_pcie_width: log.read(
-            "nvmlDeviceGetMaxPcieLinkWidth",
-            device.max_pcie_link_width(),
-        ),
+        max_clocks_mhz,
+        thresholds,
+        max_pcie_generation: log.read("nvmlDeviceGetMaxPcieLinkGeneration", || {
+            device.max_pcie_link_gen()
+        }),
+        max_pcie_width: log.read("nvmlDeviceGetMaxPcieLinkWidth", || {
+            device.max_pcie_link_width()
+        }),
     };
     Ok(IdentityRead {
         identity,

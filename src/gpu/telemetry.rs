@@ -1,191 +1,237 @@
-//! Reads one poll's telemetry of one GPU, grouped into sources so that each group's duration
-//! and success can be reported on its own.
-
-use std::collections::HashMap;
+//! The per-GPU reads of [`super::READS`] other than processes and GPM: each fills the fields
+//! it owns and leaves the others as the last read left them. A value NVML cannot give is set
+//! to `None`, never kept from an earlier read.
 
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, PcieUtilCounter, RetirementCause, TemperatureSensor,
 };
-use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
+use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
-use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::Device;
 
-use super::{CallLog, ProcessCursor};
-use crate::snapshot::{
-    Clocks, EccCounts, GpuProcess, GpuReading, Memory, ProcessKind, RemappedRows, RetiredPages,
-};
+use super::GpuReader;
+use crate::snapshot::{Clocks, EccCounts, GpuReading, Memory, RemappedRows, RetiredPages};
 
 /// `NVML_FI_DEV_MEMORY_TEMP`: HBM temperature, which `nvmlDeviceGetTemperature` does not offer.
 const FI_MEMORY_TEMP: u32 = 82;
 /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`: the driver's recommended recovery action.
 const FI_RECOVERY_ACTION: u32 = 230;
-/// How long a process's last utilization sample stays current without a newer one.
-const UTIL_HORIZON_US: u64 = 10_000_000;
+const FIELDS: &str = "nvmlDeviceGetFieldValues";
 
-pub(super) fn read(device: &Device, cursor: &mut ProcessCursor, log: &mut CallLog) -> GpuReading {
-    let mut r = GpuReading::default();
-
-    log.begin("utilization");
-    if let Some(u) = log.read("nvmlDeviceGetUtilizationRates", device.utilization_rates()) {
-        r.gpu_util_percent = Some(u.gpu);
-        r.mem_util_percent = Some(u.memory);
-    }
-    if log.lost {
-        log.end();
-        return r;
-    }
-    r.enc_util_percent = log
-        .read(
-            "nvmlDeviceGetEncoderUtilization",
-            device.encoder_utilization(),
-        )
+pub(super) fn utilization(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
+    let log = &mut r.log;
+    let rates = log.read("nvmlDeviceGetUtilizationRates", || d.utilization_rates());
+    out.gpu_util_percent = rates.as_ref().map(|u| u.gpu);
+    out.mem_util_percent = rates.as_ref().map(|u| u.memory);
+    out.enc_util_percent = log
+        .read("nvmlDeviceGetEncoderUtilization", || {
+            d.encoder_utilization()
+        })
         .map(|u| u.utilization);
-    r.dec_util_percent = log
-        .read(
-            "nvmlDeviceGetDecoderUtilization",
-            device.decoder_utilization(),
-        )
+    out.dec_util_percent = log
+        .read("nvmlDeviceGetDecoderUtilization", || {
+            d.decoder_utilization()
+        })
         .map(|u| u.utilization);
+}
 
-    log.begin("memory");
-    r.memory = log
-        .read("nvmlDeviceGetMemoryInfo_v2", device.memory_info())
+pub(super) fn memory(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
+    out.memory = r
+        .log
+        .read("nvmlDeviceGetMemoryInfo_v2", || d.memory_info())
         .map(|m| Memory {
             total: m.total,
             reserved: m.reserved,
             used: m.used,
             free: m.free,
         });
-    if let Some(b) = log.read("nvmlDeviceGetBAR1MemoryInfo", device.bar1_memory_info()) {
-        r.bar1_total_bytes = Some(b.total);
-        r.bar1_used_bytes = Some(b.used);
-    }
-
-    log.begin("thermal");
-    r.temperature_c = log.read(
-        "nvmlDeviceGetTemperature",
-        device.temperature(TemperatureSensor::Gpu),
-    );
-    r.fan_percent = log.read("nvmlDeviceGetFanSpeed_v2", device.fan_speed(0));
-    if let Some(values) = log.read(
-        "nvmlDeviceGetFieldValues",
-        device.field_values_for(&[FieldId(FI_MEMORY_TEMP), FieldId(FI_RECOVERY_ACTION)]),
-    ) {
-        for sample in values.into_iter().flatten() {
-            let value = match sample.value {
-                Ok(v) => as_u64(v),
-                Err(e) => {
-                    log.fail("nvmlDeviceGetFieldValues", &e);
-                    None
-                }
-            };
-            match sample.field.0 {
-                FI_MEMORY_TEMP => r.memory_temperature_c = value.map(|v| v as u32),
-                FI_RECOVERY_ACTION => r.recovery_action = value.map(|v| v as u32),
-                _ => {}
-            }
-        }
-    }
-
-    log.begin("power");
-    r.power_mw = log.read("nvmlDeviceGetPowerUsage", device.power_usage());
-    r.energy_mj = log.read(
-        "nvmlDeviceGetTotalEnergyConsumption",
-        device.total_energy_consumption(),
-    );
-    r.power_limit_mw = log.read(
-        "nvmlDeviceGetPowerManagementLimit",
-        device.power_management_limit(),
-    );
-    r.enforced_power_limit_mw = log.read(
-        "nvmlDeviceGetEnforcedPowerLimit",
-        device.enforced_power_limit(),
-    );
-
-    log.begin("clocks");
-    let clock = |log: &mut CallLog, c| log.read("nvmlDeviceGetClockInfo", device.clock_info(c));
-    r.clocks_mhz = Clocks {
-        graphics: clock(log, Clock::Graphics),
-        sm: clock(log, Clock::SM),
-        memory: clock(log, Clock::Memory),
-        video: clock(log, Clock::Video),
-    };
-    r.clock_event_reasons = log
-        .read(
-            "nvmlDeviceGetCurrentClocksThrottleReasons",
-            device.current_throttle_reasons(),
-        )
-        .map(|b| b.bits());
-
-    log.begin("pcie");
-    r.pcie_tx_kbs = log.read(
-        "nvmlDeviceGetPcieThroughput",
-        device.pcie_throughput(PcieUtilCounter::Send),
-    );
-    r.pcie_rx_kbs = log.read(
-        "nvmlDeviceGetPcieThroughput",
-        device.pcie_throughput(PcieUtilCounter::Receive),
-    );
-    r.pcie_replay_count = log.read(
-        "nvmlDeviceGetPcieReplayCounter",
-        device.pcie_replay_counter(),
-    );
-    r.pcie_generation = log.read(
-        "nvmlDeviceGetCurrPcieLinkGeneration",
-        device.current_pcie_link_gen(),
-    );
-    r.pcie_width = log.read(
-        "nvmlDeviceGetCurrPcieLinkWidth",
-        device.current_pcie_link_width(),
-    );
-
-    log.begin("ecc");
-    read_ecc(device, &mut r, log);
-
-    log.begin("mig");
-    if let Some(m) = log.read("nvmlDeviceGetMigMode", device.mig_mode()) {
-        r.mig_mode_current = Some(m.current == 1);
-        r.mig_mode_pending = Some(m.pending == 1);
-    }
-
-    log.begin("processes");
-    r.processes = read_processes(device, r.mig_mode_current == Some(true), cursor, log);
-    log.end();
-    r
 }
 
-fn read_ecc(device: &Device, r: &mut GpuReading, log: &mut CallLog) {
-    r.ecc_enabled = log
-        .read("nvmlDeviceGetEccMode", device.is_ecc_enabled())
-        .map(|m| m.currently_enabled);
-    if r.ecc_enabled == Some(true) {
-        let count = |log: &mut CallLog, e, c| {
-            log.read("nvmlDeviceGetTotalEccErrors", device.total_ecc_errors(e, c))
+pub(super) fn bar1(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
+    let b = r
+        .log
+        .read("nvmlDeviceGetBAR1MemoryInfo", || d.bar1_memory_info());
+    out.bar1_total_bytes = b.as_ref().map(|b| b.total);
+    out.bar1_used_bytes = b.as_ref().map(|b| b.used);
+}
+
+pub(super) fn thermal(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
+    out.temperature_c = r.log.read("nvmlDeviceGetTemperature", || {
+        d.temperature(TemperatureSensor::Gpu)
+    });
+    out.fan_percent = match fans(r, d) {
+        0 => None,
+        _ => r
+            .log
+            .probe_at("nvmlDeviceGetFanSpeed_v2", 0, || d.fan_speed(0)),
+    };
+    let wanted: Vec<FieldId> = [FI_MEMORY_TEMP, FI_RECOVERY_ACTION]
+        .into_iter()
+        .filter(|f| !r.log.lacks(FIELDS, *f))
+        .map(FieldId)
+        .collect();
+    out.memory_temperature_c = None;
+    out.recovery_action = None;
+    if wanted.is_empty() {
+        return;
+    }
+    let Some(values) = r.log.read(FIELDS, || d.field_values_for(&wanted)) else {
+        return;
+    };
+    for sample in values.into_iter().flatten() {
+        let field = sample.field.0;
+        let value = match sample.value {
+            Ok(v) => {
+                r.log.answered_at(FIELDS, field);
+                as_u64(v)
+            }
+            Err(e) => {
+                r.log.fail_at(FIELDS, field, &e);
+                None
+            }
         };
-        r.ecc = EccCounts {
-            corrected_volatile: count(log, MemoryError::Corrected, EccCounter::Volatile),
-            uncorrected_volatile: count(log, MemoryError::Uncorrected, EccCounter::Volatile),
-            corrected_aggregate: count(log, MemoryError::Corrected, EccCounter::Aggregate),
-            uncorrected_aggregate: count(log, MemoryError::Uncorrected, EccCounter::Aggregate),
+        match field {
+            FI_MEMORY_TEMP => out.memory_temperature_c = value.map(|v| v as u32),
+            FI_RECOVERY_ACTION => out.recovery_action = value.map(|v| v as u32),
+            _ => {}
+        }
+    }
+}
+
+/// How many fans the board has, asked once. Data-center boards (SXM, passively cooled PCIe)
+/// have none, and a real H100 answers `nvmlDeviceGetFanSpeed_v2(dev, 0)` with
+/// INVALID_ARGUMENT. A driver without `nvmlDeviceGetNumFans` gets fan 0 probed instead.
+fn fans(r: &mut GpuReader, d: &Device) -> u32 {
+    if let Some(n) = r.fans {
+        return n;
+    }
+    match r.log.call("nvmlDeviceGetNumFans", || d.num_fans()) {
+        Ok(n) => {
+            r.fans = Some(n);
+            n
+        }
+        Err(c) if c.is_unsupported() => {
+            r.fans = Some(1);
+            1
+        }
+        // A real failure: no fan reading this poll, asked again next poll.
+        Err(_) => 0,
+    }
+}
+
+pub(super) fn power(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
+    out.power_mw = r.log.read("nvmlDeviceGetPowerUsage", || d.power_usage());
+    out.enforced_power_limit_mw = r.log.read("nvmlDeviceGetEnforcedPowerLimit", || {
+        d.enforced_power_limit()
+    });
+}
+
+pub(super) fn energy(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
+    out.energy_mj = r.log.read("nvmlDeviceGetTotalEnergyConsumption", || {
+        d.total_energy_consumption()
+    });
+}
+
+pub(super) fn power_limit(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
+    out.power_limit_mw = r.log.read("nvmlDeviceGetPowerManagementLimit", || {
+        d.power_management_limit()
+    });
+}
+
+pub(super) fn clocks(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
+    let mut clock = |c: Clock| {
+        r.log
+            .probe_at("nvmlDeviceGetClockInfo", c as u32, || d.clock_info(c))
+    };
+    out.clocks_mhz = Clocks {
+        graphics: clock(Clock::Graphics),
+        sm: clock(Clock::SM),
+        memory: clock(Clock::Memory),
+        video: clock(Clock::Video),
+    };
+    out.clock_event_reasons = r
+        .log
+        .read("nvmlDeviceGetCurrentClocksThrottleReasons", || {
+            d.current_throttle_reasons()
+        })
+        .map(|b| b.bits());
+}
+
+pub(super) fn pcie_link(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
+    out.pcie_generation = r.log.read("nvmlDeviceGetCurrPcieLinkGeneration", || {
+        d.current_pcie_link_gen()
+    });
+}
+
+pub(super) fn pcie_counters(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
+    out.pcie_width = r.log.read("nvmlDeviceGetCurrPcieLinkWidth", || {
+        d.current_pcie_link_width()
+    });
+    out.pcie_replay_count = r
+        .log
+        .read("nvmlDeviceGetPcieReplayCounter", || d.pcie_replay_counter());
+}
+
+/// Off the critical path (20 ms per direction), and not at all where GPM gives the rates.
+pub(super) fn pcie_throughput(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
+    if r.pcie_from_gpm(out) {
+        return;
+    }
+    let mut rate = |c: PcieUtilCounter| {
+        r.log
+            .read_at("nvmlDeviceGetPcieThroughput", c as u32, || {
+                d.pcie_throughput(c)
+            })
+            .map(|kbs| f64::from(kbs) * 1024.0)
+    };
+    out.pcie_tx_bytes_per_second = rate(PcieUtilCounter::Send);
+    out.pcie_rx_bytes_per_second = rate(PcieUtilCounter::Receive);
+}
+
+pub(super) fn ecc(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
+    let log = &mut r.log;
+    out.ecc_enabled = log
+        .read("nvmlDeviceGetEccMode", || d.is_ecc_enabled())
+        .map(|m| m.currently_enabled);
+    out.ecc = EccCounts::default();
+    if out.ecc_enabled == Some(true) {
+        let mut count = |e: MemoryError, c: EccCounter| {
+            let arg = (e as u32) << 1 | c as u32;
+            log.read_at("nvmlDeviceGetTotalEccErrors", arg, || {
+                d.total_ecc_errors(e, c)
+            })
+        };
+        out.ecc = EccCounts {
+            corrected_volatile: count(MemoryError::Corrected, EccCounter::Volatile),
+            uncorrected_volatile: count(MemoryError::Uncorrected, EccCounter::Volatile),
+            corrected_aggregate: count(MemoryError::Corrected, EccCounter::Aggregate),
+            uncorrected_aggregate: count(MemoryError::Uncorrected, EccCounter::Aggregate),
         };
     }
     // Ampere and newer replaced page retirement with row remapping: there the retired-pages
-    // calls answer NOT_SUPPORTED and the values stay absent.
-    let pages = |log: &mut CallLog, cause| {
-        log.read("nvmlDeviceGetRetiredPages", device.retired_pages(cause))
-            .map(|p| p.len() as u64)
+    // calls answer NOT_SUPPORTED once and are not asked again.
+    let mut pages = |cause: RetirementCause| {
+        log.read_at("nvmlDeviceGetRetiredPages", cause as u32, || {
+            d.retired_pages(cause)
+        })
+        .map(|p| p.len() as u64)
     };
-    r.retired_pages = RetiredPages {
-        single_bit: pages(log, RetirementCause::MultipleSingleBitEccErrors),
-        double_bit: pages(log, RetirementCause::DoubleBitEccError),
-        pending: log.read(
-            "nvmlDeviceGetRetiredPagesPendingStatus",
-            device.are_pages_pending_retired(),
-        ),
+    out.retired_pages = RetiredPages {
+        single_bit: pages(RetirementCause::MultipleSingleBitEccErrors),
+        double_bit: pages(RetirementCause::DoubleBitEccError),
+        pending: log.read("nvmlDeviceGetRetiredPagesPendingStatus", || {
+            d.are_pages_pending_retired()
+        }),
     };
-    r.remapped_rows = log.read("nvmlDeviceGetRemappedRows", remapped_rows(device));
+    out.remapped_rows = log.read("nvmlDeviceGetRemappedRows", || remapped_rows(d));
+}
+
+pub(super) fn mig_mode(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
+    let mode = r.log.read("nvmlDeviceGetMigMode", || d.mig_mode());
+    out.mig_mode_current = mode.as_ref().map(|m| m.current == 1);
+    out.mig_mode_pending = mode.as_ref().map(|m| m.pending == 1);
+    r.observe_mig(out.mig_mode_current);
 }
 
 /// `nvmlDeviceGetRemappedRows` is not wrapped by nvml-wrapper 0.13; call the raw symbol.
@@ -211,111 +257,6 @@ fn remapped_rows(device: &Device) -> Result<RemappedRows, NvmlError> {
         pending: pending != 0,
         failure: failure != 0,
     })
-}
-
-fn read_processes(
-    device: &Device,
-    mig_enabled: bool,
-    cursor: &mut ProcessCursor,
-    log: &mut CallLog,
-) -> Option<Vec<GpuProcess>> {
-    let compute = log.read(
-        "nvmlDeviceGetComputeRunningProcesses_v3",
-        device.running_compute_processes(),
-    );
-    let graphics = log.read(
-        "nvmlDeviceGetGraphicsRunningProcesses_v3",
-        device.running_graphics_processes(),
-    );
-    if compute.is_none() && graphics.is_none() {
-        return None;
-    }
-    // Process utilization is not supported on MIG-enabled GPUs (nvml.h); don't ask.
-    let util_known = !mig_enabled
-        && match device.process_utilization_stats(cursor.last_seen_us) {
-            Ok(samples) => {
-                // The buffer may hold several samples per process since the last poll, in no
-                // promised order: keep the newest of each, and ask next time only for samples
-                // newer than the newest seen (nvml.h, lastSeenTimeStamp).
-                for s in samples {
-                    cursor.last_seen_us = cursor.last_seen_us.max(s.timestamp);
-                    let newer = cursor.latest.get(&s.pid).is_none_or(|l| s.timestamp >= l.2);
-                    if newer {
-                        cursor
-                            .latest
-                            .insert(s.pid, (s.sm_util, s.mem_util, s.timestamp));
-                    }
-                }
-                true
-            }
-            // NOT_FOUND: no sample newer than the last one seen, i.e. no process was active.
-            Err(NvmlError::NotFound) => true,
-            Err(e) => {
-                log.fail("nvmlDeviceGetProcessUtilization", &e);
-                false
-            }
-        };
-    // Samples carry CPU timestamps (µs since the epoch). A process whose newest sample is older
-    // than the horizon has not used the GPU since: forget it, so that it reads 0 below instead
-    // of repeating its last busy value for as long as it keeps running. The horizon is measured
-    // from now, on every poll, whether or not new samples came.
-    let now_us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64);
-    let horizon = now_us.saturating_sub(UTIL_HORIZON_US);
-    cursor.latest.retain(|_, l| l.2 >= horizon);
-    let mut out: Vec<GpuProcess> = Vec::new();
-    let kinds = [
-        (compute, ProcessKind::Compute),
-        (graphics, ProcessKind::Graphics),
-    ];
-    for (list, kind) in kinds {
-        for p in list.unwrap_or_default() {
-            let new = process(&p, kind, util_known.then_some(&cursor.latest));
-            // A process in both lists (same MIG instance, if any) is one process, nvidia-smi's
-            // "C+G", not two series.
-            match out.iter_mut().find(|o| {
-                o.pid == new.pid
-                    && o.gpu_instance_id == new.gpu_instance_id
-                    && o.compute_instance_id == new.compute_instance_id
-            }) {
-                Some(o) => {
-                    if o.kind != new.kind {
-                        o.kind = ProcessKind::ComputeAndGraphics;
-                    }
-                    o.used_memory_bytes = o.used_memory_bytes.max(new.used_memory_bytes);
-                }
-                None => out.push(new),
-            }
-        }
-    }
-    let running: std::collections::HashSet<u32> = out.iter().map(|p| p.pid).collect();
-    cursor.latest.retain(|pid, _| running.contains(pid));
-    out.sort_by_key(|p| p.pid);
-    Some(out)
-}
-
-/// `latest` is `None` when utilization is unknown this poll (MIG, or the call failed): the
-/// values are then absent. Otherwise a process without a recent sample was idle: 0.
-fn process(
-    p: &ProcessInfo,
-    kind: ProcessKind,
-    latest: Option<&HashMap<u32, (u32, u32, u64)>>,
-) -> GpuProcess {
-    let util = latest.map(|l| l.get(&p.pid).map_or((0, 0), |u| (u.0, u.1)));
-    GpuProcess {
-        pid: p.pid,
-        kind,
-        used_memory_bytes: match p.used_gpu_memory {
-            UsedGpuMemory::Used(b) => Some(b),
-            UsedGpuMemory::Unavailable => None,
-        },
-        sm_util_percent: util.map(|u| u.0),
-        mem_util_percent: util.map(|u| u.1),
-        gpu_instance_id: p.gpu_instance_id,
-        compute_instance_id: p.compute_instance_id,
-        info: None,
-    }
 }
 
 fn as_u64(v: SampleValue) -> Option<u64> {

@@ -91,7 +91,7 @@ mod tests {
         assert!(!readiness(&s, interval, at(100)).ready);
         s.nvml = NvmlStatus::Down {
             reason: "driver not loaded".into(),
-            error: "driver_not_loaded".into(),
+            error: crate::snapshot::NvmlCode::DriverNotLoaded,
             since: at(90),
             attempts: 3,
         };

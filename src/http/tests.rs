@@ -137,7 +137,7 @@ async fn a_stale_snapshot_or_nvml_down_makes_the_agent_unready() {
     let down = state(
         NvmlStatus::Down {
             reason: "driver not loaded".into(),
-            error: "driver_not_loaded".into(),
+            error: crate::snapshot::NvmlCode::DriverNotLoaded,
             since: SystemTime::now(),
             attempts: 2,
         },

@@ -59,7 +59,7 @@ pub(super) fn render(snapshot: &Snapshot, counters: &AgentCounters, out: &mut Fa
         "Failed attempts to load or initialise NVML, by error.",
     );
     for (error, n) in &snapshot.nvml_init_errors {
-        init.add(&[("error", error.as_str())], *n as f64);
+        init.add(&[("error", error.label().as_ref())], *n as f64);
     }
     out.push(init);
 
@@ -69,11 +69,26 @@ pub(super) fn render(snapshot: &Snapshot, counters: &AgentCounters, out: &mut Fa
     );
     for ((function, error), n) in &snapshot.nvml_errors {
         errors.add(
-            &[("function", *function), ("error", error.as_str())],
+            &[("function", *function), ("error", error.label().as_ref())],
             *n as f64,
         );
     }
     out.push(errors);
+
+    let mut calls = Family::counter(
+        "gpu_steward_nvml_calls_total",
+        "NVML calls the poller made, by function (the XID waiter's blocking waits excluded).",
+    );
+    let mut seconds = Family::counter(
+        "gpu_steward_nvml_call_seconds_total",
+        "Wall time spent in NVML calls, by function: what polling costs, where.",
+    );
+    for (function, stat) in &snapshot.nvml_calls {
+        calls.add(&[("function", *function)], stat.calls as f64);
+        seconds.add(&[("function", *function)], stat.seconds);
+    }
+    out.push(calls);
+    out.push(seconds);
 
     let mut polls = Family::counter("gpu_steward_polls_total", "Polls completed.");
     polls.add::<&str>(&[], snapshot.polls as f64);

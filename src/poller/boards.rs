@@ -1,32 +1,13 @@
-//! What the poller remembers about GPUs between polls, under two keys:
-//!
-//! - per index ([`Slot`]): the identity read at that index, the process-utilization cursor, the
-//!   GPM samples and the last status. Valid for one enumeration of one NVML session, and
-//!   cleared when the device count changes or a new session starts: an index may then name
-//!   another board.
-//! - per UUID ([`Board`]): what accumulates since the agent started (XID counts, the last XID,
-//!   processes left out by the cap). It follows the board, not its index, and survives
-//!   re-enumeration and NVML re-initialisation, so these counters never go down for a GPU
-//!   whose UUID is unchanged. A board missing from the enumeration is forgotten after
-//!   [`FORGET_ABSENT_GPU_AFTER_POLLS`] polls (see there).
+//! What accumulates about a GPU board (a UUID) since the agent started: XID counts, the last
+//! XID, processes left out by the cap. It follows the board, not its index, and survives
+//! re-enumeration and NVML re-initialisation, so these counters never go down for a GPU whose
+//! UUID is unchanged. A board missing from the enumeration is forgotten after
+//! [`FORGET_ABSENT_GPU_AFTER_POLLS`] polls (see there).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::gpu::{GpmSampler, ProcessCursor};
-use crate::snapshot::{GpuIdentity, GpuStatus, XidStat, FORGET_ABSENT_GPU_AFTER_POLLS};
-
-/// What the poller knows about the GPU at one index in the current enumeration.
-#[derive(Default)]
-pub(super) struct Slot {
-    pub identity: Option<Arc<GpuIdentity>>,
-    /// The last identity read had no failure: it is not read again.
-    pub identity_complete: bool,
-    pub cursor: ProcessCursor,
-    pub gpm: GpmSampler,
-    pub status: Option<GpuStatus>,
-}
+use crate::snapshot::{XidStat, FORGET_ABSENT_GPU_AFTER_POLLS};
 
 /// What accumulates about one board (UUID) since the agent started.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -40,17 +21,11 @@ pub(super) struct Board {
 }
 
 #[derive(Default)]
-pub(super) struct GpuStates {
-    pub slots: Vec<Slot>,
+pub(super) struct Boards {
     boards: BTreeMap<String, Board>,
 }
 
-impl GpuStates {
-    /// Starts a new enumeration of `count` GPUs: per-index state goes, per-board state stays.
-    pub fn reenumerate(&mut self, count: u32) {
-        self.slots = (0..count).map(|_| Slot::default()).collect();
-    }
-
+impl Boards {
     /// The accumulated state of the board with `uuid` (created empty when first seen).
     pub fn board(&mut self, uuid: &str) -> &mut Board {
         self.boards.entry(uuid.to_string()).or_default()
@@ -91,15 +66,11 @@ mod tests {
     }
 
     #[test]
-    fn counts_follow_the_board_across_re_enumeration_and_a_new_session() {
-        let mut s = GpuStates::default();
-        s.reenumerate(8);
+    fn counts_follow_the_board_whatever_its_index() {
+        let mut s = Boards::default();
         s.record_xid("GPU-b", 48, at(1));
         s.board("GPU-b").processes_dropped = 2;
-        // Four GPUs left (GPU-b now at another index), then a new NVML session.
-        s.reenumerate(4);
         s.end_poll(&BTreeSet::from(["GPU-b"]));
-        s.reenumerate(4);
         let b = s.board("GPU-b");
         assert_eq!(b.xids[&48].count, 1, "never reset while the UUID stays");
         assert_eq!((b.last_xid, b.processes_dropped), (Some(48), 2));
@@ -109,7 +80,7 @@ mod tests {
 
     #[test]
     fn a_missing_board_is_kept_for_a_while_then_forgotten() {
-        let mut s = GpuStates::default();
+        let mut s = Boards::default();
         s.record_xid("GPU-gone", 79, at(1));
         let none = BTreeSet::new();
         for _ in 0..FORGET_ABSENT_GPU_AFTER_POLLS {

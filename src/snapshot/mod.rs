@@ -4,8 +4,10 @@
 //! talks to NVML. Every telemetry value is an `Option`: `None` means NVML could not give it (not
 //! supported, failed, GPU lost), and renderers must leave such a series out rather than invent a 0.
 
+mod nvml;
 mod process;
 
+pub use nvml::NvmlCode;
 pub use process::{
     Attribution, GpuProcess, KubeletStatus, LabelNames, PodMapping, PodRef, ProcessInfo,
     ProcessKind,
@@ -26,8 +28,8 @@ pub enum NvmlStatus {
     Down {
         /// Why, in words an operator can act on.
         reason: String,
-        /// The NVML return code name or loader failure, for metrics (`driver_not_loaded`, ...).
-        error: String,
+        /// The NVML return code or loader failure, for metrics (`driver_not_loaded`, ...).
+        error: NvmlCode,
         /// When the failure began.
         since: SystemTime,
         /// Consecutive failed attempts.
@@ -151,9 +153,10 @@ pub struct GpuReading {
     pub energy_mj: Option<u64>,
     pub clocks_mhz: Clocks,
     pub fan_percent: Option<u32>,
-    /// NVML reports PCIe throughput in KB/s (1024 bytes).
-    pub pcie_tx_kbs: Option<u32>,
-    pub pcie_rx_kbs: Option<u32>,
+    /// PCIe throughput: from GPM between two polls where the GPU has it (Hopper and newer),
+    /// else from `nvmlDeviceGetPcieThroughput` (a 20 ms sample in KB/s, x 1024).
+    pub pcie_tx_bytes_per_second: Option<f64>,
+    pub pcie_rx_bytes_per_second: Option<f64>,
     pub pcie_replay_count: Option<u32>,
     pub pcie_generation: Option<u32>,
     pub pcie_width: Option<u32>,
@@ -242,6 +245,20 @@ pub struct SourceStatus {
     pub success: bool,
 }
 
+/// What one NVML function has cost so far: calls and the wall time spent in them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CallStat {
+    pub calls: u64,
+    pub seconds: f64,
+}
+
+impl CallStat {
+    pub fn add(&mut self, calls: u64, time: Duration) {
+        self.calls += calls;
+        self.seconds += time.as_secs_f64();
+    }
+}
+
 /// A whole-node snapshot.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
@@ -255,9 +272,12 @@ pub struct Snapshot {
     /// How long the whole poll took.
     pub poll_duration: Duration,
     /// Cumulative NVML call failures by (function, error), since the agent started.
-    pub nvml_errors: BTreeMap<(&'static str, String), u64>,
+    pub nvml_errors: BTreeMap<(&'static str, NvmlCode), u64>,
+    /// Cumulative NVML calls made by the poller, by function, since the agent started (the XID
+    /// waiter's blocking waits are not counted: they wait for events, they cost nothing).
+    pub nvml_calls: BTreeMap<&'static str, CallStat>,
     /// Cumulative NVML initialisation failures by error, since the agent started.
-    pub nvml_init_errors: BTreeMap<String, u64>,
+    pub nvml_init_errors: BTreeMap<NvmlCode, u64>,
     /// Completed polls since the agent started.
     pub polls: u64,
     /// The kubelet pod-resources client, when `[kubernetes] enabled`.
@@ -276,6 +296,7 @@ impl Snapshot {
             poll_duration: Duration::ZERO,
             nvml_errors: BTreeMap::new(),
             nvml_init_errors: BTreeMap::new(),
+            nvml_calls: BTreeMap::new(),
             polls: 0,
             kubernetes: None,
         }

@@ -141,7 +141,8 @@ impl AgentBuilder {
         let scenario_path = dir.path().join("scenario.toml");
         std::fs::write(&scenario_path, &self.scenario).expect("write scenario");
         let config_path = dir.path().join("config.toml");
-        std::fs::write(&config_path, self.config.as_deref().unwrap_or("")).expect("write config");
+        let config = with_slow_tier_every_poll(self.config.as_deref().unwrap_or(""));
+        std::fs::write(&config_path, config).expect("write config");
         let mut cmd = Command::new(bin());
         cmd.args(["run", "--listen", "127.0.0.1:0", "--interval", "200ms"])
             .arg("--nvml-lib")
@@ -202,6 +203,25 @@ impl AgentBuilder {
     }
 }
 
+/// Tests poll every 200 ms and expect a scenario change at the next poll, whatever tier reads
+/// it: unless a test sets `slow_interval` itself, the slow tier runs every poll too.
+pub fn with_slow_tier_every_poll(config: &str) -> String {
+    if config.contains("slow_interval") {
+        return config.to_string();
+    }
+    match config.find("[poller]\n") {
+        Some(at) => {
+            let end = at + "[poller]\n".len();
+            format!(
+                "{}slow_interval = \"100ms\"\n{}",
+                &config[..end],
+                &config[end..]
+            )
+        }
+        None => format!("{config}\n[poller]\nslow_interval = \"100ms\"\n"),
+    }
+}
+
 impl Agent {
     pub fn with_scenario(scenario: &str) -> AgentBuilder {
         AgentBuilder {
@@ -229,7 +249,7 @@ impl Agent {
 
     pub fn rewrite_config(&self, text: &str) {
         let tmp = self.dir.path().join("config.toml.tmp");
-        std::fs::write(&tmp, text).expect("write config");
+        std::fs::write(&tmp, with_slow_tier_every_poll(text)).expect("write config");
         std::fs::rename(&tmp, &self.config_path).expect("rename config");
     }
 

@@ -1,0 +1,128 @@
+//! When a GPU's slow tier is due. Pure: time comes in as an argument.
+//!
+//! The slow tier runs every `slow_interval`, rounded to whole polls. GPUs are staggered across
+//! the period (GPU `i` of `n` is offset by `i * polls / n` polls), so that an eight-GPU node
+//! does not pay every GPU's milliseconds of energy and process-utilization reads in the same
+//! poll: the cost is spread flat, and no single poll carries it all. Everything is read at the
+//! first poll, and again at the first poll after a GPU comes back.
+
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Default, Clone)]
+pub(super) struct Schedule {
+    next_slow: Option<Instant>,
+}
+
+/// Where one GPU stands among the GPUs polled and how often the slow tier runs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Cadence {
+    pub interval: Duration,
+    pub slow_interval: Duration,
+    pub index: u32,
+    pub gpus: u32,
+}
+
+impl Cadence {
+    /// The slow period in polls (at least 1).
+    fn period(&self) -> u32 {
+        let polls = self.slow_interval.as_secs_f64() / self.interval.as_secs_f64().max(1e-3);
+        (polls.round() as u32).max(1)
+    }
+}
+
+impl Schedule {
+    /// Whether the slow tier runs in the poll at `now`; if so, the next one is scheduled.
+    pub fn slow_due(&mut self, now: Instant, c: Cadence) -> bool {
+        let period = c.period();
+        let every = c.interval * period;
+        // A due time within half an interval counts as now: polls drift by their own duration.
+        let horizon = now + c.interval / 2;
+        match self.next_slow {
+            None => {
+                let offset = c.index.min(c.gpus.saturating_sub(1)) * period / c.gpus.max(1);
+                self.next_slow = Some(now + c.interval * (period + offset));
+                true
+            }
+            Some(next) if next <= horizon => {
+                let mut next = next + every;
+                while next <= horizon {
+                    next += every;
+                }
+                self.next_slow = Some(next);
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
+    /// Makes everything due at the next poll (a GPU back from lost, another board at the index).
+    pub fn reset(&mut self) {
+        self.next_slow = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(index: u32, gpus: u32, interval_ms: u64, slow_ms: u64, polls: u32) -> Vec<u32> {
+        let c = Cadence {
+            interval: Duration::from_millis(interval_ms),
+            slow_interval: Duration::from_millis(slow_ms),
+            index,
+            gpus,
+        };
+        let t0 = Instant::now();
+        let mut s = Schedule::default();
+        (0..polls)
+            .filter(|&p| {
+                // Polls run a little late, as real ones do.
+                let jitter = Duration::from_micros(u64::from(p % 3) * 700);
+                s.slow_due(t0 + c.interval * p + jitter, c)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_poll_when_slow_is_not_slower_than_the_interval() {
+        for i in 0..8 {
+            assert_eq!(run(i, 8, 1000, 1000, 5), vec![0, 1, 2, 3, 4]);
+            assert_eq!(run(i, 8, 5000, 1000, 3), vec![0, 1, 2]);
+        }
+    }
+
+    #[test]
+    fn once_per_period_after_the_first_poll_staggered_by_gpu() {
+        assert_eq!(run(0, 8, 1000, 10_000, 31), vec![0, 10, 20, 30]);
+        assert_eq!(run(4, 8, 1000, 10_000, 31), vec![0, 15, 25]);
+        assert_eq!(run(7, 8, 1000, 10_000, 31), vec![0, 18, 28]);
+        // At the default 5 s interval and 10 s slow tier: half the GPUs each poll.
+        assert_eq!(run(0, 8, 5000, 10_000, 7), vec![0, 2, 4, 6]);
+        assert_eq!(run(5, 8, 5000, 10_000, 7), vec![0, 3, 5]);
+    }
+
+    #[test]
+    fn at_most_one_gpu_in_eight_pays_the_slow_tier_in_a_steady_poll() {
+        let due: Vec<Vec<u32>> = (0..8).map(|i| run(i, 8, 100, 10_000, 400)).collect();
+        for poll in 1..400 {
+            let n = due.iter().filter(|d| d.contains(&poll)).count();
+            assert!(n <= 1, "poll {poll}: {n} GPUs");
+        }
+    }
+
+    #[test]
+    fn reset_makes_it_due_at_once() {
+        let c = Cadence {
+            interval: Duration::from_secs(1),
+            slow_interval: Duration::from_secs(10),
+            index: 0,
+            gpus: 1,
+        };
+        let t0 = Instant::now();
+        let mut s = Schedule::default();
+        assert!(s.slow_due(t0, c));
+        assert!(!s.slow_due(t0 + Duration::from_secs(1), c));
+        s.reset();
+        assert!(s.slow_due(t0 + Duration::from_secs(2), c));
+    }
+}
