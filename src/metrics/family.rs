@@ -101,7 +101,7 @@ impl Families {
 
 /// Escapes as the text format requires: `\` and newline always, `"` in label values.
 fn escape(out: &mut String, s: &str, quote: bool) {
-    if !s.contains(['\\', '\n', '"']) {
+    if !s.bytes().any(|b| matches!(b, b'\\' | b'\n' | b'"')) {
         out.push_str(s);
         return;
     }
@@ -120,6 +120,9 @@ fn write_value(out: &mut String, v: f64) {
         out.push_str("NaN");
     } else if v.is_infinite() {
         out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        // Most values are whole (bytes, counts, MHz): integer formatting is far cheaper.
+        let _ = write!(out, "{}", v as i64);
     } else {
         // `Display` of f64 is the shortest string that reads back to the same value.
         let _ = write!(out, "{v}");
