@@ -169,7 +169,14 @@ pub struct Gpu {
     pub pcie_replay_count: u32,
     /// `None` on fanless boards (all six models), whatever the scenario says.
     pub fan_percent: Option<u32>,
+    /// Totals (location-independent counters).
     pub ecc: Ecc,
+    /// The part of `ecc` that is in SRAM (location 7); the rest is in device memory.
+    pub ecc_sram: Ecc,
+    /// `nvmlDeviceGetModuleId`.
+    pub module_id: u32,
+    /// `nvmlGpuVirtualizationMode_t`.
+    pub virtualization_mode: u32,
     pub remapped_rows: RemappedRows,
     pub retired_pages: RetiredPages,
     pub throttle_reasons: u64,
@@ -314,10 +321,17 @@ impl Gpu {
             pcie_tx_kib_s: g.pcie_tx_kib_s.unwrap_or(0),
             pcie_rx_kib_s: g.pcie_rx_kib_s.unwrap_or(0),
             pcie_replay_count: g.pcie_replay_count.unwrap_or(0),
-            fan_percent: model
-                .has_fan
+            fan_percent: (model.fans > 0)
                 .then(|| g.fan_percent.as_ref().map_or(30, |f| *f.get_ref())),
             ecc: g.ecc.unwrap_or_default(),
+            ecc_sram: g
+                .ecc_sram
+                .as_ref()
+                .map(|e| *e.get_ref())
+                .unwrap_or_default(),
+            // CHOSEN: SXM module ids count from 1 in index order unless the scenario says.
+            module_id: g.module_id.unwrap_or(index + 1),
+            virtualization_mode: g.virtualization_mode.unwrap_or_default() as u32,
             remapped_rows: g
                 .remapped_rows
                 .as_ref()
