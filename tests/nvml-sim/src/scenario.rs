@@ -230,7 +230,8 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         ));
     }
     let mut init_error = None;
-    let (mut driver_version, mut cuda_version) = (String::from("580.95.05"), 13000);
+    // The driver of the real H100 and H200 captured in tests/data/real-h*.
+    let (mut driver_version, mut cuda_version) = (String::from("580.159.04"), 13000);
     if let Some(d) = raw.driver {
         if let Some(v) = d.version {
             driver_version = v;

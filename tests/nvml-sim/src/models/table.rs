@@ -190,7 +190,8 @@ pub static MODELS: &[Model] = &[
         key: "H200-SXM-141GB",
         name: "NVIDIA H200",
         pci_device_id: 0x2335_10DE,
-        pci_subsystem_id: 0x18BE_10DE,
+        // The captured 692-2G520-0282 board (gpu-models.md's 695-2G520-0280 boards: 0x18BE).
+        pci_subsystem_id: 0x18BF_10DE,
         architecture: HOPPER,
         cuda_cc: (9, 0),
         brand: BRAND_NVIDIA,
