@@ -14,8 +14,10 @@
 //! - [`state`]: the global state (ref-counted init, live reload, stable handles, energy).
 //! - [`events`]: per-event-set delivery bookkeeping (each XID id once per set).
 //! - [`stats`]: the `NVML_SIM_STATS` call-count file.
+//! - [`cost`]: the `NVML_SIM_COST` cost model (wall and CPU time per call, spent outside locks).
 //! - `exports/*`: the `extern "C"` functions, grouped like nvml.h.
 
+pub mod cost;
 pub mod events;
 pub mod ffi;
 pub mod models;

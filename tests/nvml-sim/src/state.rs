@@ -226,6 +226,10 @@ pub fn init() -> Ret {
     if let Some(code) = scenario.init_error {
         return code;
     }
+    if let Err(line) = crate::cost::load_from_env() {
+        eprintln!("{line}");
+        return ffi::UNKNOWN;
+    }
     sim.path = Some(path);
     sim.file = id;
     sim.bad_file = None;
@@ -247,6 +251,7 @@ pub fn shutdown() -> Ret {
     drop(sim);
     if last {
         crate::stats::maybe_flush(true);
+        crate::cost::unload();
     }
     ffi::SUCCESS
 }
