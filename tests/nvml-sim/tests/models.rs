@@ -147,11 +147,7 @@ type Profile = (u32, u32, u64, Vec<(u32, u32)>);
 
 /// `(id, SMs, memory MB, placements)` of profile `index` through the raw v1 call and
 /// `…PossiblePlacements_v2`, or the return code.
-fn profile(
-    nvml: &nvml_wrapper::Nvml,
-    d: &Device,
-    index: u32,
-) -> Result<Profile, u32> {
+fn profile(nvml: &nvml_wrapper::Nvml, d: &Device, index: u32) -> Result<Profile, u32> {
     let info_fn = nvml
         .lib()
         .nvmlDeviceGetGpuInstanceProfileInfo
