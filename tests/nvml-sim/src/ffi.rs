@@ -106,8 +106,9 @@ pub fn error_string(code: Ret) -> &'static CStr {
         .unwrap_or(c"Unknown Error")
 }
 
-/// Runs one export body: counts the call, catches any panic (answering `UNKNOWN`) and turns
-/// `Err(code)` into the return value. Nothing unwinds past this function.
+/// Runs one export body: counts the call, catches any panic (answering `UNKNOWN`), turns
+/// `Err(code)` into the return value and spends the call's `NVML_SIM_COST`, if any, after the
+/// body (so with no simulator lock held). Nothing unwinds past this function.
 pub fn run(name: &'static str, body: impl FnOnce() -> NvResult) -> Ret {
     crate::stats::count(name);
     CURRENT.with(|c| c.set(name));
@@ -117,6 +118,10 @@ pub fn run(name: &'static str, body: impl FnOnce() -> NvResult) -> Ret {
         Err(_) => UNKNOWN,
     };
     crate::stats::maybe_flush(false);
+    // The body has returned, so none of its locks is held: costs on different threads overlap.
+    if let Some(cost) = crate::cost::of(name) {
+        crate::cost::spend(cost);
+    }
     ret
 }
 

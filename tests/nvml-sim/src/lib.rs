@@ -10,15 +10,21 @@
 //! - [`models`]: the per-model table (data, one struct per GPU model).
 //! - [`scenario`]: the scenario file format, parsing and strict validation with `FILE:LINE:COL`.
 //! - `validate`: semantic checks of one `[[gpu]]` entry against its model.
+//! - [`pci`]: PCI bus ids in NVML's forms.
 //! - [`resolve`]: turns a validated scenario entry into one concrete [`resolve::Gpu`] per index.
+//! - [`handles`]: the stable device handles (addresses in a static array).
 //! - [`state`]: the global state (ref-counted init, live reload, stable handles, energy).
 //! - [`events`]: per-event-set delivery bookkeeping (each XID id once per set).
 //! - [`stats`]: the `NVML_SIM_STATS` call-count file.
+//! - [`cost`]: the `NVML_SIM_COST` cost model (wall and CPU time per call, spent outside locks).
 //! - `exports/*`: the `extern "C"` functions, grouped like nvml.h.
 
+pub mod cost;
 pub mod events;
 pub mod ffi;
+pub mod handles;
 pub mod models;
+pub mod pci;
 pub mod resolve;
 pub mod scenario;
 pub mod state;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ffi::{code_by_name, Ret};
 use crate::models::Model;
+pub use crate::pci::PciAddr;
 use crate::scenario::{Ecc, ProcessKind, RawGpm, RawGpu, RemappedRows, RetiredPages};
 
 /// One scenario, resolved.
@@ -23,60 +24,6 @@ impl Scenario {
     /// (the real library prints "12.535.129.03" on a CUDA 12.2 driver).
     pub fn nvml_version(&self) -> String {
         format!("{}.{}", self.cuda_version / 1000, self.driver_version)
-    }
-}
-
-/// A PCI address; `bus_id()` prints it the way NVML does (`00000000:3B:00.0`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PciAddr {
-    pub domain: u32,
-    pub bus: u32,
-    pub device: u32,
-    pub function: u32,
-}
-
-impl PciAddr {
-    /// Accepts the forms nvml.h lists for `nvmlDeviceGetHandleByPciBusId_v2` (hexadecimal):
-    /// `domain:bus:device.function`, `domain:bus:device` and `bus:device.function`; any case.
-    pub fn parse(s: &str) -> Option<PciAddr> {
-        let hex = |p: &str| {
-            (!p.is_empty() && p.len() <= 8).then_some(())?;
-            u32::from_str_radix(p, 16).ok()
-        };
-        let parts: Vec<&str> = s.split(':').collect();
-        let (domain, bus, rest) = match parts.as_slice() {
-            [d, b, rest] => (hex(d)?, hex(b)?, *rest),
-            [b, rest] if rest.contains('.') => (0, hex(b)?, *rest),
-            _ => return None,
-        };
-        let (device, function) = match rest.split_once('.') {
-            Some((d, f)) => (hex(d)?, hex(f)?),
-            None => (hex(rest)?, 0),
-        };
-        (bus <= 0xFF && device <= 0x1F && function <= 7).then_some(PciAddr {
-            domain,
-            bus,
-            device,
-            function,
-        })
-    }
-
-    pub fn bus_id(&self) -> String {
-        format!(
-            "{:08X}:{:02X}:{:02X}.{:X}",
-            self.domain, self.bus, self.device, self.function
-        )
-    }
-
-    /// The 16-byte legacy form (`0000:3B:00.0`) of `nvmlPciInfo_t::busIdLegacy`.
-    pub fn bus_id_legacy(&self) -> String {
-        format!(
-            "{:04X}:{:02X}:{:02X}.{:X}",
-            self.domain & 0xFFFF,
-            self.bus,
-            self.device,
-            self.function
-        )
     }
 }
 
@@ -169,7 +116,14 @@ pub struct Gpu {
     pub pcie_replay_count: u32,
     /// `None` on fanless boards (all six models), whatever the scenario says.
     pub fan_percent: Option<u32>,
+    /// Totals (location-independent counters).
     pub ecc: Ecc,
+    /// The part of `ecc` that is in SRAM (location 7); the rest is in device memory.
+    pub ecc_sram: Ecc,
+    /// `nvmlDeviceGetModuleId`.
+    pub module_id: u32,
+    /// `nvmlGpuVirtualizationMode_t`.
+    pub virtualization_mode: u32,
     pub remapped_rows: RemappedRows,
     pub retired_pages: RetiredPages,
     pub throttle_reasons: u64,
@@ -314,10 +268,17 @@ impl Gpu {
             pcie_tx_kib_s: g.pcie_tx_kib_s.unwrap_or(0),
             pcie_rx_kib_s: g.pcie_rx_kib_s.unwrap_or(0),
             pcie_replay_count: g.pcie_replay_count.unwrap_or(0),
-            fan_percent: model
-                .has_fan
+            fan_percent: (model.fans > 0)
                 .then(|| g.fan_percent.as_ref().map_or(30, |f| *f.get_ref())),
             ecc: g.ecc.unwrap_or_default(),
+            ecc_sram: g
+                .ecc_sram
+                .as_ref()
+                .map(|e| *e.get_ref())
+                .unwrap_or_default(),
+            // CHOSEN: SXM module ids count from 1 in index order unless the scenario says.
+            module_id: g.module_id.unwrap_or(index + 1),
+            virtualization_mode: g.virtualization_mode.unwrap_or_default() as u32,
             remapped_rows: g
                 .remapped_rows
                 .as_ref()
@@ -379,25 +340,6 @@ impl Gpu {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pci_forms() {
-        let full = PciAddr::parse("00000000:3b:00.0").map(|p| p.bus_id());
-        assert_eq!(full.as_deref(), Some("00000000:3B:00.0"));
-        assert_eq!(
-            PciAddr::parse("0000:3B:00.0"),
-            PciAddr::parse("00000000:3B:00.0")
-        );
-        assert_eq!(
-            PciAddr::parse("3B:00.0"),
-            PciAddr::parse("00000000:3B:00.0")
-        );
-        assert_eq!(PciAddr::parse("0:3B:0"), PciAddr::parse("00000000:3B:00.0"));
-        assert!(PciAddr::parse("zz:00.0").is_none());
-        assert!(PciAddr::parse("3B").is_none());
-        let legacy = PciAddr::parse("00000000:3B:00.0").map(|p| p.bus_id_legacy());
-        assert_eq!(legacy.as_deref(), Some("0000:3B:00.0"));
-    }
 
     #[test]
     fn uuids() {

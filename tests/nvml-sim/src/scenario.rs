@@ -97,6 +97,18 @@ pub enum ThrottleReason {
     HwPowerBrakeSlowdown = 0x80,
 }
 
+/// `nvmlGpuVirtualizationMode_t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum VirtualizationMode {
+    #[default]
+    None = 0,
+    Passthrough = 1,
+    Vgpu = 2,
+    HostVgpu = 3,
+    HostVsga = 4,
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Ecc {
@@ -153,6 +165,9 @@ pub(crate) struct RawGpu {
     pub pcie_replay_count: Option<u32>,
     pub fan_percent: Option<Spanned<u32>>,
     pub ecc: Option<Ecc>,
+    pub ecc_sram: Option<Spanned<Ecc>>,
+    pub module_id: Option<u32>,
+    pub virtualization_mode: Option<VirtualizationMode>,
     pub remapped_rows: Option<Spanned<RemappedRows>>,
     pub retired_pages: Option<Spanned<RetiredPages>>,
     pub throttle_reasons: Option<Vec<ThrottleReason>>,
@@ -215,7 +230,8 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         ));
     }
     let mut init_error = None;
-    let (mut driver_version, mut cuda_version) = (String::from("580.95.05"), 13000);
+    // The driver of the real H100 and H200 captured in tests/data/real-h*.
+    let (mut driver_version, mut cuda_version) = (String::from("580.159.04"), 13000);
     if let Some(d) = raw.driver {
         if let Some(v) = d.version {
             driver_version = v;

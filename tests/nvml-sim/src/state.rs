@@ -10,48 +10,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use nvml_wrapper_sys::bindings::{nvmlDevice_st, nvmlDevice_t, nvmlEventSet_st, nvmlEventSet_t};
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlEventSet_st, nvmlEventSet_t};
+
+pub use crate::handles::{handle_of, index_of, MAX_GPUS};
 
 use crate::events::{Delivered, EventSet};
 use crate::ffi::{self, NvResult, Ret};
 use crate::resolve::{Gpu, Scenario};
 
-/// Most GPUs one scenario may describe (the size of the static handle array).
-pub const MAX_GPUS: usize = 64;
-
 /// How often calls look at the scenario file's identity.
 const RELOAD_CHECK: Duration = Duration::from_millis(50);
-
-/// What a device handle points to: one slot per GPU index, never freed.
-#[repr(C)]
-pub struct HandleSlot {
-    index: u32,
-}
-
-static HANDLES: [HandleSlot; MAX_GPUS] = {
-    let mut slots = [const { HandleSlot { index: 0 } }; MAX_GPUS];
-    let mut i = 0;
-    while i < MAX_GPUS {
-        slots[i].index = i as u32;
-        i += 1;
-    }
-    slots
-};
-
-/// The stable handle of GPU `index` (< MAX_GPUS).
-pub fn handle_of(index: usize) -> nvmlDevice_t {
-    std::ptr::from_ref(&HANDLES[index % MAX_GPUS])
-        .cast_mut()
-        .cast::<nvmlDevice_st>()
-}
-
-/// The GPU index a handle stands for, if it is one of ours.
-pub fn index_of(handle: nvmlDevice_t) -> Option<usize> {
-    let base = HANDLES.as_ptr() as usize;
-    let offset = (handle as usize).checked_sub(base)?;
-    let size = std::mem::size_of::<HandleSlot>();
-    (offset % size == 0 && offset / size < MAX_GPUS).then_some(offset / size)
-}
 
 /// Identity of the scenario file, to notice a rewrite (rename gives a new inode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,6 +194,10 @@ pub fn init() -> Ret {
     if let Some(code) = scenario.init_error {
         return code;
     }
+    if let Err(line) = crate::cost::load_from_env() {
+        eprintln!("{line}");
+        return ffi::UNKNOWN;
+    }
     sim.path = Some(path);
     sim.file = id;
     sim.bad_file = None;
@@ -247,6 +219,7 @@ pub fn shutdown() -> Ret {
     drop(sim);
     if last {
         crate::stats::maybe_flush(true);
+        crate::cost::unload();
     }
     ffi::SUCCESS
 }
@@ -371,16 +344,6 @@ pub fn event_set_free(set: nvmlEventSet_t) -> NvResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn handles_round_trip() {
-        for i in [0, 1, 7, MAX_GPUS - 1] {
-            assert_eq!(index_of(handle_of(i)), Some(i));
-        }
-        assert_eq!(index_of(std::ptr::null_mut()), None);
-        let inside = (handle_of(0) as usize + 1) as nvmlDevice_t;
-        assert_eq!(index_of(inside), None);
-    }
 
     #[test]
     fn energy_integrates_power_and_survives_power_changes() {

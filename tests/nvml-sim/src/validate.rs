@@ -83,23 +83,19 @@ pub(crate) fn validate_gpu(g: &RawGpu, err: &ErrAt<'_>) -> Result<&'static Model
                 "'mig_devices' needs 'mig_mode = true'".into(),
             ));
         }
-        if !model.mig_profiles.contains(&d.get_ref().as_str()) {
+        let Some(profile) = model.mig_profile_named(d.get_ref()) else {
+            let names: Vec<&str> = model.mig_profiles.iter().map(|p| p.name).collect();
             return Err(err(
                 d.span(),
                 format!(
                     "'{}' is not a MIG profile of {}; use one of {}",
                     d.get_ref(),
                     model.key,
-                    model.mig_profiles.join(", ")
+                    names.join(", ")
                 ),
             ));
-        }
-        compute_slices += d
-            .get_ref()
-            .split('g')
-            .next()
-            .and_then(|n| n.parse::<u32>().ok())
-            .unwrap_or(0);
+        };
+        compute_slices += profile.slices;
         if compute_slices > 7 {
             return Err(err(
                 d.span(),
@@ -135,7 +131,7 @@ pub(crate) fn validate_gpu(g: &RawGpu, err: &ErrAt<'_>) -> Result<&'static Model
         check_percent(p, err)?;
     }
     if let Some(m) = &g.memory_used_mib {
-        let room = model.memory_total_mib - model.memory_reserved_mib;
+        let room = (model.memory_total_bytes() - model.memory_reserved_bytes) / (1024 * 1024);
         if *m.get_ref() > room {
             return Err(err(
                 m.span(),
@@ -144,6 +140,21 @@ pub(crate) fn validate_gpu(g: &RawGpu, err: &ErrAt<'_>) -> Result<&'static Model
                     m.get_ref(),
                     model.key
                 ),
+            ));
+        }
+    }
+    if let Some(sram) = &g.ecc_sram {
+        let (s, t) = (sram.get_ref(), g.ecc.unwrap_or_default());
+        let parts = [
+            (s.sbe_volatile, t.sbe_volatile),
+            (s.dbe_volatile, t.dbe_volatile),
+            (s.sbe_aggregate, t.sbe_aggregate),
+            (s.dbe_aggregate, t.dbe_aggregate),
+        ];
+        if parts.iter().any(|(part, total)| part > total) {
+            return Err(err(
+                sram.span(),
+                "ecc_sram counts are the SRAM part of 'ecc' and cannot exceed it".into(),
             ));
         }
     }

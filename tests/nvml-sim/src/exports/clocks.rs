@@ -1,22 +1,18 @@
-//! Clocks, fans, PCIe and clock throttle (event) reasons. Every board in the model table is
-//! fanless, so the fan calls answer NOT_SUPPORTED. Throttle reasons are exported under both the
+//! Clocks, fans and clock event (throttle) reasons. Every board in the model table is fanless:
+//! like the real H100 and H200 on driver 580, `nvmlDeviceGetNumFans` answers SUCCESS with 0,
+//! `nvmlDeviceGetFanSpeed_v2` answers INVALID_ARGUMENT for a fan index the board does not have,
+//! and `nvmlDeviceGetFanSpeed` NOT_SUPPORTED. Event reasons are exported under both the
 //! deprecated `ClocksThrottleReasons` names (what nvml-wrapper 0.13 calls) and the current
 //! `ClocksEventReasons` names.
 
 use std::ffi::{c_uint, c_ulonglong};
 
-use nvml_wrapper_sys::bindings::{
-    nvmlClockId_t, nvmlClockType_t, nvmlDevice_t, nvmlPcieUtilCounter_t,
-};
+use nvml_wrapper_sys::bindings::{nvmlClockId_t, nvmlClockType_t, nvmlDevice_t};
 
 use crate::export;
-use crate::ffi::{self, put, NvResult};
-use crate::models::Clocks;
-use crate::state::{gpu, GpuRef};
-
-/// CHOSEN: the reasons every simulated model reports as supported: the eight named in the
-/// scenario format (GpuIdle … HwPowerBrakeSlowdown).
-const SUPPORTED_REASONS: c_ulonglong = 0xFF;
+use crate::ffi::{self, get, put, put_slice, NvResult};
+use crate::models::{Clocks, Model};
+use crate::state::gpu;
 
 fn pick(c: Clocks, clock_type: nvmlClockType_t) -> NvResult<c_uint> {
     match clock_type {
@@ -25,6 +21,21 @@ fn pick(c: Clocks, clock_type: nvmlClockType_t) -> NvResult<c_uint> {
         2 => Ok(c.mem),
         3 => Ok(c.video),
         _ => Err(ffi::INVALID_ARGUMENT),
+    }
+}
+
+/// Application clocks (target = default: setters are not simulated); video has none.
+fn app_clock(model: &Model, clock_type: nvmlClockType_t) -> NvResult<c_uint> {
+    let (gr, mem) = model.app_clocks;
+    let app = Clocks {
+        graphics: gr,
+        sm: gr,
+        mem,
+        video: 0,
+    };
+    match pick(app, clock_type)? {
+        0 => Err(ffi::NOT_SUPPORTED),
+        v => Ok(v),
     }
 }
 
@@ -50,8 +61,8 @@ export!(
 );
 
 export!(
-    /// CURRENT 0, APP_CLOCK_TARGET 1 and APP_CLOCK_DEFAULT 2 (the model's default application
-    /// clocks; video has none: NOT_SUPPORTED), CUSTOMER_BOOST_MAX 3 (the max clocks).
+    /// CURRENT 0, APP_CLOCK_TARGET 1 and APP_CLOCK_DEFAULT 2 (the model's application clocks;
+    /// video has none: NOT_SUPPORTED), CUSTOMER_BOOST_MAX 3 (the max clocks).
     fn nvmlDeviceGetClock(
         device: nvmlDevice_t,
         clock_type: nvmlClockType_t,
@@ -61,19 +72,7 @@ export!(
         let g = gpu(device)?;
         let value = match clock_id {
             0 => pick(g.clocks, clock_type)?,
-            1 | 2 => {
-                let (gr, mem) = g.model.app_clocks;
-                let app = Clocks {
-                    graphics: gr,
-                    sm: gr,
-                    mem,
-                    video: 0,
-                };
-                match pick(app, clock_type)? {
-                    0 => return Err(ffi::NOT_SUPPORTED),
-                    v => v,
-                }
-            }
+            1 | 2 => app_clock(g.model, clock_type)?,
             3 => pick(g.model.max_clocks, clock_type)?,
             _ => return Err(ffi::INVALID_ARGUMENT),
         };
@@ -81,83 +80,67 @@ export!(
     }
 );
 
-fn fan(g: &GpuRef) -> NvResult<c_uint> {
-    g.fan_percent.ok_or(ffi::NOT_SUPPORTED)
-}
-
 export!(
-    fn nvmlDeviceGetFanSpeed(device: nvmlDevice_t, speed: *mut c_uint) {
-        put(speed, fan(&gpu(device)?)?)
+    fn nvmlDeviceGetApplicationsClock(
+        device: nvmlDevice_t,
+        clock_type: nvmlClockType_t,
+        clock_mhz: *mut c_uint,
+    ) {
+        put(clock_mhz, app_clock(gpu(device)?.model, clock_type)?)
     }
 );
 
 export!(
+    fn nvmlDeviceGetDefaultApplicationsClock(
+        device: nvmlDevice_t,
+        clock_type: nvmlClockType_t,
+        clock_mhz: *mut c_uint,
+    ) {
+        put(clock_mhz, app_clock(gpu(device)?.model, clock_type)?)
+    }
+);
+
+export!(
+    /// Highest first. A NULL array or a `*count` too small sets the count and answers
+    /// INSUFFICIENT_SIZE.
+    fn nvmlDeviceGetSupportedMemoryClocks(
+        device: nvmlDevice_t,
+        count: *mut c_uint,
+        clocks_mhz: *mut c_uint,
+    ) {
+        let clocks = gpu(device)?.model.supported_mem_clocks;
+        let room = get(count)? as usize;
+        put(count, clocks.len() as c_uint)?;
+        if clocks_mhz.is_null() || room < clocks.len() {
+            return Err(ffi::INSUFFICIENT_SIZE);
+        }
+        put_slice(clocks_mhz, clocks)
+    }
+);
+
+export!(
+    /// NOT_SUPPORTED on boards without fans (all six models).
+    fn nvmlDeviceGetFanSpeed(device: nvmlDevice_t, speed: *mut c_uint) {
+        put(speed, gpu(device)?.fan_percent.ok_or(ffi::NOT_SUPPORTED)?)
+    }
+);
+
+export!(
+    /// INVALID_ARGUMENT for a fan the board does not have: on a fanless board, any index (the
+    /// real H100 answers so for fan 0).
     fn nvmlDeviceGetFanSpeed_v2(device: nvmlDevice_t, fan_index: c_uint, speed: *mut c_uint) {
         let g = gpu(device)?;
-        let value = fan(&g)?;
-        if fan_index != 0 {
+        if fan_index >= g.model.fans {
             return Err(ffi::INVALID_ARGUMENT);
         }
-        put(speed, value)
+        put(speed, g.fan_percent.ok_or(ffi::NOT_SUPPORTED)?)
     }
 );
 
 export!(
-    /// CHOSEN: fanless boards answer NOT_SUPPORTED (nvml.h scopes the call to "discrete
-    /// products with dedicated fans"; no capture of a fanless board's answer was found).
+    /// SUCCESS with 0 on fanless boards, as the real H100 and H200 answer.
     fn nvmlDeviceGetNumFans(device: nvmlDevice_t, num_fans: *mut c_uint) {
-        let g = gpu(device)?;
-        fan(&g)?;
-        put(num_fans, 1)
-    }
-);
-
-export!(
-    /// TX_BYTES 0 / RX_BYTES 1, in KB/s.
-    fn nvmlDeviceGetPcieThroughput(
-        device: nvmlDevice_t,
-        counter: nvmlPcieUtilCounter_t,
-        value: *mut c_uint,
-    ) {
-        let g = gpu(device)?;
-        let v = match counter {
-            0 => g.pcie_tx_kib_s,
-            1 => g.pcie_rx_kib_s,
-            _ => return Err(ffi::INVALID_ARGUMENT),
-        };
-        put(value, v)
-    }
-);
-
-export!(
-    fn nvmlDeviceGetPcieReplayCounter(device: nvmlDevice_t, value: *mut c_uint) {
-        put(value, gpu(device)?.pcie_replay_count)
-    }
-);
-
-export!(
-    /// CHOSEN: the link always runs at its maximum generation (real idle links may train down).
-    fn nvmlDeviceGetCurrPcieLinkGeneration(device: nvmlDevice_t, curr_link_gen: *mut c_uint) {
-        put(curr_link_gen, gpu(device)?.model.pcie_max_gen)
-    }
-);
-
-export!(
-    /// CHOSEN: the link always runs at its maximum width.
-    fn nvmlDeviceGetCurrPcieLinkWidth(device: nvmlDevice_t, curr_link_width: *mut c_uint) {
-        put(curr_link_width, gpu(device)?.model.pcie_max_width)
-    }
-);
-
-export!(
-    fn nvmlDeviceGetMaxPcieLinkGeneration(device: nvmlDevice_t, max_link_gen: *mut c_uint) {
-        put(max_link_gen, gpu(device)?.model.pcie_max_gen)
-    }
-);
-
-export!(
-    fn nvmlDeviceGetMaxPcieLinkWidth(device: nvmlDevice_t, max_link_width: *mut c_uint) {
-        put(max_link_width, gpu(device)?.model.pcie_max_width)
+        put(num_fans, gpu(device)?.model.fans)
     }
 );
 
@@ -180,14 +163,12 @@ export!(
         device: nvmlDevice_t,
         reasons: *mut c_ulonglong,
     ) {
-        gpu(device)?;
-        put(reasons, SUPPORTED_REASONS)
+        put(reasons, gpu(device)?.model.supported_clock_event_reasons)
     }
 );
 
 export!(
     fn nvmlDeviceGetSupportedClocksEventReasons(device: nvmlDevice_t, reasons: *mut c_ulonglong) {
-        gpu(device)?;
-        put(reasons, SUPPORTED_REASONS)
+        put(reasons, gpu(device)?.model.supported_clock_event_reasons)
     }
 );

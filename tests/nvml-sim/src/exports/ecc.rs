@@ -6,22 +6,34 @@ use std::ffi::{c_uint, c_ulonglong};
 
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlEccCounterType_t, nvmlEnableState_t, nvmlMemoryErrorType_t,
-    nvmlMemoryLocation_t, nvmlPageRetirementCause_t,
+    nvmlMemoryLocation_t, nvmlPageRetirementCause_t, nvmlRowRemapperHistogramValues_t,
 };
 
 use crate::export;
 use crate::ffi::{self, get, put, put_slice, NvResult};
+use crate::scenario::Ecc;
 use crate::state::{gpu, GpuRef};
 
 /// NVML_MEMORY_LOCATION_DRAM / DEVICE_MEMORY.
 const LOCATION_DEVICE_MEMORY: nvmlMemoryLocation_t = 2;
+/// NVML_MEMORY_LOCATION_SRAM.
+const LOCATION_SRAM: nvmlMemoryLocation_t = 7;
+/// NVML_MEMORY_LOCATION_COUNT.
+const LOCATION_COUNT: nvmlMemoryLocation_t = 8;
 
 fn total_errors(
     g: &GpuRef,
     error_type: nvmlMemoryErrorType_t,
     counter: nvmlEccCounterType_t,
 ) -> NvResult<u64> {
-    let e = g.ecc;
+    count_of(&g.ecc, error_type, counter)
+}
+
+fn count_of(
+    e: &Ecc,
+    error_type: nvmlMemoryErrorType_t,
+    counter: nvmlEccCounterType_t,
+) -> NvResult<u64> {
     match (error_type, counter) {
         (0, 0) => Ok(e.sbe_volatile),
         (0, 1) => Ok(e.sbe_aggregate),
@@ -75,7 +87,9 @@ export!(
 );
 
 export!(
-    /// CHOSEN: every error is in device memory (location 2); other locations count 0.
+    /// Only the model's locations answer (device memory 2 and SRAM 7 on every model here, as on
+    /// the captured H100 and H200); the others are NOT_SUPPORTED. The scenario's `ecc_sram`
+    /// part of the totals is in SRAM, the rest in device memory.
     fn nvmlDeviceGetMemoryErrorCounter(
         device: nvmlDevice_t,
         error_type: nvmlMemoryErrorType_t,
@@ -85,10 +99,17 @@ export!(
     ) {
         let g = gpu(device)?;
         let total = total_errors(&g, error_type, counter_type)?;
+        let sram = count_of(&g.ecc_sram, error_type, counter_type)?;
+        if location_type >= LOCATION_COUNT {
+            return Err(ffi::INVALID_ARGUMENT);
+        }
+        if !g.model.ecc_locations.contains(&location_type) {
+            return Err(ffi::NOT_SUPPORTED);
+        }
         let value = match location_type {
-            LOCATION_DEVICE_MEMORY => total,
-            0..=7 => 0,
-            _ => return Err(ffi::INVALID_ARGUMENT),
+            LOCATION_DEVICE_MEMORY => total.saturating_sub(sram),
+            LOCATION_SRAM => sram,
+            _ => 0,
         };
         put(count, value)
     }
@@ -164,5 +185,37 @@ export!(
         put(unc_rows, r.uncorrectable)?;
         put(is_pending, c_uint::from(r.pending))?;
         put(failure_occurred, c_uint::from(r.failure))
+    }
+);
+
+export!(
+    /// ECC is enabled by default on all six models.
+    fn nvmlDeviceGetDefaultEccMode(device: nvmlDevice_t, default_mode: *mut nvmlEnableState_t) {
+        gpu(device)?;
+        put(default_mode, 1)
+    }
+);
+
+export!(
+    /// The model's bank count as `max` and 0 in every availability bucket, exactly what the
+    /// real H100 (2560) and H200 (3072) answer at idle; NOT_SUPPORTED without row remapping.
+    fn nvmlDeviceGetRowRemapperHistogram(
+        device: nvmlDevice_t,
+        values: *mut nvmlRowRemapperHistogramValues_t,
+    ) {
+        let g = gpu(device)?;
+        if !g.model.row_remapping {
+            return Err(ffi::NOT_SUPPORTED);
+        }
+        put(
+            values,
+            nvmlRowRemapperHistogramValues_t {
+                max: g.model.remap_bank_max,
+                high: 0,
+                partial: 0,
+                low: 0,
+                none: 0,
+            },
+        )
     }
 );

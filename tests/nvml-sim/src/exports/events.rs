@@ -17,12 +17,6 @@ use crate::state::{self, gpu};
 /// How long a waiting thread sleeps between looks at its set.
 const WAIT_STEP: Duration = Duration::from_millis(5);
 
-/// CHOSEN: SingleBitEcc 0x1, DoubleBitEcc 0x2, PState 0x4, XidCriticalError 0x8, Clock 0x10,
-/// plus MigConfigChange 0x100 on MIG-capable models. Only XIDs are ever delivered.
-fn supported(mig_capable: bool) -> c_ulonglong {
-    0x1F | if mig_capable { 0x100 } else { 0 }
-}
-
 export!(
     fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) {
         if set.is_null() {
@@ -33,14 +27,15 @@ export!(
 );
 
 export!(
-    /// NOT_SUPPORTED when `event_types` has a bit the GPU does not support (nvml.h).
+    /// NOT_SUPPORTED when `event_types` has a bit the GPU does not support (nvml.h). Every
+    /// supported type may be registered; only XIDs are ever delivered.
     fn nvmlDeviceRegisterEvents(
         device: nvmlDevice_t,
         event_types: c_ulonglong,
         set: nvmlEventSet_t,
     ) {
         let g = gpu(device)?;
-        if event_types & !supported(g.model.mig_capable()) != 0 {
+        if event_types & !g.model.supported_event_types != 0 {
             return Err(ffi::NOT_SUPPORTED);
         }
         state::with_event_set(set, |s, _, _| {
@@ -53,7 +48,7 @@ export!(
 export!(
     fn nvmlDeviceGetSupportedEventTypes(device: nvmlDevice_t, event_types: *mut c_ulonglong) {
         let g = gpu(device)?;
-        put(event_types, supported(g.model.mig_capable()))
+        put(event_types, g.model.supported_event_types)
     }
 );
 

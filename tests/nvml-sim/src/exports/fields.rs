@@ -16,6 +16,21 @@ use crate::state::gpu;
 /// NVML_VALUE_TYPE_UNSIGNED_INT.
 const UNSIGNED_INT: u32 = 1;
 
+/// The `valueType` the real H100 and H200 set even when a field answers NOT_SUPPORTED: the
+/// NVLink ECC data error counts (155-160) DOUBLE (0), the DL replay/recovery/CRC errors
+/// (161-163) UNSIGNED_LONG_LONG (3), link speed/state/version (164-166) UNSIGNED_INT (1).
+fn value_type_of(field: u32) -> Option<u32> {
+    match field {
+        155..=160 => Some(0),
+        161..=163 => Some(3),
+        164..=166 => Some(UNSIGNED_INT),
+        field_id::NVML_FI_DEV_MEMORY_TEMP | field_id::NVML_FI_DEV_GET_GPU_RECOVERY_ACTION => {
+            Some(UNSIGNED_INT)
+        }
+        _ => None,
+    }
+}
+
 export!(
     fn nvmlDeviceGetFieldValues(
         device: nvmlDevice_t,
@@ -37,6 +52,9 @@ export!(
                 _ => Err(ffi::NOT_SUPPORTED),
             };
             v.timestamp = now_us;
+            if let Some(t) = value_type_of(v.fieldId) {
+                v.valueType = t;
+            }
             v.latencyUsec = 0;
             let mut value = nvmlValue_t { ullVal: 0 };
             match answer {

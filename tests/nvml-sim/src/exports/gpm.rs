@@ -168,3 +168,19 @@ export!(
         put(metrics_get, m)
     }
 );
+
+export!(
+    /// With MIG disabled there is no GPU instance to sample: INVALID_ARGUMENT, as on the
+    /// captured H100 and H200. With MIG enabled: NOT_SUPPORTED until instances are simulated.
+    fn nvmlGpmMigSampleGet(
+        device: nvmlDevice_t,
+        _gpu_instance_id: c_uint,
+        _gpm_sample: nvmlGpmSample_t,
+    ) {
+        let g = gpu(device)?;
+        if !supported(g.model.architecture) || g.mig_mode {
+            return Err(ffi::NOT_SUPPORTED);
+        }
+        Err(ffi::INVALID_ARGUMENT)
+    }
+);

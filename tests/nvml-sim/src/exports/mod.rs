@@ -4,12 +4,15 @@
 //! symbol: scenario `unsupported`/`errors` entries are validated against it, and the
 //! integration test checks that each name really resolves in the built library.
 
+mod board;
 mod clocks;
 mod device;
 mod ecc;
 mod events;
 mod fields;
 mod gpm;
+mod mig;
+mod pcie;
 mod processes;
 mod system;
 mod telemetry;
@@ -28,6 +31,8 @@ pub const EXPORTED: &[&str] = &[
     "nvmlSystemGetCudaDriverVersion_v2",
     "nvmlDeviceGetCount_v2",
     "nvmlDeviceGetCount",
+    "nvmlSystemGetProcessName",
+    "nvmlSystemGetConfComputeState",
     // device.rs
     "nvmlDeviceGetHandleByIndex_v2",
     "nvmlDeviceGetHandleByIndex",
@@ -62,19 +67,19 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetPowerManagementLimitConstraints",
     "nvmlDeviceGetEnforcedPowerLimit",
     "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetJpgUtilization",
+    "nvmlDeviceGetOfaUtilization",
+    "nvmlDeviceGetMarginTemperature",
     // clocks.rs
     "nvmlDeviceGetClockInfo",
     "nvmlDeviceGetMaxClockInfo",
     "nvmlDeviceGetClock",
+    "nvmlDeviceGetApplicationsClock",
+    "nvmlDeviceGetDefaultApplicationsClock",
+    "nvmlDeviceGetSupportedMemoryClocks",
     "nvmlDeviceGetFanSpeed",
     "nvmlDeviceGetFanSpeed_v2",
     "nvmlDeviceGetNumFans",
-    "nvmlDeviceGetPcieThroughput",
-    "nvmlDeviceGetPcieReplayCounter",
-    "nvmlDeviceGetCurrPcieLinkGeneration",
-    "nvmlDeviceGetCurrPcieLinkWidth",
-    "nvmlDeviceGetMaxPcieLinkGeneration",
-    "nvmlDeviceGetMaxPcieLinkWidth",
     "nvmlDeviceGetCurrentClocksThrottleReasons",
     "nvmlDeviceGetCurrentClocksEventReasons",
     "nvmlDeviceGetSupportedClocksThrottleReasons",
@@ -87,6 +92,50 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetRetiredPages_v2",
     "nvmlDeviceGetRetiredPagesPendingStatus",
     "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetDefaultEccMode",
+    "nvmlDeviceGetRowRemapperHistogram",
+    // pcie.rs
+    "nvmlDeviceGetPcieThroughput",
+    "nvmlDeviceGetPcieReplayCounter",
+    "nvmlDeviceGetCurrPcieLinkGeneration",
+    "nvmlDeviceGetCurrPcieLinkWidth",
+    "nvmlDeviceGetMaxPcieLinkGeneration",
+    "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+    "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvmlDeviceGetPcieSpeed",
+    "nvmlDeviceGetPcieLinkMaxSpeed",
+    "nvmlDeviceGetNvLinkState",
+    // board.rs
+    "nvmlDeviceGetPersistenceMode",
+    "nvmlDeviceGetPerformanceState",
+    "nvmlDeviceGetPowerState",
+    "nvmlDeviceGetPowerManagementMode",
+    "nvmlDeviceGetVbiosVersion",
+    "nvmlDeviceGetInforomImageVersion",
+    "nvmlDeviceGetBoardPartNumber",
+    "nvmlDeviceGetBoardId",
+    "nvmlDeviceGetModuleId",
+    "nvmlDeviceGetVirtualizationMode",
+    "nvmlDeviceGetHostVgpuMode",
+    "nvmlDeviceGetDisplayMode",
+    "nvmlDeviceGetPowerSource",
+    "nvmlDeviceGetNumaNodeId",
+    "nvmlDeviceGetCpuAffinity",
+    "nvmlDeviceGetAccountingMode",
+    "nvmlDeviceGetAccountingBufferSize",
+    "nvmlDeviceGetAccountingPids",
+    // mig.rs
+    "nvmlDeviceGetGpuInstanceProfileInfo",
+    "nvmlDeviceGetGpuInstanceProfileInfoV",
+    "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
+    "nvmlDeviceGetGpuInstanceRemainingCapacity",
+    "nvmlDeviceGetGpuInstances",
+    "nvmlDeviceGetGpuInstanceById",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
     // processes.rs
     "nvmlDeviceGetComputeRunningProcesses_v3",
     "nvmlDeviceGetGraphicsRunningProcesses_v3",
@@ -95,6 +144,7 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetProcessesUtilizationInfo",
     // events.rs
     "nvmlEventSetCreate",
     "nvmlDeviceRegisterEvents",
@@ -110,6 +160,7 @@ pub const EXPORTED: &[&str] = &[
     "nvmlGpmSampleFree",
     "nvmlGpmSampleGet",
     "nvmlGpmMetricsGet",
+    "nvmlGpmMigSampleGet",
 ];
 
 /// `Ok` for SUCCESS, else `Err(code)`.

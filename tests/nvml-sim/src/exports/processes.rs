@@ -11,7 +11,8 @@ use std::ffi::{c_uint, c_ulonglong};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessInfo_v1_t, nvmlProcessUtilizationSample_t,
+    nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessInfo_v1_t, nvmlProcessUtilizationInfo_v1_t,
+    nvmlProcessUtilizationSample_t, nvmlProcessesUtilizationInfo_t,
 };
 
 use crate::export;
@@ -25,6 +26,9 @@ const MIB: u64 = 1024 * 1024;
 const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
 /// CHOSEN: utilisation sampling period.
 pub const SAMPLE_PERIOD_US: u64 = 1_000_000;
+/// `ProcessesUtilizationInfo_v1` = sizeof(nvmlProcessesUtilizationInfo_v1_t) | 1 << 24.
+const PROCESSES_UTIL_V1: c_uint =
+    (std::mem::size_of::<nvmlProcessesUtilizationInfo_t>() as c_uint) | (1 << 24);
 
 /// CHOSEN until MIG instances are simulated: a process in `mig_devices[i]` reports GPU
 /// instance id `i` and compute instance 0.
@@ -143,6 +147,27 @@ pub fn latest_tick_us(now: SystemTime) -> u64 {
     us / SAMPLE_PERIOD_US * SAMPLE_PERIOD_US
 }
 
+/// The samples newer than `last_seen_us` (none ⇒ NOT_FOUND); NOT_SUPPORTED on MIG-enabled GPUs.
+fn samples(g: &Gpu, last_seen_us: u64) -> NvResult<Vec<(u32, u64, u32, u32)>> {
+    if g.mig_mode {
+        return Err(ffi::NOT_SUPPORTED);
+    }
+    let tick = latest_tick_us(SystemTime::now());
+    if tick <= last_seen_us {
+        return Err(ffi::NOT_FOUND);
+    }
+    let found: Vec<_> = g
+        .processes
+        .iter()
+        .filter(|p| p.sm_util_percent > 0 || p.mem_util_percent > 0)
+        .map(|p| (p.pid, tick, p.sm_util_percent, p.mem_util_percent))
+        .collect();
+    if found.is_empty() {
+        return Err(ffi::NOT_FOUND);
+    }
+    Ok(found)
+}
+
 export!(
     /// Samples newer than `last_seen_time_stamp` (µs); NOT_FOUND when there are none; NULL
     /// `utilization` (or too small a count) sets the count and answers INSUFFICIENT_SIZE.
@@ -154,34 +179,58 @@ export!(
         last_seen_time_stamp: c_ulonglong,
     ) {
         let g = gpu(device)?;
-        if g.mig_mode {
-            return Err(ffi::NOT_SUPPORTED);
-        }
-        let tick = latest_tick_us(SystemTime::now());
-        let samples: Vec<nvmlProcessUtilizationSample_t> = if tick > last_seen_time_stamp {
-            g.processes
-                .iter()
-                .filter(|p| p.sm_util_percent > 0 || p.mem_util_percent > 0)
-                .map(|p| nvmlProcessUtilizationSample_t {
-                    pid: p.pid,
-                    timeStamp: tick,
-                    smUtil: p.sm_util_percent,
-                    memUtil: p.mem_util_percent,
-                    encUtil: 0,
-                    decUtil: 0,
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        if samples.is_empty() {
-            return Err(ffi::NOT_FOUND);
-        }
+        let samples: Vec<nvmlProcessUtilizationSample_t> = samples(&g, last_seen_time_stamp)?
+            .into_iter()
+            .map(|(pid, stamp, sm, mem)| nvmlProcessUtilizationSample_t {
+                pid,
+                timeStamp: stamp,
+                smUtil: sm,
+                memUtil: mem,
+                encUtil: 0,
+                decUtil: 0,
+            })
+            .collect();
         let room = get(process_samples_count)? as usize;
         put(process_samples_count, samples.len() as c_uint)?;
         if utilization.is_null() || room < samples.len() {
             return Err(ffi::INSUFFICIENT_SIZE);
         }
         put_slice(utilization, &samples)
+    }
+);
+
+export!(
+    /// The same samples in `nvmlProcessesUtilizationInfo_v1_t` (version must be
+    /// `ProcessesUtilizationInfo_v1`); a NULL array or too small a `processSamplesCount` sets
+    /// the count and answers INSUFFICIENT_SIZE.
+    fn nvmlDeviceGetProcessesUtilizationInfo(
+        device: nvmlDevice_t,
+        info: *mut nvmlProcessesUtilizationInfo_t,
+    ) {
+        let g = gpu(device)?;
+        let mut head = get(info)?;
+        if head.version != PROCESSES_UTIL_V1 {
+            return Err(ffi::ARGUMENT_VERSION_MISMATCH);
+        }
+        let samples: Vec<nvmlProcessUtilizationInfo_v1_t> = samples(&g, head.lastSeenTimeStamp)?
+            .into_iter()
+            .map(|(pid, stamp, sm, mem)| nvmlProcessUtilizationInfo_v1_t {
+                timeStamp: stamp,
+                pid,
+                smUtil: sm,
+                memUtil: mem,
+                encUtil: 0,
+                decUtil: 0,
+                jpgUtil: 0,
+                ofaUtil: 0,
+            })
+            .collect();
+        let room = head.processSamplesCount as usize;
+        head.processSamplesCount = samples.len() as c_uint;
+        put(info, head)?;
+        if head.procUtilArray.is_null() || room < samples.len() {
+            return Err(ffi::INSUFFICIENT_SIZE);
+        }
+        put_slice(head.procUtilArray, &samples)
     }
 );

@@ -3,6 +3,8 @@
 
 use std::ffi::{c_char, c_int, c_uint};
 
+use nvml_wrapper_sys::bindings::nvmlConfComputeSystemState_t;
+
 use super::code;
 use crate::export;
 use crate::ffi::{put, put_str, run, Ret};
@@ -84,5 +86,32 @@ export!(
 export!(
     fn nvmlDeviceGetCount(device_count: *mut c_uint) {
         put(device_count, state::scenario()?.gpus.len() as c_uint)
+    }
+);
+
+export!(
+    /// The process's name from `/proc/PID/comm` (what the real driver answered: "python3" for
+    /// the capture's own process); NOT_FOUND for a pid that does not exist.
+    fn nvmlSystemGetProcessName(pid: c_uint, name: *mut c_char, length: c_uint) {
+        state::scenario()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map_err(|_| crate::ffi::NOT_FOUND)?;
+        put_str(name, length, comm.trim_end_matches('\n'))
+    }
+);
+
+export!(
+    /// Confidential computing off: environment, feature and dev-tools mode all 0 (CHOSEN: the
+    /// captured boards answered SUCCESS; their values were not recorded).
+    fn nvmlSystemGetConfComputeState(conf_state: *mut nvmlConfComputeSystemState_t) {
+        state::scenario()?;
+        put(
+            conf_state,
+            nvmlConfComputeSystemState_t {
+                environment: 0,
+                ccFeature: 0,
+                devToolsMode: 0,
+            },
+        )
     }
 );

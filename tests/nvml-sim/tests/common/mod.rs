@@ -41,7 +41,8 @@ pub fn built_library() -> PathBuf {
 }
 
 impl Sim {
-    /// Copies the library, writes `scenario`, sets `NVML_SIM_SCENARIO`, clears `NVML_SIM_STATS`.
+    /// Copies the library, writes `scenario`, sets `NVML_SIM_SCENARIO`, clears `NVML_SIM_STATS`
+    /// and `NVML_SIM_COST`.
     pub fn new(scenario: &str) -> Sim {
         let guard = ENV_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
         let dir = tempfile::tempdir().expect("temp dir");
@@ -51,6 +52,7 @@ impl Sim {
         std::fs::write(&path, scenario).expect("write scenario");
         std::env::set_var("NVML_SIM_SCENARIO", &path);
         std::env::remove_var("NVML_SIM_STATS");
+        std::env::remove_var("NVML_SIM_COST");
         Sim {
             dir,
             lib,
