@@ -405,6 +405,9 @@ def main():
     except OSError as e:
         print(f"poll_cost: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("poll_cost: interrupted (the agent was stopped)", file=sys.stderr)
+        return 130
 
     host = host_description()
     print(report(runs, args, honoured, host))
