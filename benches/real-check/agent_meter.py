@@ -18,12 +18,15 @@ usage (what real-check.sh runs):
       top of gpu_steward_nvml_call_seconds_total)
   agent_meter.py wait-poll --port PORT --out FILE [--timeout S]
       waits until the agent completes a poll, then saves /metrics to FILE
-  agent_meter.py port --log FILE --pid PID [--timeout S]
-      prints the port from the agent's `listening on 127.0.0.1:PORT` log line
+  agent_meter.py port --log FILE [--pid PID | --handshake DIR] [--timeout S] [--ready]
+      prints the port from the agent's `listening on 127.0.0.1:PORT` log line; with --ready,
+      then waits for /readyz 200 and prints the seconds that took too ('PORT SECONDS'), from
+      the agent's start when started first with --handshake (see wait_port)
   agent_meter.py ready --port PORT [--timeout S]
       waits for GET /readyz 200 and prints the seconds it took
-  agent_meter.py get --port PORT --path /PATH --out FILE
-      saves the body of one GET and prints the HTTP status (000: no connection)
+  agent_meter.py get --port PORT --out-prefix PREFIX /PATH...
+      saves each body to PREFIX + path ('/' as '_') + '.txt'; prints 'GET /PATH -> STATUS'
+      (000: no connection)
 """
 import argparse
 import json
@@ -494,35 +497,69 @@ def print_measure(res, interval):
 
 # ---------- small waits for real-check.sh ----------
 
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def wait_port(args):
+    """Waits for the agent's `listening on` line (and, with --ready, for /readyz 200).
+    With --handshake DIR, this runs before the agent starts, so that python's own start-up does
+    not count: it creates DIR/up once waiting, then reads DIR/since (the agent's start, Unix
+    seconds, written just before the launch) and DIR/pid."""
+    hs = args.handshake
+    if hs:
+        open(os.path.join(hs, "up"), "w").close()
     deadline = time.monotonic() + args.timeout
+    pid = args.pid
     while time.monotonic() < deadline:
+        if hs and not pid:
+            pid = int(_read(os.path.join(hs, "pid")) or 0) or None
         if os.path.exists(args.log):
             with open(args.log, errors="replace") as f:
                 m = re.search(r"listening on 127\.0\.0\.1:(\d+)", f.read())
             if m:
-                print(m.group(1))
+                if not args.ready:
+                    print(m.group(1))
+                    return 0
+                args.port, args.pid = int(m.group(1)), pid
+                if hs:
+                    args.since = float(_read(os.path.join(hs, "since")) or 0) or None
+                seconds = wait_ready(args, quiet=True)
+                print(f"{m.group(1)} {seconds:.3f}")
                 return 0
-        if args.pid and not os.path.exists(f"/proc/{args.pid}"):
-            raise HarnessError(f"the agent (pid {args.pid}) exited before listening; see {args.log}")
-        time.sleep(0.02)
+        if pid and not os.path.exists(f"/proc/{pid}"):
+            raise HarnessError(f"the agent (pid {pid}) exited before listening; see {args.log}")
+        time.sleep(0.005)
     raise HarnessError(f"no 'listening on 127.0.0.1:PORT' line in {args.log} "
                        f"within {args.timeout:g} s")
 
 
-def wait_ready(args):
+def wait_ready(args, quiet=False):
+    """Polls /readyz until 200; prints (or, quiet, returns) the seconds since args.since, else
+    since the wait began."""
     t0 = time.monotonic()
     last = "no answer"
     while time.monotonic() - t0 < args.timeout:
         try:
             status, body = http_get(args.port, "/readyz", timeout=2)
             if status == 200:
-                print(f"{time.monotonic() - t0:.3f}")
+                since = getattr(args, "since", None)
+                seconds = time.time() - since if since else time.monotonic() - t0
+                if quiet:
+                    return seconds
+                print(f"{seconds:.3f}")
                 return 0
             last = f"{status} {body[:200].decode(errors='replace').strip()}"
         except OSError as e:
             last = str(e)
-        time.sleep(0.02)
+        pid = getattr(args, "pid", None)
+        if pid and not os.path.exists(f"/proc/{pid}"):
+            raise HarnessError(f"the agent (pid {pid}) exited before it was ready")
+        time.sleep(0.005)
     raise HarnessError(f"/readyz not 200 within {args.timeout:g} s (last: {last})")
 
 
@@ -543,14 +580,16 @@ def wait_poll(args):
 
 
 def get(args):
-    """GET one path into a file; prints the status (000 when the connection failed)."""
-    try:
-        status, body = http_get(args.port, args.path)
-    except OSError as e:
-        status, body = 0, f"{e}\n".encode()
-    with open(args.out, "wb") as f:
-        f.write(body)
-    print(f"{status:03d}")
+    """GET each path into PREFIX + the path with '/' as '_' + '.txt'; prints 'GET /path -> status'
+    (000 when the connection failed)."""
+    for path in args.paths:
+        try:
+            status, body = http_get(args.port, path)
+        except OSError as e:
+            status, body = 0, f"{e}\n".encode()
+        with open(args.out_prefix + path.strip("/").replace("/", "_") + ".txt", "wb") as f:
+            f.write(body)
+        print(f"GET {path} -> {status:03d}")
     return 0
 
 
@@ -573,13 +612,15 @@ def main(argv=None):
     p.add_argument("--log", required=True)
     p.add_argument("--pid", type=int)
     p.add_argument("--timeout", type=float, default=15)
+    p.add_argument("--ready", action="store_true")
+    p.add_argument("--handshake", metavar="DIR")
     r = sub.add_parser("ready")
     r.add_argument("--port", type=int, required=True)
     r.add_argument("--timeout", type=float, default=30)
     g = sub.add_parser("get")
     g.add_argument("--port", type=int, required=True)
-    g.add_argument("--path", required=True)
-    g.add_argument("--out", required=True)
+    g.add_argument("--out-prefix", required=True)
+    g.add_argument("paths", nargs="+")
     args = ap.parse_args(argv)
     try:
         return {"measure": measure, "wait-poll": wait_poll, "port": wait_port,
@@ -587,6 +628,9 @@ def main(argv=None):
     except (HarnessError, OSError) as e:
         print(f"agent_meter: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("agent_meter: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
