@@ -180,6 +180,7 @@ def measure_run(exe, interval, cost, scenario, seconds, warmup):
         "poll_log_seen": bool(agent.log.polls),
         "poll_log": am.poll_stats(records),
         "poll_records": records,
+        "warmup_poll_log": am.poll_stats(agent.log.window(None, first_poll)),
         "poll_duration_gauge_s": am.scalar(after, "gpu_steward_poll_duration_seconds"),
         "nvml": am.nvml_growth(before, after, polls),
         "agent_problems": agent.log.problems()[-20:],
@@ -281,6 +282,11 @@ def report(runs, args, cost_honoured, host):
         tag = f"{am.fmt_duration(r['interval_s'])}, cost {'on' if r['cost'] else 'off'}"
         for n in r["poll_log"]["notes"] + r["cpu_notes"]:
             notes.append(f"{tag}: {n}")
+        wu = r["warmup_poll_log"]
+        if wu.get("wall_max_ms") is not None and wu["wall_max_ms"] > max(
+                r["poll_log"].get("wall_max_ms") or 0, WALL_TARGET_MS):
+            notes.append(f"{tag}: the {wu['logged_polls']} polls of the warm-up (not in the "
+                         f"window) reached {wu['wall_max_ms']:.2f} ms")
         if r["poll_log"].get("slow_polls") == 0:
             notes.append(f"{tag}: no slow-tier poll fell in the window; lengthen --seconds beyond "
                          "`[poller] slow_interval`")
