@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI for everything users install: alert rules (promtool), Kubernetes manifests (kubectl
-# kustomize + schema validation), and the .deb (build, lintian, install, demo, purge). Called by
+# kustomize + schema validation), the .deb (build, lintian, install, demo, purge), and the
+# real-hardware check (benches/real-check, run --quick against the simulator). Called by
 # .ci/run as `bash packaging/ci.sh`; each script installs what it needs on a fresh Debian machine
 # as root (apt-get, pip into a venv, cargo install cargo-deb). The end-to-end test with a real
 # Prometheus (tests/e2e_prometheus.rs) runs with `cargo test --workspace`, not here.
@@ -16,4 +17,5 @@ run() {
 run alerts/test.sh
 run packaging/kubernetes/test.sh
 run packaging/deb/test.sh
+run benches/real-check/test.sh
 echo "packaging: all passed"
