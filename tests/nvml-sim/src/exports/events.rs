@@ -15,7 +15,7 @@ use crate::ffi::{self, put, NvResult};
 use crate::state::{self, gpu};
 
 /// How long a waiting thread sleeps between looks at its set.
-const WAIT_STEP: Duration = Duration::from_millis(5);
+const WAIT_STEP: Duration = Duration::from_millis(50);
 
 export!(
     fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) {
