@@ -101,6 +101,8 @@ pub struct Gpu {
     pub recovery_action: u32,
     pub unsupported: BTreeSet<String>,
     pub errors: BTreeMap<String, Ret>,
+    /// Extra time calls to a function take on this GPU (`delay_ms`).
+    pub delays: BTreeMap<String, std::time::Duration>,
     pub gpu_util: u32,
     pub mem_util: u32,
     pub enc_util: u32,
@@ -253,6 +255,15 @@ impl Gpu {
                 .iter()
                 .flatten()
                 .filter_map(|(k, v)| Some((k.get_ref().clone(), code_by_name(v.get_ref())?)))
+                .collect(),
+            delays: g
+                .delay_ms
+                .iter()
+                .flatten()
+                .map(|(k, v)| {
+                    let ms = std::time::Duration::from_millis(*v.get_ref());
+                    (k.get_ref().clone(), ms)
+                })
                 .collect(),
             gpu_util,
             mem_util: pct(&g.mem_util_percent),

@@ -150,6 +150,9 @@ pub(crate) struct RawGpu {
     pub recovery_action: Option<RecoveryAction>,
     pub unsupported: Option<Vec<Spanned<String>>>,
     pub errors: Option<BTreeMap<Spanned<String>, Spanned<String>>>,
+    /// Calls on this GPU that take this many milliseconds longer (a hung or slow driver call),
+    /// spent in the calling thread without any simulator lock held.
+    pub delay_ms: Option<BTreeMap<Spanned<String>, Spanned<u64>>>,
     pub gpu_util_percent: Option<Spanned<u32>>,
     pub mem_util_percent: Option<Spanned<u32>>,
     pub enc_util_percent: Option<Spanned<u32>>,

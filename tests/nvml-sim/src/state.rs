@@ -245,7 +245,8 @@ impl std::ops::Deref for GpuRef {
 
 /// Validates `handle` for the running export: initialised, one of ours, a GPU of the scenario
 /// (a GPU that a rewrite removed answers GPU_IS_LOST), not lost, and not overridden by the
-/// scenario's `errors`/`unsupported` for this function.
+/// scenario's `errors`/`unsupported` for this function; first waits the scenario's `delay_ms`
+/// for this function, if any.
 pub fn gpu(handle: nvmlDevice_t) -> NvResult<GpuRef> {
     let index = index_of(handle).ok_or(ffi::INVALID_ARGUMENT)?;
     let mut sim = lock();
@@ -259,6 +260,10 @@ pub fn gpu(handle: nvmlDevice_t) -> NvResult<GpuRef> {
     }
     drop(sim);
     let g = &scenario.gpus[index];
+    if let Some(delay) = g.delays.get(ffi::current_function()) {
+        // No lock is held here: other GPUs' calls go on meanwhile.
+        std::thread::sleep(*delay);
+    }
     if g.lost {
         return Err(ffi::GPU_IS_LOST);
     }

@@ -178,11 +178,23 @@ pub(crate) fn validate_gpu(g: &RawGpu, err: &ErrAt<'_>) -> Result<&'static Model
         .iter()
         .flatten()
         .chain(g.errors.iter().flat_map(|e| e.keys()))
+        .chain(g.delay_ms.iter().flat_map(|e| e.keys()))
     {
         if !crate::EXPORTED.contains(&f.get_ref().as_str()) {
             return Err(err(
                 f.span(),
                 format!("'{}' is not a function this library exports", f.get_ref()),
+            ));
+        }
+    }
+    for v in g.delay_ms.iter().flat_map(|e| e.values()) {
+        if *v.get_ref() > 600_000 {
+            return Err(err(
+                v.span(),
+                format!(
+                    "delay {} ms is over the 600000 ms (10 min) allowed",
+                    v.get_ref()
+                ),
             ));
         }
     }
