@@ -258,3 +258,77 @@ fn a_gpu_lost_while_the_gpu_count_changes_keeps_its_identity_and_counts() {
         assert_eq!(e["uuid"], uuid.as_str(), "{e}");
     }
 }
+
+#[test]
+fn a_gpu_whose_calls_hang_does_not_hold_the_others_nor_shutdown() {
+    let text = with_gpu(
+        &scenario("dgx-h100.toml"),
+        5,
+        "delay_ms = { nvmlDeviceGetPowerUsage = 600000 }",
+    );
+    let mut agent = Agent::with_scenario(&text).no_wait_ready().start();
+    let m = wait_for("GPU 5 reported unreadable", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        (m.value("gpu_steward_gpu_up", &[("gpu", "5")]) == Some(0.0)).then_some(m)
+    });
+    // The others were read all along, and keep being read.
+    let later = after_polls(&agent, 5.0);
+    for gpu in ["0", "1", "2", "3", "4", "6", "7"] {
+        assert_eq!(
+            later.get("gpu_steward_gpu_up", &[("gpu", gpu)]),
+            1.0,
+            "{gpu}"
+        );
+        assert!(later
+            .value("gpu_steward_power_watts", &[("gpu", gpu)])
+            .is_some());
+    }
+    assert!(polls(&later) > polls(&m));
+    assert_eq!(agent.get("/readyz").status, 200);
+    let gpu = agent.get("/health/gpus/5").json();
+    assert!(
+        gpu["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("has not answered")),
+        "{gpu}"
+    );
+    // The hung call does not keep the agent from stopping.
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(5));
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn gpus_are_read_in_parallel() {
+    // Each GPU's temperature takes 100 ms of wall time (sleeping, as a driver waiting on the
+    // device does): read one after the other, eight GPUs would take 800 ms a poll.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cost = dir.path().join("cost.json");
+    std::fs::write(
+        &cost,
+        r#"{"functions": {"nvmlDeviceGetTemperature": {"wall_us": 100000, "cpu_us": 0}}}"#,
+    )
+    .expect("write cost table");
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
+        .env("NVML_SIM_COST", &cost.display().to_string())
+        .start();
+    let before = after_polls(&agent, 1.0);
+    let after = after_polls(&agent, 5.0);
+    let polled = polls(&after) - polls(&before);
+    let spent = after.get(
+        "gpu_steward_nvml_call_seconds_total",
+        &[("function", "nvmlDeviceGetTemperature")],
+    ) - before.get(
+        "gpu_steward_nvml_call_seconds_total",
+        &[("function", "nvmlDeviceGetTemperature")],
+    );
+    assert!(
+        spent >= 0.1 * 8.0 * polled * 0.9,
+        "{spent} s in {polled} polls"
+    );
+    let poll = after.get("gpu_steward_poll_duration_seconds", &[]);
+    assert!(
+        poll < 0.5 * 0.8,
+        "a poll took {poll} s; read in turn, the GPUs would take 0.8 s"
+    );
+}
