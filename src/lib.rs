@@ -1,14 +1,16 @@
 //! gpu-steward: a node-local GPU agent.
 //!
-//! It polls NVML on one thread, publishes an immutable snapshot each interval, and serves
-//! dcgm-exporter compatible and native Prometheus metrics and an honest health API from it.
+//! It polls NVML (one worker thread per GPU, reads tiered by cost), publishes an immutable
+//! snapshot each interval, and serves dcgm-exporter compatible and native Prometheus metrics and
+//! an honest health API from it.
 //!
 //! # Layout
 //!
 //! - [`cli`]: command line (clap); [`config`]: one validated `Config` from file, env and flags.
-//! - [`gpu`]: the NVML boundary, the only module that names `nvml_wrapper`; plain data out.
-//! - [`poller`]: owns NVML on a blocking thread; publishes `Published` (snapshot + metrics).
-//! - [`snapshot`]: the immutable view of the node at one instant.
+//! - [`gpu`]: the NVML boundary, the only module that names `nvml_wrapper`; plain data and
+//!   typed errors out; the table of reads and their cost tiers.
+//! - [`poller`]: observe (per-GPU workers) → enrich → judge → render → publish `Published`.
+//! - [`snapshot`]: the immutable view of the node at one instant; plain data, imports nothing.
 //! - [`metrics`]: renders the snapshot once per poll (dcgm family, native family, agent).
 //! - [`attribution`]: process name, user and owner (container, pod, unit, Slurm job) from procfs.
 //! - [`kubernetes`]: the kubelet pod-resources client (GPU → pod, namespace, container).
@@ -17,7 +19,7 @@
 //! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
 //!
 //! Dependencies point one way: `app` → `http`/`poller` → `metrics`/`health` → `snapshot`;
-//! `poller` → `gpu` → `snapshot`.
+//! `poller` → `gpu`/`attribution`/`kubernetes` → `snapshot`.
 
 pub mod app;
 pub mod attribution;
