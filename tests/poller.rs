@@ -7,21 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{scenario, wait_for, Agent, Metrics};
-
-/// The DGX scenario with `extra` inserted into GPU `index`'s table (before its processes).
-fn with_gpu(text: &str, index: usize, extra: &str) -> String {
-    let at = text.match_indices("[[gpu]]").nth(index).expect("GPU").0 + "[[gpu]]".len();
-    format!("{}\n{extra}{}", &text[..at], &text[at..])
-}
-
-/// The DGX scenario with `event` appended to GPU `index`'s tables (before the next GPU).
-fn with_event(text: &str, index: usize, event: &str) -> String {
-    match text.match_indices("[[gpu]]").nth(index + 1) {
-        Some((at, _)) => format!("{}{event}\n{}", &text[..at], &text[at..]),
-        None => format!("{text}\n{event}"),
-    }
-}
+use common::{scenario, wait_for, with_event, with_gpu, Agent, Metrics};
 
 fn polls(m: &Metrics) -> f64 {
     m.get("gpu_steward_polls_total", &[])

@@ -7,9 +7,12 @@
 #![allow(dead_code)]
 
 mod exposition;
+mod scenarios;
 
 #[allow(unused_imports)] // each test binary uses a different part
 pub use exposition::{Metrics, Sample};
+#[allow(unused_imports)]
+pub use scenarios::{first, with_event, with_gpu};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
