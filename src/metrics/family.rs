@@ -101,7 +101,8 @@ impl Families {
 
 /// Escapes as the text format requires: `\` and newline always, `"` in label values.
 fn escape(out: &mut String, s: &str, quote: bool) {
-    if !s.bytes().any(|b| matches!(b, b'\\' | b'\n' | b'"')) {
+    // Label values are mostly plain: a vectorised scan, then one copy.
+    if memchr::memchr3(b'\\', b'\n', b'"', s.as_bytes()).is_none() {
         out.push_str(s);
         return;
     }

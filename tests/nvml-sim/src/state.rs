@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlEventSet_st, nvmlEventSet_t};
@@ -103,6 +103,20 @@ fn lock() -> MutexGuard<'static, Sim> {
     SIM.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Notified whenever a scenario is installed, so that event waits sleep until something may
+/// have changed instead of polling.
+static INSTALLED: Condvar = Condvar::new();
+
+/// Blocks the calling thread for at most `timeout`, or until a scenario is installed (by any
+/// thread's call noticing a rewrite, or by an init). Like a real driver's wait, it costs no CPU
+/// while nothing happens.
+pub fn wait_for_install(timeout: Duration) {
+    let sim = lock();
+    let _ = INSTALLED
+        .wait_timeout(sim, timeout)
+        .unwrap_or_else(PoisonError::into_inner);
+}
+
 impl Sim {
     fn install(&mut self, scenario: Scenario, now: Instant) {
         for (i, gpu) in scenario.gpus.iter().enumerate() {
@@ -124,6 +138,7 @@ impl Sim {
         }
         self.ever_count = self.ever_count.max(scenario.gpus.len());
         self.scenario = Some(Arc::new(scenario));
+        INSTALLED.notify_all();
     }
 
     /// Re-reads the scenario if its file changed; a malformed rewrite keeps the old scenario

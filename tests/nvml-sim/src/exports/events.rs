@@ -14,8 +14,9 @@ use crate::export;
 use crate::ffi::{self, put, NvResult};
 use crate::state::{self, gpu};
 
-/// How long a waiting thread sleeps between looks at its set.
-const WAIT_STEP: Duration = Duration::from_millis(50);
+/// The longest a waiting thread sleeps before it looks at its set (and so at the scenario file)
+/// again, when no other call noticed a rewrite.
+const WAIT_STEP: Duration = Duration::from_millis(250);
 
 export!(
     fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) {
@@ -77,7 +78,9 @@ fn wait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uint) -> 
         if now >= deadline {
             return Err(ffi::TIMEOUT);
         }
-        std::thread::sleep(WAIT_STEP.min(deadline - now));
+        // Asleep until a rewrite is installed or, at the latest, a look again: a rewrite is
+        // noticed by the calls of any thread (at most every 50 ms), and by this one's next look.
+        state::wait_for_install(WAIT_STEP.min(deadline - now));
     }
 }
 
