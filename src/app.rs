@@ -68,6 +68,7 @@ fn poller_config(c: &Config, kubelet: Option<KubeletFeed>) -> PollerConfig {
         nvml_lib: c.nvml_lib.clone(),
         interval: c.interval,
         slow_interval: c.slow_interval,
+        expensive_interval: c.expensive_interval,
         render: render_config(c),
         health: c.health.clone(),
         processes: c.processes.clone(),

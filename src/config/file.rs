@@ -55,9 +55,12 @@ pub struct NvmlSection {
 pub struct PollerSection {
     #[serde(deserialize_with = "interval")]
     pub interval: Option<Duration>,
-    /// Cadence of the slow tier: reads that cost milliseconds or move slowly.
+    /// Cadence of the slow tier: reads of ~0.16 ms, or of values that move slowly.
     #[serde(deserialize_with = "slow_interval")]
     pub slow_interval: Option<Duration>,
+    /// Cadence of the expensive tier: reads of milliseconds.
+    #[serde(deserialize_with = "expensive_interval")]
+    pub expensive_interval: Option<Duration>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -221,10 +224,18 @@ fn interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Erro
 }
 
 fn slow_interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    tier_interval(d, "slow_interval")
+}
+
+fn expensive_interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    tier_interval(d, "expensive_interval")
+}
+
+fn tier_interval<'de, D: Deserializer<'de>>(d: D, key: &str) -> Result<Option<Duration>, D::Error> {
     let s = String::deserialize(d)?;
     parse_interval(&s)
         .map(Some)
-        .map_err(|e| serde::de::Error::custom(e.replacen("interval", "slow_interval", 1)))
+        .map_err(|e| serde::de::Error::custom(e.replacen("interval", key, 1)))
 }
 
 fn max_connections<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {

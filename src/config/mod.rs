@@ -24,9 +24,12 @@ pub const DEFAULT_CONFIG: &str = "/etc/gpu-steward/config.toml";
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9400";
 pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
-/// The slow tier: every 10 s the energy counter (3 ms of CPU on an H100), process utilization
-/// (2.8 ms), BAR1, power limit, ECC, PCIe counters and MIG mode (0.16 ms each) are read.
+/// The slow tier: every 10 s BAR1, power limit, ECC, PCIe counters and MIG mode (0.16 ms each
+/// on an H100, or slow-moving) are read.
 pub const DEFAULT_SLOW_INTERVAL: Duration = Duration::from_secs(10);
+/// The expensive tier: every 30 s the energy counter (3.0 ms of CPU on an H100) and
+/// per-process utilization (2.8 ms): as often as dcgm-exporter samples anything.
+pub const DEFAULT_EXPENSIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// Prometheus, a probe or two and an operator's curl: 64 is plenty, and bounds what a
 /// misbehaving client can hold.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
@@ -52,8 +55,10 @@ pub struct Config {
     pub header_timeout: Duration,
     pub nvml_lib: String,
     pub interval: Duration,
-    /// Cadence of the slow tier of reads (energy, process utilization, ECC, limits, ...).
+    /// Cadence of the slow tier of reads (ECC, limits, PCIe counters, MIG mode, ...).
     pub slow_interval: Duration,
+    /// Cadence of the expensive tier (energy counter, per-process utilization).
+    pub expensive_interval: Duration,
     pub metrics_dcgm: bool,
     pub metrics_native: bool,
     /// Overrides the hostname label value; default `NODE_NAME`, else the host name.
@@ -168,6 +173,10 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
             .unwrap_or_else(|| DEFAULT_NVML_LIB.to_string()),
         interval: o.interval.or(f.poller.interval).unwrap_or(DEFAULT_INTERVAL),
         slow_interval: f.poller.slow_interval.unwrap_or(DEFAULT_SLOW_INTERVAL),
+        expensive_interval: f
+            .poller
+            .expensive_interval
+            .unwrap_or(DEFAULT_EXPENSIVE_INTERVAL),
         metrics_dcgm: f.metrics.dcgm,
         metrics_native: f.metrics.native,
         hostname: f.metrics.hostname,
@@ -199,8 +208,8 @@ impl Config {
             "configuration from {source}\n\
              serve HTTP on {listen}: /metrics, /health, /health/gpus, /livez, /readyz \
              (at most {max_connections} connections, {header_timeout} to send headers)\n\
-             load NVML from '{lib}' and poll every {interval}; expensive and slow-moving reads \
-             every {slow}\n\
+             load NVML from '{lib}' and poll every {interval}; slow-moving reads every {slow}, \
+             expensive ones every {expensive}\n\
              metrics: dcgm-compatible {dcgm}, native {native}, hostname label {hostname_label}\n\
              mutating API (/api/v1): {api}\n\
              log: level {level}, format {format:?}\n\
@@ -213,6 +222,7 @@ impl Config {
             lib = self.nvml_lib,
             interval = humantime::format_duration(self.interval),
             slow = humantime::format_duration(self.slow_interval.max(self.interval)),
+            expensive = humantime::format_duration(self.expensive_interval.max(self.interval)),
             dcgm = on(self.metrics_dcgm),
             native = on(self.metrics_native),
             api = if self.api_enabled {

@@ -24,11 +24,15 @@ use crate::snapshot::{GpuReading, NvmlCode};
 pub enum Tier {
     /// Cheap (2-60 µs) and fast-moving: every poll.
     Fast,
-    /// Expensive (0.16-3 ms of CPU: energy, process utilization, BAR1, limits, ECC mode) or
-    /// slow-moving (error counters, link width, MIG mode): every `[poller] slow_interval`.
+    /// 0.16 ms of CPU each (BAR1, power limit, ECC mode, PCIe replays, MIG mode) or
+    /// slow-moving (error counters, link width): every `[poller] slow_interval` (10 s).
     Slow,
-    /// Slow cadence, and so slow in wall time (`nvmlDeviceGetPcieThroughput` samples for 20 ms)
-    /// that it runs after the poll's results are handed over, never on its critical path.
+    /// Milliseconds each: the energy counter (3.0 ms of CPU on an H100) and per-process
+    /// utilization (2.8 ms): every `[poller] expensive_interval` (30 s).
+    Expensive,
+    /// Expensive cadence, and so slow in wall time (`nvmlDeviceGetPcieThroughput` samples for
+    /// 20 ms per direction) that it runs after the poll's results are handed over, never on
+    /// its critical path.
     Background,
 }
 
@@ -75,7 +79,7 @@ pub static READS: &[Read] = &[
     read("memory", "bar1", Tier::Slow, telemetry::bar1),
     read("thermal", "temperature", Tier::Fast, telemetry::thermal),
     read("power", "power", Tier::Fast, telemetry::power),
-    read("power", "energy", Tier::Slow, telemetry::energy),
+    read("power", "energy", Tier::Expensive, telemetry::energy),
     read("power", "power_limit", Tier::Slow, telemetry::power_limit),
     read("clocks", "clocks", Tier::Fast, telemetry::clocks),
     read("pcie", "pcie_link", Tier::Fast, telemetry::pcie_link),
@@ -91,7 +95,7 @@ pub static READS: &[Read] = &[
     read(
         "processes",
         "process_utilization",
-        Tier::Slow,
+        Tier::Expensive,
         processes::utilization,
     ),
     read("gpm", "gpm", Tier::Fast, GpuReader::gpm),
@@ -239,8 +243,8 @@ mod tests {
         // Measured on an H100 (driver 580): energy 3.0 ms CPU, process utilization 2.8 ms CPU,
         // PCIe throughput 21 ms wall.
         let tier = |n: &str| READS.iter().find(|r| r.name == n).map(|r| r.tier);
-        assert_eq!(tier("energy"), Some(Tier::Slow));
-        assert_eq!(tier("process_utilization"), Some(Tier::Slow));
+        assert_eq!(tier("energy"), Some(Tier::Expensive));
+        assert_eq!(tier("process_utilization"), Some(Tier::Expensive));
         assert_eq!(tier("pcie_throughput"), Some(Tier::Background));
     }
 }

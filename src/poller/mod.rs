@@ -49,8 +49,10 @@ pub struct PollerConfig {
     pub nvml_lib: String,
     /// The publication rate, and the cadence of the fast tier of reads.
     pub interval: Duration,
-    /// The cadence of the slow tier (expensive or slow-moving reads); at most every poll.
+    /// The cadence of the slow tier (0.16 ms or slow-moving reads); at most every poll.
     pub slow_interval: Duration,
+    /// The cadence of the expensive tier (reads of milliseconds); at most every poll.
+    pub expensive_interval: Duration,
     pub render: RenderConfig,
     pub health: HealthConfig,
     pub processes: ProcessesConfig,

@@ -180,6 +180,7 @@ impl Observer {
                 cadence: Cadence {
                     interval: config.interval,
                     slow_interval: config.slow_interval,
+                    expensive_interval: config.expensive_interval,
                     index: index as u32,
                     gpus,
                 },

@@ -1,46 +1,71 @@
-//! When a GPU's slow tier is due. Pure: time comes in as an argument.
+//! When a GPU's slow and expensive tiers are due. Pure: time comes in as an argument.
 //!
-//! The slow tier runs every `slow_interval`, rounded to whole polls. GPUs are staggered across
-//! the period (GPU `i` of `n` is offset by `i * polls / n` polls), so that an eight-GPU node
-//! does not pay every GPU's milliseconds of energy and process-utilization reads in the same
-//! poll: the cost is spread flat, and no single poll carries it all. Everything is read at the
-//! first poll, and again at the first poll after a GPU comes back.
+//! Each timed tier runs every `slow_interval` / `expensive_interval`, rounded to whole polls.
+//! GPUs are staggered across the period (GPU `i` of `n` is offset by `i * polls / n` polls), so
+//! that an eight-GPU node does not pay every GPU's milliseconds of energy and
+//! process-utilization reads in the same poll: the cost is spread flat, and no single poll
+//! carries it all. Everything is read at the first poll, and again at the first poll after a
+//! GPU comes back.
 
 use std::time::{Duration, Instant};
 
+/// The timed tiers of one GPU.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Schedule {
-    next_slow: Option<Instant>,
+    slow: Timer,
+    expensive: Timer,
 }
 
-/// Where one GPU stands among the GPUs polled and how often the slow tier runs.
+/// Where one GPU stands among the GPUs polled and how often each tier runs.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Cadence {
     pub interval: Duration,
     pub slow_interval: Duration,
+    pub expensive_interval: Duration,
     pub index: u32,
     pub gpus: u32,
 }
 
-impl Cadence {
-    /// The slow period in polls (at least 1).
-    fn period(&self) -> u32 {
-        let polls = self.slow_interval.as_secs_f64() / self.interval.as_secs_f64().max(1e-3);
-        (polls.round() as u32).max(1)
-    }
+/// Which timed tiers run in a poll.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Due {
+    pub slow: bool,
+    pub expensive: bool,
 }
 
 impl Schedule {
-    /// Whether the slow tier runs in the poll at `now`; if so, the next one is scheduled.
-    pub fn slow_due(&mut self, now: Instant, c: Cadence) -> bool {
-        let period = c.period();
+    /// Which tiers run in the poll at `now`; those that do are scheduled again.
+    pub fn due(&mut self, now: Instant, c: Cadence) -> Due {
+        Due {
+            slow: self.slow.due(now, c, c.slow_interval),
+            expensive: self.expensive.due(now, c, c.expensive_interval),
+        }
+    }
+
+    /// Makes everything due at the next poll (a GPU back from lost, another board at the index).
+    pub fn reset(&mut self) {
+        *self = Schedule::default();
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct Timer {
+    next: Option<Instant>,
+}
+
+impl Timer {
+    fn due(&mut self, now: Instant, c: Cadence, every: Duration) -> bool {
+        let period = {
+            let polls = every.as_secs_f64() / c.interval.as_secs_f64().max(1e-3);
+            (polls.round() as u32).max(1)
+        };
         let every = c.interval * period;
         // A due time within half an interval counts as now: polls drift by their own duration.
         let horizon = now + c.interval / 2;
-        match self.next_slow {
+        match self.next {
             None => {
                 let offset = c.index.min(c.gpus.saturating_sub(1)) * period / c.gpus.max(1);
-                self.next_slow = Some(now + c.interval * (period + offset));
+                self.next = Some(now + c.interval * (period + offset));
                 true
             }
             Some(next) if next <= horizon => {
@@ -48,16 +73,11 @@ impl Schedule {
                 while next <= horizon {
                     next += every;
                 }
-                self.next_slow = Some(next);
+                self.next = Some(next);
                 true
             }
             Some(_) => false,
         }
-    }
-
-    /// Makes everything due at the next poll (a GPU back from lost, another board at the index).
-    pub fn reset(&mut self) {
-        self.next_slow = None;
     }
 }
 
@@ -69,6 +89,7 @@ mod tests {
         let c = Cadence {
             interval: Duration::from_millis(interval_ms),
             slow_interval: Duration::from_millis(slow_ms),
+            expensive_interval: Duration::from_millis(slow_ms * 3),
             index,
             gpus,
         };
@@ -78,7 +99,7 @@ mod tests {
             .filter(|&p| {
                 // Polls run a little late, as real ones do.
                 let jitter = Duration::from_micros(u64::from(p % 3) * 700);
-                s.slow_due(t0 + c.interval * p + jitter, c)
+                s.due(t0 + c.interval * p + jitter, c).slow
             })
             .collect()
     }
@@ -115,14 +136,24 @@ mod tests {
         let c = Cadence {
             interval: Duration::from_secs(1),
             slow_interval: Duration::from_secs(10),
+            expensive_interval: Duration::from_secs(30),
             index: 0,
             gpus: 1,
         };
         let t0 = Instant::now();
         let mut s = Schedule::default();
-        assert!(s.slow_due(t0, c));
-        assert!(!s.slow_due(t0 + Duration::from_secs(1), c));
+        let all = Due {
+            slow: true,
+            expensive: true,
+        };
+        assert_eq!(s.due(t0, c), all);
+        assert_eq!(s.due(t0 + Duration::from_secs(1), c), Due::default());
         s.reset();
-        assert!(s.slow_due(t0 + Duration::from_secs(2), c));
+        assert_eq!(s.due(t0 + Duration::from_secs(2), c), all);
+        let dues: Vec<Due> = (3..=33)
+            .map(|t| s.due(t0 + Duration::from_secs(t), c))
+            .collect();
+        assert_eq!(dues.iter().filter(|d| d.slow).count(), 3, "at 12, 22, 32 s");
+        assert_eq!(dues.iter().filter(|d| d.expensive).count(), 1, "at 32 s");
     }
 }

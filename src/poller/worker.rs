@@ -11,7 +11,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::schedule::{Cadence, Schedule};
+use super::schedule::{Cadence, Due, Schedule};
 use crate::gpu::{GpuReader, IdentityRead, ReadOutcome, Tier, READS};
 use crate::snapshot::{GpuIdentity, GpuReading, GpuStatus, NvmlCode, SourceStatus};
 
@@ -47,7 +47,7 @@ pub(super) struct Observed {
     pub costs: Vec<(&'static str, u64, Duration)>,
     /// Per source: the last run of each of its reads.
     pub sources: Vec<(&'static str, SourceStatus)>,
-    /// Whether the slow tier ran in this poll.
+    /// Whether a slow or expensive tier ran in this poll.
     pub slow: bool,
 }
 
@@ -62,7 +62,7 @@ pub(super) struct Worker {
     outcomes: Vec<Option<ReadOutcome>>,
     schedule: Schedule,
     status: Option<GpuStatus>,
-    /// The slow tier ran in the last poll: background reads follow the reply.
+    /// The expensive tier ran in the last poll: background reads follow the reply.
     background_due: bool,
 }
 
@@ -110,7 +110,7 @@ impl Worker {
             .iter()
             .zip(&self.outcomes)
             .any(|(r, o)| r.tier == Tier::Background && o.is_some());
-        let mut slow = false;
+        let mut due = Due::default();
         let started = Instant::now();
         // The handle lookup and identity read, reported as the `identity` source.
         let mut identity_outcome = ReadOutcome {
@@ -143,15 +143,16 @@ impl Worker {
                 } else {
                     identity_outcome.duration = started.elapsed();
                 }
-                slow = schedule.slow_due(now, cadence);
+                due = schedule.due(now, cadence);
                 for (i, read) in READS.iter().enumerate() {
-                    let due = match read.tier {
+                    let run = match read.tier {
                         Tier::Fast => true,
-                        Tier::Slow => slow,
+                        Tier::Slow => due.slow,
+                        Tier::Expensive => due.expensive,
                         // Inline only the first time, so that the first publication is whole.
                         Tier::Background => outcomes[i].is_none(),
                     };
-                    if due && !reader.log.lost {
+                    if run && !reader.log.lost {
                         outcomes[i] = Some(reader.run(read, device, reading));
                     }
                 }
@@ -178,9 +179,9 @@ impl Worker {
             .iter()
             .zip(&self.outcomes)
             .any(|(r, o)| r.tier == Tier::Background && o.is_some() && !had_background);
-        self.background_due = slow && status == GpuStatus::Up && !inline;
+        self.background_due = due.expensive && status == GpuStatus::Up && !inline;
         self.log_transition(&status);
-        self.observed(status, slow)
+        self.observed(status, due.slow || due.expensive)
     }
 
     /// Runs the background reads (PCIe throughput: 20 ms of wall time per direction) after the

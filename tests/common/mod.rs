@@ -207,21 +207,23 @@ impl AgentBuilder {
 }
 
 /// Tests poll every 200 ms and expect a scenario change at the next poll, whatever tier reads
-/// it: unless a test sets `slow_interval` itself, the slow tier runs every poll too.
+/// it: unless a test sets a tier's interval itself, the slow and expensive tiers run every poll
+/// too.
 pub fn with_slow_tier_every_poll(config: &str) -> String {
-    if config.contains("slow_interval") {
+    let missing: String = ["slow_interval", "expensive_interval"]
+        .iter()
+        .filter(|k| !config.contains(*k))
+        .map(|k| format!("{k} = \"100ms\"\n"))
+        .collect();
+    if missing.is_empty() {
         return config.to_string();
     }
     match config.find("[poller]\n") {
         Some(at) => {
             let end = at + "[poller]\n".len();
-            format!(
-                "{}slow_interval = \"100ms\"\n{}",
-                &config[..end],
-                &config[end..]
-            )
+            format!("{}{missing}{}", &config[..end], &config[end..])
         }
-        None => format!("{config}\n[poller]\nslow_interval = \"100ms\"\n"),
+        None => format!("{config}\n[poller]\n{missing}"),
     }
 }
 
