@@ -271,7 +271,10 @@ mod tests {
             e.starts_with("c.toml:3:1: unknown field `intervall`"),
             "{e}"
         );
-        assert!(e.contains("expected `interval`"), "{e}");
+        assert!(
+            e.contains("expected one of `interval`, `slow_interval`"),
+            "{e}"
+        );
     }
 
     #[test]

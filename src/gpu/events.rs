@@ -23,7 +23,7 @@ use super::code;
 use crate::snapshot::NvmlCode;
 
 /// The XID NVML reports when the driver cannot say which (`XidError::Unknown` in nvml-wrapper).
-pub const UNKNOWN_XID: u64 = 999;
+const UNKNOWN_XID: u64 = 999;
 
 /// How long one wait blocks before the thread looks at its requests and whether to stop.
 const WAIT_MS: u32 = 250;
@@ -51,8 +51,6 @@ pub enum XidEvent {
 pub struct Coverage {
     /// UUIDs of GPUs with nothing more to do: registered on the set, or NOT_SUPPORTED.
     pub settled: BTreeSet<String>,
-    /// How many of them accepted the registration.
-    pub registered: usize,
     /// Requests handled so far.
     pub handled: u64,
     /// The last request had a failure other than NOT_SUPPORTED (creating the set, reading a
@@ -127,10 +125,19 @@ impl XidWatcher {
 
 impl Drop for XidWatcher {
     fn drop(&mut self) {
-        // Closing the channel is the stop signal.
+        // Closing the channel is the stop signal, seen within one wait.
         self.requests = None;
-        if let Some(t) = self.thread.take() {
+        let Some(t) = self.thread.take() else {
+            return;
+        };
+        let deadline = std::time::Instant::now() + Duration::from_millis(u64::from(WAIT_MS) * 4);
+        while !t.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if t.is_finished() {
             let _ = t.join();
+        } else {
+            tracing::warn!("the XID watcher is stuck in an NVML call; leaving it behind");
         }
     }
 }
@@ -178,10 +185,8 @@ fn run(
             for (function, e) in failed.iter().flatten() {
                 report(function, e);
             }
-            let count = registered.len();
             update(&mut |c| {
                 c.settled.extend(settled.iter().cloned());
-                c.registered = count;
                 c.handled += 1;
                 c.registration_failed = failed.is_some();
             });
@@ -202,12 +207,12 @@ fn run(
                 // SAFETY: reading the raw handle value only, for comparison.
                 let handle = unsafe { data.device.handle() } as usize;
                 let known = registered.iter().find(|r| r.handle == handle);
-                // The board at this handle now; a lost GPU cannot say, so the one registered.
-                let uuid = data
-                    .device
-                    .uuid()
-                    .ok()
-                    .or_else(|| known.map(|r| r.uuid.clone()));
+                // The board registered at this handle (NVML handles name boards, not indices);
+                // asked only of a device registered by another path. Not asked first: an XID
+                // such as 119 or 79 often comes just before calls on that GPU hang.
+                let uuid = known
+                    .map(|r| r.uuid.clone())
+                    .or_else(|| data.device.uuid().ok());
                 let event = XidEvent::Xid {
                     uuid,
                     index: known.map(|r| r.index),

@@ -20,9 +20,9 @@ mod telemetry;
 
 pub use calls::CallLog;
 pub use error::InitError;
-pub use events::{Coverage, XidEvent, XidWatcher, UNKNOWN_XID};
+pub use events::{Coverage, XidEvent, XidWatcher};
 pub use identity::IdentityRead;
-pub use reader::{GpuReader, Read, ReadOutcome, Tier, READS};
+pub use reader::{GpuReader, Handle, Library, Read, ReadOutcome, Tier, READS};
 
 pub(crate) use error::code;
 

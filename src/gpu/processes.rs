@@ -23,6 +23,9 @@ use crate::snapshot::{GpuProcess, GpuReading, ProcessKind};
 /// A sample older than this at the time of the read means the process was idle: three of the
 /// driver's one-second sampling periods.
 const IDLE_AFTER_US: u64 = 3_000_000;
+/// A process listed for less than this at a utilization read may have had no sampling period
+/// yet: no sample then says nothing, and its utilization stays absent rather than 0.
+const SAMPLED_AFTER_US: u64 = 2_000_000;
 
 /// Per-GPU state of `nvmlDeviceGetProcessUtilization`, which returns only samples newer than
 /// the caller's last-seen timestamp.
@@ -32,9 +35,12 @@ pub(super) struct ProcessCursor {
     last_seen_us: u64,
     /// Newest (sm, mem, timestamp) per pid.
     latest: HashMap<u32, (u32, u32, u64)>,
-    /// The pids listed at the last successful utilization read, and when it was.
+    /// The pids listed long enough before the last successful utilization read to have had
+    /// a sample, and when that read was.
     covered: HashSet<u32>,
     read_at_us: Option<u64>,
+    /// When each running pid was first listed.
+    listed_since: HashMap<u32, u64>,
 }
 
 pub(super) fn list(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
@@ -45,13 +51,19 @@ pub(super) fn list(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
         d.running_graphics_processes()
     });
     out.processes = (compute.is_some() || graphics.is_some()).then(|| merge(compute, graphics));
+    let now = now_us();
+    let listed = &mut r.cursor.listed_since;
+    let running: HashSet<u32> = out.processes.iter().flatten().map(|p| p.pid).collect();
+    listed.retain(|pid, _| running.contains(pid));
+    for pid in running {
+        listed.entry(pid).or_insert(now);
+    }
     join(&r.cursor, r.mig == Some(true), out);
 }
 
 pub(super) fn utilization(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
     // Not supported on MIG-enabled GPUs (nvml.h): not asked there.
     if r.mig == Some(true) {
-        r.cursor = ProcessCursor::default();
         join(&r.cursor, true, out);
         return;
     }
@@ -75,10 +87,22 @@ pub(super) fn utilization(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
             }
             let now = now_us();
             c.latest.retain(|_, l| l.2 + IDLE_AFTER_US >= now);
-            c.covered = out.processes.iter().flatten().map(|p| p.pid).collect();
+            let listed = &c.listed_since;
+            c.covered = out
+                .processes
+                .iter()
+                .flatten()
+                .map(|p| p.pid)
+                .filter(|pid| listed.get(pid).is_some_and(|t| t + SAMPLED_AFTER_US <= now))
+                .collect();
             c.read_at_us = Some(now);
         }
-        Err(_) => *c = ProcessCursor::default(),
+        Err(_) => {
+            *c = ProcessCursor {
+                listed_since: std::mem::take(&mut c.listed_since),
+                ..ProcessCursor::default()
+            }
+        }
     }
     join(&r.cursor, false, out);
 }

@@ -107,6 +107,12 @@ pub static READS: &[Read] = &[
     ),
 ];
 
+/// The NVML library of a session, opaque outside the NVML boundary.
+pub struct Library(Arc<Nvml>);
+
+/// A device handle for one poll, opaque outside the NVML boundary.
+pub struct Handle<'l>(Device<'l>);
+
 /// What one run of a read did.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReadOutcome {
@@ -127,6 +133,8 @@ pub struct GpuReader {
     pub(super) fans: Option<u32>,
     /// The MIG mode last read: what the GPU supports changes with it.
     pub(super) mig: Option<bool>,
+    /// The published PCIe rates came from GPM.
+    pcie_from_gpm: bool,
 }
 
 impl GpuReader {
@@ -139,6 +147,7 @@ impl GpuReader {
             gpm: GpmSampler::default(),
             fans: None,
             mig: None,
+            pcie_from_gpm: false,
         }
     }
 
@@ -147,35 +156,45 @@ impl GpuReader {
     }
 
     /// Forgets per-board state (utilization cursor, GPM samples, capabilities): the index
-    /// now names another board.
+    /// now names another board. Errors and costs not handed over yet are kept.
     pub fn forget_board(&mut self) {
+        let (errors, costs) = self.log.take();
         *self = GpuReader::new(self.nvml.clone(), self.index);
+        self.log.errors = errors;
+        self.log.costs = costs;
     }
 
-    /// Gets the device handle and runs `f` with it; `Err` when the handle cannot be had
-    /// (`GpuIsLost` when the GPU fell off the bus).
-    pub fn with_device<R>(
-        &mut self,
-        f: impl FnOnce(&mut GpuReader, &Device) -> R,
-    ) -> Result<R, NvmlCode> {
-        let nvml = self.nvml.clone();
+    /// The session's library, to take a device [`Handle`] from.
+    pub fn library(&self) -> Library {
+        Library(self.nvml.clone())
+    }
+
+    /// The device handle for this poll; `Err` when it cannot be had (`GpuIsLost` when the GPU
+    /// fell off the bus).
+    pub fn handle<'l>(&mut self, library: &'l Library) -> Result<Handle<'l>, NvmlCode> {
         let index = self.index;
-        let device = self.log.call("nvmlDeviceGetHandleByIndex_v2", || {
-            nvml.device_by_index(index)
-        })?;
-        Ok(f(self, &device))
+        self.log
+            .call("nvmlDeviceGetHandleByIndex_v2", || {
+                library.0.device_by_index(index)
+            })
+            .map(Handle)
+    }
+
+    /// The board's UUID: what tells one board from another at the same index.
+    pub fn uuid(&mut self, device: &Handle) -> Result<String, NvmlCode> {
+        self.log.call("nvmlDeviceGetUUID", || device.0.uuid())
     }
 
     /// Reads what the GPU is (see [`IdentityRead`]).
-    pub fn identity(&mut self, device: &Device) -> Result<IdentityRead, NvmlCode> {
-        identity::read(device, self.index, &mut self.log)
+    pub fn identity(&mut self, device: &Handle) -> Result<IdentityRead, NvmlCode> {
+        identity::read(&device.0, self.index, &mut self.log)
     }
 
     /// Runs one read into `out`.
-    pub fn run(&mut self, read: &Read, device: &Device, out: &mut GpuReading) -> ReadOutcome {
+    pub fn run(&mut self, read: &Read, device: &Handle, out: &mut GpuReading) -> ReadOutcome {
         let started = Instant::now();
         self.log.begin_read();
-        (read.run)(self, device, out);
+        (read.run)(self, &device.0, out);
         ReadOutcome {
             duration: started.elapsed(),
             failures: self.log.read_failures(),
@@ -196,11 +215,25 @@ impl GpuReader {
     fn gpm(&mut self, device: &Device, out: &mut GpuReading) {
         let mig = self.mig == Some(true);
         out.gpm = self.gpm.poll(&self.nvml, device, mig, &mut self.log);
-        if let Some(m) = &out.gpm {
-            if m.pcie_tx_bytes_per_second.is_some() || m.pcie_rx_bytes_per_second.is_some() {
-                out.pcie_tx_bytes_per_second = m.pcie_tx_bytes_per_second;
-                out.pcie_rx_bytes_per_second = m.pcie_rx_bytes_per_second;
+        let rates = out
+            .gpm
+            .as_ref()
+            .map(|m| (m.pcie_tx_bytes_per_second, m.pcie_rx_bytes_per_second))
+            .filter(|(tx, rx)| tx.is_some() || rx.is_some());
+        match rates {
+            Some((tx, rx)) => {
+                out.pcie_tx_bytes_per_second = tx;
+                out.pcie_rx_bytes_per_second = rx;
+                self.pcie_from_gpm = true;
             }
+            // GPM stopped giving them (MIG enabled, a failed sample): its last rates are not
+            // current; `nvmlDeviceGetPcieThroughput` gives them again at its next read.
+            None if self.pcie_from_gpm => {
+                out.pcie_tx_bytes_per_second = None;
+                out.pcie_rx_bytes_per_second = None;
+                self.pcie_from_gpm = false;
+            }
+            None => {}
         }
     }
 

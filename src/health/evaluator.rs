@@ -53,8 +53,6 @@ struct GpuState {
     xids: XidHistory,
     /// (time, cumulative replay count) samples covering the replay window.
     replays: VecDeque<(SystemTime, u32)>,
-    /// Consecutive polls in which at least one NVML call on this GPU failed.
-    failing_polls: u32,
 }
 
 impl Evaluator {
@@ -210,26 +208,26 @@ impl GpuState {
         })
     }
 
+    /// A read of the GPU that failed in each of its last `failing_calls_polls` runs. Runs, not
+    /// polls: a slow-tier read runs every `slow_interval`, and its one failure must not count
+    /// once per poll until it runs again.
     fn failing_calls(&mut self, gpu: &GpuSnapshot, config: &HealthConfig) -> Option<Finding> {
-        if gpu.status == GpuStatus::Up && gpu.failed_calls > 0 {
-            self.failing_polls = self.failing_polls.saturating_add(1);
-        } else {
-            self.failing_polls = 0;
-        }
-        (config.failing_calls_polls > 0 && self.failing_polls >= config.failing_calls_polls).then(
-            || {
-                finding(
-                    conditions::NVML_CALLS_FAILING,
-                    Status::Warn,
-                    super::Action::None,
-                    format!(
-                        "{} NVML call(s) on this GPU failed in each of the last {} polls; its \
+        let failing = gpu.status == GpuStatus::Up
+            && gpu.failed_calls > 0
+            && config.failing_calls_polls > 0
+            && gpu.failing_runs >= config.failing_calls_polls;
+        failing.then(|| {
+            finding(
+                conditions::NVML_CALLS_FAILING,
+                Status::Warn,
+                super::Action::None,
+                format!(
+                    "{} NVML call(s) on this GPU failed, in each of the last {} reads; its \
                      metrics are incomplete (see gpu_steward_nvml_errors_total)",
-                        gpu.failed_calls, self.failing_polls
-                    ),
-                )
-            },
-        )
+                    gpu.failed_calls, gpu.failing_runs
+                ),
+            )
+        })
     }
 
     /// Updates the active conditions and emits one event per change.

@@ -25,6 +25,7 @@ fn gpu() -> GpuSnapshot {
         status: GpuStatus::Up,
         reading: GpuReading::default(),
         failed_calls: 0,
+        failing_runs: 0,
         xids: BTreeMap::new(),
         last_xid: None,
     }
@@ -258,18 +259,22 @@ fn pcie_replay_rate_needs_a_full_window_and_a_high_rate() {
 }
 
 #[test]
-fn failing_calls_warn_after_consecutive_polls() {
+fn failing_calls_warn_after_consecutive_failed_runs() {
     let mut e = Evaluator::default();
     let mut g = gpu();
     g.failed_calls = 2;
-    for t in 0..2 {
+    // A slow read that failed once stays failed for many polls until it runs again: no alarm.
+    g.failing_runs = 1;
+    for t in 0..5 {
         let (h, _) = e.evaluate(&snap(&g, t), at(t));
         assert!(names(&h).is_empty());
     }
-    let (h, _) = e.evaluate(&snap(&g, 2), at(2));
+    g.failing_runs = 3;
+    let (h, _) = e.evaluate(&snap(&g, 5), at(5));
     assert_eq!(names(&h), vec!["nvml_calls_failing"]);
     g.failed_calls = 0;
-    let (h, _) = e.evaluate(&snap(&g, 3), at(3));
+    g.failing_runs = 0;
+    let (h, _) = e.evaluate(&snap(&g, 6), at(6));
     assert!(names(&h).is_empty());
 }
 

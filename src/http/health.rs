@@ -147,7 +147,7 @@ fn agent(s: &Snapshot, age: f64, interval: f64) -> Value {
     json!({
         "nvml": nvml,
         "driverVersion": s.driver.as_ref().map(|d| d.driver_version.clone()),
-        "gpuCount": s.gpus.len(),
+        "gpuCount": s.gpu_count.map_or(s.gpus.len(), |n| n as usize),
         "snapshotTime": rfc3339(s.taken_at),
         "snapshotAgeSeconds": (age * 1000.0).round() / 1000.0,
         "pollIntervalSeconds": interval,

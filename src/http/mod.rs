@@ -52,8 +52,19 @@ pub fn router(state: AppState) -> Router {
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let published = state.latest();
     let now = SystemTime::now();
-    let gzip = accepts_gzip(&headers);
-    let body = if gzip {
+    let mut gzip = accepts_gzip(&headers);
+    let body = if gzip && !published.metrics.gzip_ready() {
+        // The first gzip scrape of a publication compresses it (~0.4 ms for the 8-GPU page):
+        // off the async workers, so that probes on the same runtime are never held up.
+        let p = published.clone();
+        match tokio::task::spawn_blocking(move || p.metrics.gzip(now)).await {
+            Ok(body) => body,
+            Err(_) => {
+                gzip = false;
+                published.metrics.plain(now)
+            }
+        }
+    } else if gzip {
         published.metrics.gzip(now)
     } else {
         published.metrics.plain(now)

@@ -32,6 +32,7 @@ fn gpu(index: u32, status: GpuStatus) -> GpuSnapshot {
             ..GpuReading::default()
         },
         failed_calls: 0,
+        failing_runs: 0,
         xids: BTreeMap::new(),
         last_xid: None,
     }

@@ -8,6 +8,14 @@ use crate::snapshot::{NvmlStatus, Snapshot};
 use crate::AgentCounters;
 
 pub(super) fn render(snapshot: &Snapshot, counters: &AgentCounters, out: &mut Families) {
+    process(counters, out);
+    nvml(snapshot, out);
+    polls(snapshot, out);
+    reloads(counters, out);
+}
+
+/// What the process is and when it started.
+fn process(counters: &AgentCounters, out: &mut Families) {
     let mut build = Family::gauge(
         "gpu_steward_build_info",
         "Build of the running agent, value 1.",
@@ -30,7 +38,10 @@ pub(super) fn render(snapshot: &Snapshot, counters: &AgentCounters, out: &mut Fa
     );
     start.add::<&str>(&[], unix_seconds(counters.started_at));
     out.push(start);
+}
 
+/// NVML: up, GPUs counted, what failed, what the calls cost.
+fn nvml(snapshot: &Snapshot, out: &mut Families) {
     let mut up = Family::gauge(
         "gpu_steward_nvml_up",
         "1 if NVML is initialised and answering, 0 while the agent retries.",
@@ -49,9 +60,7 @@ pub(super) fn render(snapshot: &Snapshot, counters: &AgentCounters, out: &mut Fa
         "gpu_steward_gpus",
         "GPUs NVML reports, including lost ones (nvmlDeviceGetCount_v2).",
     );
-    if snapshot.nvml == NvmlStatus::Up {
-        count.add::<&str>(&[], snapshot.gpus.len() as f64);
-    }
+    count.add_opt::<&str, f64>(&[], snapshot.gpu_count.map(f64::from));
     out.push(count);
 
     let mut init = Family::counter(
@@ -89,7 +98,10 @@ pub(super) fn render(snapshot: &Snapshot, counters: &AgentCounters, out: &mut Fa
     }
     out.push(calls);
     out.push(seconds);
+}
 
+/// Polls: how many, how long, by source, and the snapshot's time.
+fn polls(snapshot: &Snapshot, out: &mut Families) {
     let mut polls = Family::counter("gpu_steward_polls_total", "Polls completed.");
     polls.add::<&str>(&[], snapshot.polls as f64);
     out.push(polls);
@@ -103,11 +115,11 @@ pub(super) fn render(snapshot: &Snapshot, counters: &AgentCounters, out: &mut Fa
 
     let mut source_duration = Family::gauge(
         "gpu_steward_poll_source_duration_seconds",
-        "How long each source (group of NVML calls) took in the last poll, over all GPUs.",
+        "Time of the last run of each read of the source (group of NVML calls) on the poll's path, summed over GPUs.",
     );
     let mut source_success = Family::gauge(
         "gpu_steward_poll_source_success",
-        "1 if every call of the source succeeded or was not supported in the last poll.",
+        "1 if, in the last run of each read of the source on every GPU, every call succeeded or was not supported.",
     );
     for (source, status) in &snapshot.sources {
         source_duration.add(&[("source", *source)], status.duration.as_secs_f64());
@@ -122,7 +134,9 @@ pub(super) fn render(snapshot: &Snapshot, counters: &AgentCounters, out: &mut Fa
     );
     taken.add::<&str>(&[], unix_seconds(snapshot.taken_at));
     out.push(taken);
+}
 
+fn reloads(counters: &AgentCounters, out: &mut Families) {
     let mut reloads = Family::counter(
         "gpu_steward_config_reloads_total",
         "Configuration reloads (SIGHUP), by result.",

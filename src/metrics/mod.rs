@@ -66,6 +66,11 @@ impl Rendered {
         out
     }
 
+    /// Whether the gzip body is compressed already (a gzip scrape then only copies).
+    pub fn gzip_ready(&self) -> bool {
+        self.gzip.get().is_some()
+    }
+
     /// The gzip body for a scrape at `now`.
     pub fn gzip(&self, now: SystemTime) -> Vec<u8> {
         self.gzip

@@ -47,6 +47,7 @@ impl Enricher {
                 status: o.status,
                 reading: o.reading,
                 failed_calls: o.failed_calls,
+                failing_runs: o.failing_runs,
                 xids: Default::default(),
                 last_xid: None,
             };
@@ -83,6 +84,7 @@ impl Enricher {
             nvml: obs.nvml,
             driver: obs.driver,
             gpus,
+            gpu_count: obs.gpu_count,
             sources: obs.sources,
             poll_duration: obs.duration,
             nvml_errors: obs.nvml_errors,

@@ -22,6 +22,7 @@
 mod boards;
 mod enrich;
 mod observe;
+mod pool;
 mod schedule;
 mod worker;
 

@@ -1,29 +1,28 @@
 //! The observe stage: what NVML says about the node, and nothing else.
 //!
 //! It owns the NVML session (opened with backoff while the library or driver is missing), one
-//! worker thread per GPU (see `worker`), and the session's XID watcher. Each poll it asks
-//! every idle worker for a reading, waits for the answers at most `REPLY_WAIT`, and hands on
-//! what it has: a GPU whose worker is still busy keeps its previous reading, and once its
-//! request is older than `stall_after` it is reported unreadable (its NVML calls hang), while
-//! the other GPUs keep being read.
+//! worker thread per GPU (`pool`, `worker`), and the session's XID watcher. Each poll it asks
+//! every idle worker for a reading, waits for this poll's answers at most
+//! `min(REPLY_WAIT, interval)`, and hands on what it has: a GPU whose worker is still busy
+//! keeps its previous reading, and once it has been busy for `stall_after` it is reported
+//! unreadable (its NVML calls hang), while the other GPUs keep being read.
 //!
 //! Workers follow the session: a new session gets new workers (what a device lacks is learned
-//! again); a changed device count keeps the workers of the indices that remain and asks them to
-//! check that their index still names the same board.
+//! again), which presume the identity their index had while the GPU count is unchanged; a
+//! changed device count keeps the workers of the indices that remain and asks them to check
+//! that their index still names the same board.
 
 use std::collections::BTreeMap;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::pool::{self, Pool};
 use super::schedule::Cadence;
-use super::worker::{Job, Observed, Reply, Worker};
+use super::worker::Observed;
 use super::PollerConfig;
 use crate::gpu::{CallLog, Session, XidEvent, XidWatcher};
-use crate::snapshot::{
-    CallStat, DriverInfo, GpuIdentity, GpuStatus, NvmlCode, NvmlStatus, SourceStatus,
-};
+use crate::snapshot::{CallStat, DriverInfo, GpuIdentity, NvmlCode, NvmlStatus, SourceStatus};
 
 /// The longest a poll waits for its workers before publishing what it has.
 const REPLY_WAIT: Duration = Duration::from_secs(1);
@@ -33,8 +32,10 @@ pub(super) struct Observation {
     pub taken_at: SystemTime,
     pub nvml: NvmlStatus,
     pub driver: Option<DriverInfo>,
-    /// One per GPU index.
+    /// One per GPU index that has answered at least once (or is known stuck).
     pub gpus: Vec<(u32, Observed)>,
+    /// `nvmlDeviceGetCount_v2`, when NVML answered it.
+    pub gpu_count: Option<u32>,
     /// XIDs received since the previous poll.
     pub xids: Vec<XidEvent>,
     pub sources: BTreeMap<&'static str, SourceStatus>,
@@ -46,31 +47,19 @@ pub(super) struct Observation {
     pub nvml_calls: BTreeMap<&'static str, CallStat>,
 }
 
-struct WorkerHandle {
-    jobs: Sender<Job>,
-    thread: Option<JoinHandle<()>>,
-    /// The request not answered yet: its sequence number and when it was sent.
-    outstanding: Option<(u64, Instant)>,
-    /// The last answer.
-    latest: Option<Observed>,
-    /// Check the board at the next poll (the enumeration changed).
-    verify: bool,
-}
-
 pub(super) struct Observer {
     session: Option<Session>,
     /// Stopped before `session` is dropped: see `shutdown`.
     watcher: Option<XidWatcher>,
     xid_tx: Sender<XidEvent>,
     xid_rx: Receiver<XidEvent>,
-    replies_tx: Sender<Reply>,
-    replies_rx: Receiver<Reply>,
-    workers: Vec<WorkerHandle>,
+    pool: Pool,
+    /// What each index was in the session that ended, for the next one's workers.
+    presumed: Vec<Option<Arc<GpuIdentity>>>,
     /// The observer's own calls (device count, driver version).
     log: CallLog,
     nvml: NvmlStatus,
     driver: Option<DriverInfo>,
-    seq: u64,
     nvml_errors: BTreeMap<(&'static str, NvmlCode), u64>,
     init_errors: BTreeMap<NvmlCode, u64>,
     calls: BTreeMap<&'static str, CallStat>,
@@ -80,19 +69,16 @@ pub(super) struct Observer {
 impl Observer {
     pub fn new() -> Self {
         let (xid_tx, xid_rx) = mpsc::channel();
-        let (replies_tx, replies_rx) = mpsc::channel();
         Observer {
             session: None,
             watcher: None,
             xid_tx,
             xid_rx,
-            replies_tx,
-            replies_rx,
-            workers: Vec::new(),
+            pool: Pool::new(),
+            presumed: Vec::new(),
             log: CallLog::default(),
             nvml: NvmlStatus::Starting,
             driver: None,
-            seq: 0,
             nvml_errors: BTreeMap::new(),
             init_errors: BTreeMap::new(),
             calls: BTreeMap::new(),
@@ -108,10 +94,12 @@ impl Observer {
         let started = Instant::now();
         let taken_at = SystemTime::now();
         let mut slow_gpus = 0;
+        let mut gpu_count = None;
         if let Some(session) = self.ensure_session(config, taken_at) {
             match session.device_count(&mut self.log) {
                 Ok(count) => {
-                    self.enumerate(&session, count);
+                    gpu_count = Some(count);
+                    self.enumerate(&session, count as usize);
                     slow_gpus = self.poll_workers(config, started);
                     self.register_xids(&session);
                 }
@@ -129,8 +117,15 @@ impl Observer {
         let xids = self.drain_xids();
         self.account_system();
         let up = self.session.is_some();
-        let mut sources = if up { self.sources() } else { BTreeMap::new() };
+        let stall_after = (config.interval * 3).max(Duration::from_secs(5));
+        let gpus = if up {
+            self.pool.observed(stall_after)
+        } else {
+            Vec::new()
+        };
+        let mut sources = BTreeMap::new();
         if up {
+            sources = self.sources(&gpus);
             // Only errors fail the source: GPUs that answer NOT_SUPPORTED have no XID stream,
             // as other unsupported calls have no value.
             let events_ok = self.watcher.as_ref().is_none_or(XidWatcher::healthy);
@@ -142,19 +137,12 @@ impl Observer {
                 },
             );
         }
-        let stall_after = (config.interval * 3).max(Duration::from_secs(5));
-        let gpus = self
-            .workers
-            .iter()
-            .enumerate()
-            .filter(|_| up)
-            .filter_map(|(i, w)| Some((i as u32, stalled(w, stall_after)?)))
-            .collect();
         Observation {
             taken_at,
             nvml: self.nvml.clone(),
             driver: self.driver.clone(),
             gpus,
+            gpu_count: gpu_count.filter(|_| up),
             xids,
             sources,
             duration: started.elapsed(),
@@ -165,111 +153,43 @@ impl Observer {
         }
     }
 
-    /// Sends a job to every idle worker and collects answers until all came or the wait is
-    /// over. Returns how many GPUs ran their slow tier.
+    /// Asks the idle workers for a reading and waits for this poll's answers. Returns how many
+    /// GPUs ran a timed tier.
     fn poll_workers(&mut self, config: &PollerConfig, started: Instant) -> usize {
-        self.seq += 1;
-        let gpus = self.workers.len() as u32;
-        for (index, w) in self.workers.iter_mut().enumerate() {
-            if w.outstanding.is_some() {
-                continue;
-            }
-            let job = Job::Poll {
-                seq: self.seq,
-                now: started,
-                cadence: Cadence {
-                    interval: config.interval,
-                    slow_interval: config.slow_interval,
-                    expensive_interval: config.expensive_interval,
-                    index: index as u32,
-                    gpus,
-                },
-                verify: std::mem::take(&mut w.verify),
-            };
-            if w.jobs.send(job).is_ok() {
-                w.outstanding = Some((self.seq, started));
-            }
-        }
-        let deadline = started + REPLY_WAIT.min(config.interval);
-        let mut slow = 0;
-        while self.workers.iter().any(|w| w.outstanding.is_some()) {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            let reply = match self.replies_rx.recv_timeout(wait) {
-                Ok(r) => r,
-                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => break,
-            };
-            slow += usize::from(reply.seq == self.seq && reply.gpu.slow);
-            self.accept(reply);
-        }
-        slow
-    }
-
-    /// Takes a worker's answer (possibly to an earlier poll, from a worker that was slow).
-    fn accept(&mut self, reply: Reply) {
-        let Some(w) = self.workers.get_mut(reply.index as usize) else {
-            return;
+        let cadence = Cadence {
+            interval: config.interval,
+            slow_interval: config.slow_interval,
+            expensive_interval: config.expensive_interval,
+            index: 0,
+            gpus: 0,
         };
-        if w.outstanding.is_none_or(|(seq, _)| seq != reply.seq) {
-            return; // an answer from a worker that was replaced meanwhile
-        }
-        w.outstanding = None;
-        let mut gpu = reply.gpu;
-        for (function, code) in gpu.errors.drain(..) {
-            *self.nvml_errors.entry((function, code)).or_default() += 1;
-        }
-        for (function, n, time) in gpu.costs.drain(..) {
-            self.calls.entry(function).or_default().add(n, time);
-        }
-        w.latest = Some(gpu);
+        let deadline = started + REPLY_WAIT.min(config.interval);
+        let (timed, tally) = self.pool.poll(started, deadline, cadence);
+        pool::count(tally, &mut self.nvml_errors, &mut self.calls);
+        timed
     }
 
-    /// Makes the workers match `count` GPUs.
-    fn enumerate(&mut self, session: &Session, count: u32) {
-        let count = count as usize;
-        if count == self.workers.len() {
+    /// Makes the workers match `count` GPUs; the first enumeration of a session presumes the
+    /// previous session's identities only if the count is unchanged (else an index may name
+    /// another board).
+    fn enumerate(&mut self, session: &Session, count: usize) {
+        if count == self.pool.len() {
             return;
         }
-        if !self.workers.is_empty() {
+        if self.pool.len() > 0 {
             tracing::warn!(
-                from = self.workers.len(),
+                from = self.pool.len(),
                 to = count,
                 "GPU count changed, re-enumerating"
             );
         }
-        for w in self.workers.drain(count.min(self.workers.len())..) {
-            stop(w);
-        }
-        for w in &mut self.workers {
-            w.verify = true;
-        }
-        while self.workers.len() < count {
-            let index = self.workers.len() as u32;
-            let w = self.spawn(session, index, None);
-            self.workers.push(w);
-        }
-    }
-
-    fn spawn(
-        &self,
-        session: &Session,
-        index: u32,
-        presumed: Option<Arc<GpuIdentity>>,
-    ) -> WorkerHandle {
-        let (jobs, rx) = mpsc::channel();
-        let worker = Worker::new(session.reader(index), presumed);
-        let replies = self.replies_tx.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("gpu-{index}"))
-            .spawn(move || worker.run(rx, replies))
-            .map_err(|e| tracing::error!(gpu = index, error = %e, "cannot start the GPU's worker thread"))
-            .ok();
-        WorkerHandle {
-            jobs,
-            thread,
-            outstanding: None,
-            latest: None,
-            verify: false,
-        }
+        let presumed = std::mem::take(&mut self.presumed);
+        let presumed = if presumed.len() == count {
+            presumed
+        } else {
+            Vec::new()
+        };
+        self.pool.resize(session, count, &presumed);
     }
 
     /// Counts the watcher's events into what it hands on; errors are counted here.
@@ -298,29 +218,21 @@ impl Observer {
         }
         let settled = watcher.coverage().settled;
         let missing: Vec<u32> = self
-            .workers
-            .iter()
-            .enumerate()
-            .filter_map(|(i, w)| {
-                let g = w.latest.as_ref()?;
-                let id = g.identity.as_ref()?;
-                (g.status == GpuStatus::Up && !settled.contains(&id.uuid)).then_some(i as u32)
-            })
+            .pool
+            .readable()
+            .filter(|(_, id)| !settled.contains(&id.uuid))
+            .map(|(i, _)| i)
             .collect();
         if !missing.is_empty() {
             watcher.register(missing);
         }
     }
 
-    /// Per source over all GPUs: the time of the last run of each GPU's reads, and whether all
-    /// of them succeeded.
-    fn sources(&self) -> BTreeMap<&'static str, SourceStatus> {
+    /// Per source over the GPUs published: the time of the last run of each GPU's reads on the
+    /// poll's path, and whether all of them succeeded.
+    fn sources(&self, gpus: &[(u32, Observed)]) -> BTreeMap<&'static str, SourceStatus> {
         let mut out: BTreeMap<&'static str, SourceStatus> = BTreeMap::new();
-        let per_gpu = self
-            .workers
-            .iter()
-            .filter_map(|w| w.latest.as_ref())
-            .flat_map(|g| g.sources.iter().copied());
+        let per_gpu = gpus.iter().flat_map(|(_, g)| g.sources.iter().copied());
         let system = self.system.map(|s| ("system", s));
         for (source, s) in per_gpu.chain(system) {
             let e = out.entry(source).or_insert(SourceStatus {
@@ -335,12 +247,11 @@ impl Observer {
 
     fn account_system(&mut self) {
         let (errors, costs) = self.log.take();
-        for (function, code) in errors {
-            *self.nvml_errors.entry((function, code)).or_default() += 1;
-        }
-        for (function, (n, time)) in costs {
-            self.calls.entry(function).or_default().add(n, time);
-        }
+        let tally = pool::Tally {
+            errors,
+            costs: costs.into_iter().map(|(f, (n, t))| (f, n, t)).collect(),
+        };
+        pool::count(tally, &mut self.nvml_errors, &mut self.calls);
     }
 
     fn ensure_session(&mut self, config: &PollerConfig, now: SystemTime) -> Option<Session> {
@@ -363,21 +274,11 @@ impl Observer {
                 );
                 self.driver = Some(driver);
                 self.nvml = NvmlStatus::Up;
-                // Indices may name other boards in a new session: new workers, which keep the
-                // identity the old ones knew until they can read their own.
-                let presumed: Vec<Option<Arc<GpuIdentity>>> = self
-                    .workers
-                    .drain(..)
-                    .map(|w| {
-                        let id = w.latest.as_ref().and_then(|g| g.identity.clone());
-                        stop(w);
-                        id
-                    })
-                    .collect();
-                for (index, id) in presumed.into_iter().enumerate() {
-                    let mut w = self.spawn(&session, index as u32, id);
-                    w.verify = true;
-                    self.workers.push(w);
+                // Indices may name other boards in a new session: new workers, which presume
+                // the identity the old ones knew (see `enumerate`) until they can read their own.
+                let presumed = self.pool.stop_all();
+                if !presumed.is_empty() {
+                    self.presumed = presumed;
                 }
                 self.session = Some(session.clone());
                 Some(session)
@@ -412,57 +313,16 @@ impl Observer {
     /// Stops the XID watcher and the workers before the session goes, so that no thread uses
     /// NVML after shutdown. A worker stuck in an NVML call is left to finish on its own: it
     /// holds the library until then. XIDs already queued stay in the channel and are counted
-    /// by UUID at the next poll. What the workers knew of each index is kept until the next
-    /// session starts, for GPUs that cannot say who they are there.
+    /// by UUID at the next poll. What the workers knew of each index is kept for the next
+    /// session, for GPUs that cannot say who they are there.
     pub fn shutdown(&mut self) {
         self.watcher = None;
-        for w in &mut self.workers {
-            if let Some(t) = w.thread.take() {
-                let _ = w.jobs.send(Job::Stop);
-                if w.outstanding.is_none() {
-                    let _ = t.join();
-                }
-            }
+        let presumed = self.pool.stop_all();
+        if !presumed.is_empty() {
+            self.presumed = presumed;
         }
         self.session = None;
         self.driver = None;
-    }
-}
-
-/// What to publish for a worker: its last answer, or unreadable once its request is older
-/// than `stall_after` (an NVML call on that GPU hangs).
-fn stalled(w: &WorkerHandle, stall_after: Duration) -> Option<Observed> {
-    let mut gpu = w.latest.clone();
-    if let Some((_, since)) = w.outstanding {
-        let waited = since.elapsed();
-        if waited >= stall_after {
-            let g = gpu.get_or_insert_with(|| Observed {
-                identity: None,
-                status: GpuStatus::Up,
-                reading: Default::default(),
-                failed_calls: 0,
-                errors: Vec::new(),
-                costs: Vec::new(),
-                sources: Vec::new(),
-                slow: false,
-            });
-            g.status = GpuStatus::Unreadable(format!(
-                "NVML has not answered a read of this GPU for {}s (a hung driver call); the \
-                 other GPUs are still read",
-                waited.as_secs()
-            ));
-            g.reading = Default::default();
-        }
-    }
-    gpu
-}
-
-fn stop(mut w: WorkerHandle) {
-    let _ = w.jobs.send(Job::Stop);
-    if let Some(t) = w.thread.take() {
-        if w.outstanding.is_none() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -8,12 +8,17 @@
 //! status is its reads' last outcome: it does not flicker with the tier.
 
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::schedule::{Cadence, Due, Schedule};
-use crate::gpu::{GpuReader, IdentityRead, ReadOutcome, Tier, READS};
+use crate::gpu::{GpuReader, Handle, IdentityRead, ReadOutcome, Tier, READS};
 use crate::snapshot::{GpuIdentity, GpuReading, GpuStatus, NvmlCode, SourceStatus};
+
+/// Since when a worker has been working on a job (`None`: idle). Set by the observer when it
+/// sends a job, cleared by the worker once the reply and the background reads after it are
+/// done.
+pub(super) type Busy = Arc<Mutex<Option<Instant>>>;
 
 /// What the observer asks of a worker.
 pub(super) enum Job {
@@ -42,6 +47,8 @@ pub(super) struct Observed {
     pub reading: GpuReading,
     /// Calls that failed in the last run of each read (the slow ones included).
     pub failed_calls: u32,
+    /// The most consecutive runs of any one read that failed, up to the last.
+    pub failing_runs: u32,
     /// Errors and call costs since the previous reply (background reads included).
     pub errors: Vec<(&'static str, NvmlCode)>,
     pub costs: Vec<(&'static str, u64, Duration)>,
@@ -51,38 +58,79 @@ pub(super) struct Observed {
     pub slow: bool,
 }
 
+impl Observed {
+    /// A GPU that has not answered yet, known only by what it is presumed to be.
+    pub fn unknown(identity: Option<Arc<GpuIdentity>>) -> Self {
+        Observed {
+            identity,
+            status: GpuStatus::Up,
+            reading: GpuReading::default(),
+            failed_calls: 0,
+            failing_runs: 0,
+            errors: Vec::new(),
+            costs: Vec::new(),
+            sources: Vec::new(),
+            slow: false,
+        }
+    }
+}
+
+/// The runs of one read so far.
+#[derive(Debug, Clone, Copy, Default)]
+struct Record {
+    last: Option<ReadOutcome>,
+    /// Consecutive failed runs, up to the last.
+    failing_runs: u32,
+}
+
+impl Record {
+    fn push(&mut self, o: ReadOutcome) {
+        self.failing_runs = if o.failures > 0 {
+            self.failing_runs + 1
+        } else {
+            0
+        };
+        self.last = Some(o);
+    }
+}
+
+/// The slot of the handle lookup and identity read, after those of `READS`.
+const IDENTITY: usize = READS.len();
+
 pub(super) struct Worker {
     reader: GpuReader,
     identity: Option<Arc<GpuIdentity>>,
     /// The last identity read had no failure: it is not read again.
     identity_complete: bool,
     reading: GpuReading,
-    /// The last outcome of each read of `READS`, by position; the handle and identity read
-    /// last.
-    outcomes: Vec<Option<ReadOutcome>>,
+    /// The runs of each read of `READS`, by position, then of the identity read.
+    records: Vec<Record>,
     schedule: Schedule,
     status: Option<GpuStatus>,
     /// The expensive tier ran in the last poll: background reads follow the reply.
     background_due: bool,
+    busy: Busy,
 }
 
 impl Worker {
     /// A worker for `reader`'s GPU; `presumed` is the identity an earlier enumeration found
     /// at this index, kept while the GPU cannot say who it is (lost).
-    pub fn new(reader: GpuReader, presumed: Option<Arc<GpuIdentity>>) -> Self {
+    pub fn new(reader: GpuReader, presumed: Option<Arc<GpuIdentity>>, busy: Busy) -> Self {
         Worker {
             reader,
             identity: presumed,
             identity_complete: false,
             reading: GpuReading::default(),
-            outcomes: vec![None; READS.len() + 1],
+            records: vec![Record::default(); READS.len() + 1],
             schedule: Schedule::default(),
             status: None,
             background_due: false,
+            busy,
         }
     }
 
-    /// The thread's loop: answers each job, then runs what is due in the background.
+    /// The thread's loop: answers each job, runs what is due in the background, then says it
+    /// is idle.
     pub fn run(mut self, jobs: Receiver<Job>, replies: Sender<Reply>) {
         while let Ok(Job::Poll {
             seq,
@@ -101,87 +149,102 @@ impl Worker {
                 return;
             }
             self.background();
+            *self.busy.lock().unwrap_or_else(PoisonError::into_inner) = None;
         }
     }
 
     fn poll(&mut self, now: Instant, cadence: Cadence, verify: bool) -> Observed {
         self.reader.log.begin_poll();
-        let had_background = READS
-            .iter()
-            .zip(&self.outcomes)
-            .any(|(r, o)| r.tier == Tier::Background && o.is_some());
-        let mut due = Due::default();
+        let first_time = self.never_ran(Tier::Background);
         let started = Instant::now();
-        // The handle lookup and identity read, reported as the `identity` source.
-        let mut identity_outcome = ReadOutcome {
-            duration: Duration::ZERO,
-            failures: 0,
-        };
-        let result = {
-            let Worker {
-                reader,
-                identity,
-                identity_complete,
-                reading,
-                outcomes,
-                schedule,
-                ..
-            } = self;
-            reader.with_device(|reader, device| {
-                if verify || !*identity_complete {
-                    reader.log.begin_read();
-                    let read = reader.identity(device);
-                    identity_outcome.failures = reader.log.read_failures();
-                    identity_outcome.duration = started.elapsed();
-                    adopt(read?, identity, identity_complete, || {
-                        // Another board at this index: nothing learned about the old one holds.
-                        reader.forget_board();
-                        *reading = GpuReading::default();
-                        outcomes.iter_mut().for_each(|o| *o = None);
-                        schedule.reset();
-                    });
-                } else {
-                    identity_outcome.duration = started.elapsed();
+        let mut due = Due::default();
+        let result = self.with_device(|w, device| {
+            if verify || !w.identity_complete {
+                w.read_identity(device, started)?;
+            } else {
+                w.records[IDENTITY].push(ReadOutcome {
+                    duration: started.elapsed(),
+                    failures: 0,
+                });
+            }
+            due = w.schedule.due(now, cadence);
+            for (i, read) in READS.iter().enumerate() {
+                let run = match read.tier {
+                    Tier::Fast => true,
+                    Tier::Slow => due.slow,
+                    Tier::Expensive => due.expensive,
+                    // Inline only the first time, so that the first publication is whole.
+                    Tier::Background => w.records[i].last.is_none(),
+                };
+                if run && !w.reader.log.lost {
+                    let o = w.reader.run(read, device, &mut w.reading);
+                    w.records[i].push(o);
                 }
-                due = schedule.due(now, cadence);
-                for (i, read) in READS.iter().enumerate() {
-                    let run = match read.tier {
-                        Tier::Fast => true,
-                        Tier::Slow => due.slow,
-                        Tier::Expensive => due.expensive,
-                        // Inline only the first time, so that the first publication is whole.
-                        Tier::Background => outcomes[i].is_none(),
-                    };
-                    if run && !reader.log.lost {
-                        outcomes[i] = Some(reader.run(read, device, reading));
-                    }
-                }
-                Ok::<(), NvmlCode>(())
-            })
-        };
-        let status = match result.and_then(|r| r) {
+            }
+            Ok(())
+        });
+        let status = match result {
             Ok(()) if self.reader.log.lost => GpuStatus::Lost,
             Ok(()) => GpuStatus::Up,
             Err(NvmlCode::GpuIsLost) => GpuStatus::Lost,
             Err(code) => GpuStatus::Unreadable(format!("NVML cannot read this GPU: {code}")),
         };
         if status != GpuStatus::Up {
-            // Nothing read before the loss is current; everything is read again on return.
+            // Nothing read before the loss is current: everything, identity included, is read
+            // again on return.
             self.reading = GpuReading::default();
-            self.outcomes.iter_mut().for_each(|o| *o = None);
+            self.records.iter_mut().for_each(|r| *r = Record::default());
             self.schedule.reset();
+            self.identity_complete = false;
             // A lost GPU is a verdict on the GPU; one NVML cannot read fails the source.
-            identity_outcome.failures = u32::from(status != GpuStatus::Lost);
+            self.records[IDENTITY].push(ReadOutcome {
+                duration: started.elapsed(),
+                failures: u32::from(status != GpuStatus::Lost),
+            });
         }
-        self.outcomes[READS.len()] = Some(identity_outcome);
-        // Background reads that ran inline need not run again right away.
-        let inline = READS
-            .iter()
-            .zip(&self.outcomes)
-            .any(|(r, o)| r.tier == Tier::Background && o.is_some() && !had_background);
-        self.background_due = due.expensive && status == GpuStatus::Up && !inline;
+        // Background reads that ran inline this poll (their first time) need not run again.
+        let ran_inline = first_time && !self.never_ran(Tier::Background);
+        self.background_due = due.expensive && status == GpuStatus::Up && !ran_inline;
         self.log_transition(&status);
         self.observed(status, due.slow || due.expensive)
+    }
+
+    /// Reads the identity, checking first that the index still names the board it did: if
+    /// not, nothing learned about the old board holds.
+    fn read_identity(&mut self, device: &Handle, started: Instant) -> Result<(), NvmlCode> {
+        self.reader.log.begin_read();
+        let uuid = self.reader.uuid(device)?;
+        if self.identity.as_ref().is_some_and(|old| old.uuid != uuid) {
+            self.reader.forget_board();
+            self.reading = GpuReading::default();
+            self.records.iter_mut().for_each(|r| *r = Record::default());
+            self.schedule.reset();
+            self.identity = None;
+        }
+        let read = self.reader.identity(device);
+        self.records[IDENTITY].push(ReadOutcome {
+            duration: started.elapsed(),
+            failures: self.reader.log.read_failures(),
+        });
+        adopt(read?, &mut self.identity, &mut self.identity_complete);
+        Ok(())
+    }
+
+    /// Runs `f` with this poll's device handle.
+    fn with_device(
+        &mut self,
+        f: impl FnOnce(&mut Worker, &Handle) -> Result<(), NvmlCode>,
+    ) -> Result<(), NvmlCode> {
+        let library = self.reader.library();
+        let device = self.reader.handle(&library)?;
+        f(self, &device)
+    }
+
+    fn never_ran(&self, tier: Tier) -> bool {
+        READS
+            .iter()
+            .zip(&self.records)
+            .any(|(r, rec)| r.tier == tier && rec.last.is_none())
     }
 
     /// Runs the background reads (PCIe throughput: 20 ms of wall time per direction) after the
@@ -190,18 +253,14 @@ impl Worker {
         if !std::mem::take(&mut self.background_due) {
             return;
         }
-        let Worker {
-            reader,
-            reading,
-            outcomes,
-            ..
-        } = self;
-        let _ = reader.with_device(|reader, device| {
+        let _ = self.with_device(|w, device| {
             for (i, read) in READS.iter().enumerate() {
-                if read.tier == Tier::Background && !reader.log.lost {
-                    outcomes[i] = Some(reader.run(read, device, reading));
+                if read.tier == Tier::Background && !w.reader.log.lost {
+                    let o = w.reader.run(read, device, &mut w.reading);
+                    w.records[i].push(o);
                 }
             }
+            Ok(())
         });
     }
 
@@ -210,29 +269,42 @@ impl Worker {
         let mut sources: Vec<(&'static str, SourceStatus)> = Vec::new();
         let named = READS
             .iter()
-            .map(|r| r.source)
-            .chain(std::iter::once("identity"));
-        for (source, outcome) in named.zip(&self.outcomes) {
-            let Some(o) = outcome else { continue };
+            .map(|r| (r.source, r.tier == Tier::Background))
+            .chain(std::iter::once(("identity", false)));
+        for ((source, background), record) in named.zip(&self.records) {
+            let Some(o) = record.last else { continue };
+            // Background reads are off the poll's path: their time is not the poll's.
+            let duration = if background {
+                Duration::ZERO
+            } else {
+                o.duration
+            };
             match sources.iter_mut().find(|(s, _)| *s == source) {
                 Some((_, s)) => {
-                    s.duration += o.duration;
+                    s.duration += duration;
                     s.success &= o.failures == 0;
                 }
                 None => sources.push((
                     source,
                     SourceStatus {
-                        duration: o.duration,
+                        duration,
                         success: o.failures == 0,
                     },
                 )),
             }
         }
+        let last = || self.records.iter().filter_map(|r| r.last);
         Observed {
             identity: self.identity.clone(),
             status,
             reading: self.reading.clone(),
-            failed_calls: self.outcomes.iter().flatten().map(|o| o.failures).sum(),
+            failed_calls: last().map(|o| o.failures).sum(),
+            failing_runs: self
+                .records
+                .iter()
+                .map(|r| r.failing_runs)
+                .max()
+                .unwrap_or(0),
             errors,
             costs: costs.into_iter().map(|(f, (n, t))| (f, n, t)).collect(),
             sources,
@@ -264,20 +336,8 @@ impl Worker {
     }
 }
 
-/// Takes an identity read: merged with what was known when it is the same board, else
-/// replacing it (after `other_board` clears what belonged to the old one).
-fn adopt(
-    read: IdentityRead,
-    identity: &mut Option<Arc<GpuIdentity>>,
-    complete: &mut bool,
-    other_board: impl FnOnce(),
-) {
-    let same = identity
-        .as_ref()
-        .is_some_and(|old| old.uuid == read.identity.uuid);
-    if identity.is_some() && !same {
-        other_board();
-    }
+/// Takes an identity read, merged with what was known of the same board.
+fn adopt(read: IdentityRead, identity: &mut Option<Arc<GpuIdentity>>, complete: &mut bool) {
     *complete = read.complete;
     *identity = Some(Arc::new(read.merged(identity.as_deref())));
 }

@@ -135,7 +135,8 @@ pub struct RemappedRows {
     pub failure: bool,
 }
 
-/// Telemetry read on every poll. Every field is optional; see the module docs.
+/// Telemetry of one GPU, each field as its read last left it (reads run at the cadence of their
+/// tier). Every field is optional; see the module docs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuReading {
     pub gpu_util_percent: Option<u32>,
@@ -223,8 +224,11 @@ pub struct GpuSnapshot {
     pub identity: Option<Arc<GpuIdentity>>,
     pub status: GpuStatus,
     pub reading: GpuReading,
-    /// NVML calls on this GPU that failed this poll (not counting "not supported").
+    /// NVML calls on this GPU that failed in the last run of each read (not counting "not
+    /// supported"); slow-tier reads count until they run again.
     pub failed_calls: u32,
+    /// The most consecutive runs of any one read of this GPU that failed, up to its last.
+    pub failing_runs: u32,
     /// Per-XID counts, keyed by XID.
     pub xids: BTreeMap<u64, XidStat>,
     /// The most recent XID on this GPU, as dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS` reports it.
@@ -267,6 +271,8 @@ pub struct Snapshot {
     pub nvml: NvmlStatus,
     pub driver: Option<DriverInfo>,
     pub gpus: Vec<GpuSnapshot>,
+    /// GPUs NVML counts (`nvmlDeviceGetCount_v2`), lost ones included; `None` while NVML is down.
+    pub gpu_count: Option<u32>,
     /// Keyed by source name (`utilization`, `memory`, ...).
     pub sources: BTreeMap<&'static str, SourceStatus>,
     /// How long the whole poll took.
@@ -292,6 +298,7 @@ impl Snapshot {
             nvml: NvmlStatus::Starting,
             driver: None,
             gpus: Vec::new(),
+            gpu_count: None,
             sources: BTreeMap::new(),
             poll_duration: Duration::ZERO,
             nvml_errors: BTreeMap::new(),
