@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{scenario, wait_for, with_event, with_gpu, Agent, Metrics};
+use common::{first, scenario, wait_for, with_event, with_gpu, Agent, Metrics};
 
 fn polls(m: &Metrics) -> f64 {
     m.get("gpu_steward_polls_total", &[])
@@ -325,4 +325,28 @@ fn gpus_are_read_in_parallel() {
         poll < 0.5 * 0.8,
         "a poll took {poll} s; read in turn, the GPUs would take 0.8 s"
     );
+}
+
+#[test]
+fn a_gpu_hung_in_a_background_read_is_left_behind_when_it_goes() {
+    // T4s have no GPM: their PCIe rates come from nvmlDeviceGetPcieThroughput, read after the
+    // poll's reply. GPU 1's starts hanging, then GPU 1 disappears from the enumeration.
+    let two = "version = 1\n[[gpu]]\nmodel = \"T4\"\n[[gpu]]\nmodel = \"T4\"\n";
+    let agent = Agent::with_scenario(two).start();
+    agent.rewrite_scenario(&with_gpu(
+        two,
+        1,
+        "delay_ms = { nvmlDeviceGetPcieThroughput = 600000 }",
+    ));
+    wait_for("GPU 1 reported unreadable", Duration::from_secs(20), || {
+        (agent.metrics().value("gpu_steward_gpu_up", &[("gpu", "1")]) == Some(0.0)).then_some(())
+    });
+    let m = after_polls(&agent, 3.0);
+    assert_eq!(m.get("gpu_steward_gpu_up", &[("gpu", "0")]), 1.0);
+    agent.rewrite_scenario(&first(two, 1).to_string());
+    wait_for("one GPU left", Duration::from_secs(10), || {
+        (agent.metrics().value("gpu_steward_gpus", &[]) == Some(1.0)).then_some(())
+    });
+    after_polls(&agent, 3.0);
+    assert_eq!(agent.get("/readyz").status, 200);
 }
