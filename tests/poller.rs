@@ -343,7 +343,7 @@ fn a_gpu_hung_in_a_background_read_is_left_behind_when_it_goes() {
     });
     let m = after_polls(&agent, 3.0);
     assert_eq!(m.get("gpu_steward_gpu_up", &[("gpu", "0")]), 1.0);
-    agent.rewrite_scenario(&first(two, 1).to_string());
+    agent.rewrite_scenario(first(two, 1));
     wait_for("one GPU left", Duration::from_secs(10), || {
         (agent.metrics().value("gpu_steward_gpus", &[]) == Some(1.0)).then_some(())
     });
