@@ -3,7 +3,7 @@
 //! labelled `gpu` and `uuid` only (plus a dimension label where the metric has one).
 
 use super::{flag, Families, Family};
-use crate::snapshot::{GpuReading, GpuSnapshot, GpuStatus, Snapshot};
+use crate::snapshot::{DriverInfo, GpuIdentity, GpuReading, GpuSnapshot, GpuStatus, Snapshot};
 
 /// The clock event (throttle) reasons NVML defines, by bit (`nvmlClocksEventReason*`).
 pub const CLOCK_EVENT_REASONS: &[(u64, &str)] = &[
@@ -133,6 +133,41 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
     }
 }
 
+/// The labels of `gpu_steward_gpu_info`.
+fn info_labels(
+    gpu: &str,
+    uuid: &str,
+    id: &GpuIdentity,
+    driver: Option<&DriverInfo>,
+) -> [(&'static str, String); 10] {
+    [
+        ("gpu", gpu.to_string()),
+        ("uuid", uuid.to_string()),
+        ("name", id.name.clone()),
+        ("pci_bus_id", id.pci_bus_id.clone()),
+        ("pci_device_id", format!("0x{:08X}", id.pci_device_id)),
+        ("serial", id.serial.clone().unwrap_or_default()),
+        ("architecture", id.architecture.clone().unwrap_or_default()),
+        (
+            "compute_capability",
+            id.compute_capability
+                .map(|(a, b)| format!("{a}.{b}"))
+                .unwrap_or_default(),
+        ),
+        (
+            "driver_version",
+            driver.map(|d| d.driver_version.clone()).unwrap_or_default(),
+        ),
+        (
+            "cuda_version",
+            driver
+                .and_then(|d| d.cuda_version)
+                .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
+                .unwrap_or_default(),
+        ),
+    ]
+}
+
 /// Identity and limits, which stay known for a lost GPU; `gpu_up` for every GPU NVML counts.
 fn render_identity(snapshot: &Snapshot, out: &mut Families) {
     let driver = snapshot.driver.as_ref();
@@ -172,37 +207,10 @@ fn render_identity(snapshot: &Snapshot, out: &mut Families) {
             flag(g.status == GpuStatus::Up),
         );
         let Some(id) = &g.identity else { continue };
-        let cc = id
-            .compute_capability
-            .map(|(a, b)| format!("{a}.{b}"))
-            .unwrap_or_default();
         // Like the dcgm family: no info series until its name and bus id are read, rather than
         // one with empty labels that is replaced by another once they are.
         if id.labels_known() {
-            info.add(
-                &[
-                    ("gpu", gpu.clone()),
-                    ("uuid", uuid.clone()),
-                    ("name", id.name.clone()),
-                    ("pci_bus_id", id.pci_bus_id.clone()),
-                    ("pci_device_id", format!("0x{:08X}", id.pci_device_id)),
-                    ("serial", id.serial.clone().unwrap_or_default()),
-                    ("architecture", id.architecture.clone().unwrap_or_default()),
-                    ("compute_capability", cc),
-                    (
-                        "driver_version",
-                        driver.map(|d| d.driver_version.clone()).unwrap_or_default(),
-                    ),
-                    (
-                        "cuda_version",
-                        driver
-                            .and_then(|d| d.cuda_version)
-                            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
-                            .unwrap_or_default(),
-                    ),
-                ],
-                1.0,
-            );
+            info.add(&info_labels(&gpu, &uuid, id, driver), 1.0);
         }
         let t = id.thresholds;
         for (kind, v) in [
