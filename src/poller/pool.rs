@@ -289,3 +289,81 @@ pub(super) fn count(
         calls.entry(function).or_default().add(n, time);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle(latest: Option<Observed>, busy_for: Option<Duration>) -> Handle {
+        let (jobs, _) = mpsc::channel();
+        let since = busy_for.and_then(|d| Instant::now().checked_sub(d));
+        Handle {
+            jobs,
+            thread: std::thread::Builder::new().spawn(|| {}).ok(),
+            busy: Arc::new(Mutex::new(since)),
+            awaiting: None,
+            latest,
+            presumed: None,
+            verify: false,
+        }
+    }
+
+    fn gpu(uuid: &str, status: GpuStatus) -> Observed {
+        let mut g = Observed::unknown(Some(Arc::new(GpuIdentity {
+            uuid: uuid.into(),
+            ..GpuIdentity::default()
+        })));
+        g.status = status;
+        g
+    }
+
+    fn pool(handles: Vec<Handle>) -> Pool {
+        let mut p = Pool::new();
+        p.handles = handles;
+        p
+    }
+
+    #[test]
+    fn a_presumed_identity_that_another_index_reads_is_dropped() {
+        let p = pool(vec![
+            handle(Some(gpu("GPU-a", GpuStatus::Up)), None),
+            handle(Some(gpu("GPU-a", GpuStatus::Lost)), None),
+            handle(Some(gpu("GPU-b", GpuStatus::Lost)), None),
+        ]);
+        let seen = p.observed(Duration::from_secs(5));
+        let uuids: Vec<Option<&str>> = seen
+            .iter()
+            .map(|(_, g)| g.identity.as_ref().map(|i| i.uuid.as_str()))
+            .collect();
+        assert_eq!(uuids, vec![Some("GPU-a"), None, Some("GPU-b")]);
+    }
+
+    #[test]
+    fn a_worker_busy_past_stall_after_is_unreadable_and_keeps_its_identity() {
+        let mut stuck = handle(None, Some(Duration::from_secs(10)));
+        stuck.presumed = Some(Arc::new(GpuIdentity {
+            uuid: "GPU-c".into(),
+            ..GpuIdentity::default()
+        }));
+        let p = pool(vec![
+            stuck,
+            handle(Some(gpu("GPU-d", GpuStatus::Up)), Some(Duration::ZERO)),
+            handle(None, Some(Duration::ZERO)),
+        ]);
+        let seen = p.observed(Duration::from_secs(5));
+        assert_eq!(
+            seen.len(),
+            2,
+            "one that has not answered yet is not published"
+        );
+        let (index, g) = &seen[0];
+        assert_eq!(*index, 0);
+        assert!(
+            matches!(&g.status, GpuStatus::Unreadable(why) if why.contains("has not answered"))
+        );
+        assert_eq!(g.identity.as_ref().map(|i| i.uuid.as_str()), Some("GPU-c"));
+        assert_eq!(g.sources[0].0, "identity");
+        assert!(!g.sources[0].1.success);
+        assert_eq!(seen[1].1.status, GpuStatus::Up, "busy, but not for long");
+    }
+}
