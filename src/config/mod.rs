@@ -115,6 +115,12 @@ pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config
     Ok(merge(file, parsed, overrides))
 }
 
+/// A configuration from `text` (as the file `name`) with `overrides` applied: what `load`
+/// does once it has read the file. Public so that fuzzing can reach it without a file.
+pub fn from_text(name: &str, text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
+    Ok(merge(Some(PathBuf::from(name)), parse(name, text)?, overrides))
+}
+
 /// Parses config text; `name` is used in error messages.
 fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
     let invalid = |offset: usize, message: String| {
