@@ -29,6 +29,7 @@ use tower::ServiceExt;
 
 use super::admission::{Registry, Serving, Ticket, Wake};
 use super::metered::Metered;
+use super::prior_knowledge;
 
 /// What every connection's task shares.
 pub struct Shared {
@@ -51,15 +52,23 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
     let registry = ticket.registry().clone();
     // `peek`, unlike `readable`, waits for real bytes (readiness can be a false positive) and
     // leaves them for hyper; the buffer is this task's few bytes, not hyper's.
-    let mut first = [0u8; 1];
+    let mut first = [0u8; prior_knowledge::PEEK];
     let peeked = tokio::select! {
         peeked = tokio::time::timeout(shared.first_byte, stream.peek(&mut first)) => peeked,
         // Nothing asked yet: whether evicted or shutting down, closing loses no answer.
         _ = slot.woken(&registry) => return,
     };
-    if !matches!(peeked, Ok(Ok(n)) if n > 0) {
+    match peeked {
         // Silent for the first-byte timeout, closed by the client, or a failed socket.
-        return;
+        Err(_) | Ok(Ok(0) | Err(_)) => return,
+        Ok(Ok(n)) if prior_knowledge::is_preface(&first[..n]) => {
+            tokio::select! {
+                _ = prior_knowledge::refuse(stream, Duration::from_secs(1)) => {}
+                _ = slot.woken(&registry) => {}
+            }
+            return;
+        }
+        Ok(Ok(_)) => {}
     }
     let gate = Gate {
         shared: shared.clone(),

@@ -9,6 +9,7 @@ mod connection;
 mod events;
 mod health;
 mod metered;
+mod prior_knowledge;
 pub mod server;
 
 use std::sync::Arc;

@@ -12,6 +12,8 @@
 //! - an open-connection budget taken from the descriptor limit, in which an idle connection
 //!   gives way to a newcomer (see `admission`), so that no number of idle or slow clients can
 //!   starve Prometheus or the probes;
+//! - HTTP/2 with prior knowledge answered with HTTP/2's own "HTTP/1.1 required" (see
+//!   `prior_knowledge`);
 //! - graceful shutdown: stop accepting, close at once the connections that asked nothing, let
 //!   the responses in flight finish within the drain time.
 

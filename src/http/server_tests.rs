@@ -1,6 +1,6 @@
 //! The accept loop over a real loopback socket with a test router whose `/slow` answers only
 //! when released, so that requests can be held in flight: the request cap, the probes' exemption,
-//! the open budget and shutdown, without the binary or NVML.
+//! the open budget, shutdown and the HTTP/2 answer, without the binary or NVML.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::prior_knowledge;
 use super::server::{serve_with, Derived, Limits};
 
 struct Server {
@@ -233,4 +234,35 @@ async fn shutdown_closes_idle_connections_at_once_and_lets_a_response_in_flight_
         .await
         .expect("the server stops once the response is out")
         .expect("join");
+}
+
+#[tokio::test]
+async fn http2_prior_knowledge_is_told_http_1_1_is_required() {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let server = start(64, 64, Duration::from_secs(1)).await;
+    // As curl sends it: preface, SETTINGS, then the request's HEADERS on stream 1.
+    let mut s = connect(server.port).await;
+    let mut hello = PREFACE.to_vec();
+    hello.extend_from_slice(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]);
+    hello.extend_from_slice(&[0, 0, 2, 0x1, 0x5, 0, 0, 0, 1, 0x82, 0x86]);
+    s.write_all(&hello).await.expect("preface");
+    let answer = until_closed(&mut s, Duration::from_secs(10))
+        .await
+        .expect("closed after the answer");
+    assert_eq!(
+        answer.as_bytes(),
+        prior_knowledge::answer(Some(1)).as_slice()
+    );
+
+    // A client that sends only the preface and stops: no stream to reset.
+    let mut s = connect(server.port).await;
+    s.write_all(PREFACE).await.expect("preface");
+    s.shutdown().await.expect("shutdown");
+    let answer = until_closed(&mut s, Duration::from_secs(10))
+        .await
+        .expect("closed after the answer");
+    assert_eq!(answer.as_bytes(), prior_knowledge::answer(None).as_slice());
+    assert!(fetch(server.port, "/fast")
+        .await
+        .starts_with("HTTP/1.1 200"));
 }
