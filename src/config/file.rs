@@ -36,10 +36,10 @@ pub struct FileConfig {
 pub struct ServerSection {
     #[serde(deserialize_with = "listen")]
     pub listen: Option<SocketAddr>,
-    /// Connections served at once; more are answered 503 and closed.
+    /// Requests served at once (`/livez` and `/readyz` aside); more are answered 503.
     #[serde(deserialize_with = "max_connections")]
     pub max_connections: Option<usize>,
-    /// How long a client may take to send its request headers.
+    /// How long a client may take to send its request head, or stay idle between requests.
     #[serde(deserialize_with = "header_timeout")]
     pub header_timeout: Option<Duration>,
 }

@@ -213,7 +213,7 @@ impl Config {
         format!(
             "configuration from {source}\n\
              serve HTTP on {listen}: /metrics, /health, /health/gpus, /livez, /readyz \
-             (at most {max_connections} connections, {header_timeout} to send headers)\n\
+             (at most {max_connections} requests at once besides the probes, {header_timeout} to send headers)\n\
              load NVML from '{lib}' and poll every {interval}; slow-moving reads every {slow}, \
              expensive ones every {expensive}\n\
              metrics: dcgm-compatible {dcgm}, native {native}, hostname label {hostname_label}\n\

@@ -4,8 +4,12 @@
 //! can never hang a scrape or a probe. Unknown paths answer 404 and wrong methods 405, both with
 //! a reason; the server keeps serving whatever a client sends.
 
+mod admission;
+mod connection;
 mod events;
 mod health;
+mod metered;
+mod prior_knowledge;
 pub mod server;
 
 use std::sync::Arc;
@@ -140,5 +144,7 @@ async fn method_not_allowed() -> (StatusCode, &'static str) {
     )
 }
 
+#[cfg(test)]
+mod server_tests;
 #[cfg(test)]
 mod tests;
