@@ -118,7 +118,11 @@ pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config
 /// A configuration from `text` (as the file `name`) with `overrides` applied: what `load`
 /// does once it has read the file. Public so that fuzzing can reach it without a file.
 pub fn from_text(name: &str, text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
-    Ok(merge(Some(PathBuf::from(name)), parse(name, text)?, overrides))
+    Ok(merge(
+        Some(PathBuf::from(name)),
+        parse(name, text)?,
+        overrides,
+    ))
 }
 
 /// Parses config text; `name` is used in error messages.
