@@ -137,10 +137,8 @@ fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
         }
     };
     let f: FileConfig = toml::from_str(text).map_err(|e| {
-        invalid(
-            e.span().map_or(0, |span| span.start),
-            e.message().trim().to_string(),
-        )
+        let at = e.span().map_or(0, |span| span.start);
+        invalid(at, toml_message(e.message(), text, at))
     })?;
     let k = &f.kubernetes;
     let chosen = [
@@ -153,6 +151,23 @@ fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
         return Err(invalid(span.start, message));
     }
     Ok(f)
+}
+
+/// The TOML parser's message, or, where it has none (a control character in a comment, found by
+/// fuzzing), what is at that position and what to do.
+fn toml_message(message: &str, text: &str, at: usize) -> String {
+    let message = message.trim();
+    if !message.is_empty() {
+        return message.to_string();
+    }
+    match text.get(at..).and_then(|rest| rest.chars().next()) {
+        Some(c) if c.is_control() => format!(
+            "control character U+{:04X} is not allowed in TOML; remove it",
+            u32::from(c)
+        ),
+        Some(c) => format!("invalid TOML at '{c}'; check the syntax of this line"),
+        None => "invalid TOML at the end of the file; check the last line".to_string(),
+    }
 }
 
 /// 1-based line and column (in characters) of a byte offset.
@@ -272,6 +287,16 @@ mod tests {
         assert_eq!(c.nvml_lib, "libnvidia-ml.so.1");
         assert!(c.metrics_dcgm && c.metrics_native && !c.api_enabled);
         assert_eq!(c.hostname_label, "Hostname");
+    }
+
+    #[test]
+    fn a_control_character_gets_a_message_not_an_empty_line() {
+        // Found by fuzzing (fuzz/corpus/config): the TOML parser reports no message here.
+        let e = err("# a comment\n# with a NUL \0 inside\n");
+        assert_eq!(
+            e,
+            "c.toml:2:14: control character U+0000 is not allowed in TOML; remove it"
+        );
     }
 
     #[test]
