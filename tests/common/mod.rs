@@ -144,7 +144,7 @@ impl AgentBuilder {
         let scenario_path = dir.path().join("scenario.toml");
         std::fs::write(&scenario_path, &self.scenario).expect("write scenario");
         let config_path = dir.path().join("config.toml");
-        let config = with_slow_tier_every_poll(self.config.as_deref().unwrap_or(""));
+        let config = with_timed_tiers_every_poll(self.config.as_deref().unwrap_or(""));
         std::fs::write(&config_path, config).expect("write config");
         let mut cmd = Command::new(bin());
         cmd.args(["run", "--listen", "127.0.0.1:0", "--interval", "200ms"])
@@ -209,7 +209,7 @@ impl AgentBuilder {
 /// Tests poll every 200 ms and expect a scenario change at the next poll, whatever tier reads
 /// it: unless a test sets a tier's interval itself, the slow and expensive tiers run every poll
 /// too.
-pub fn with_slow_tier_every_poll(config: &str) -> String {
+pub fn with_timed_tiers_every_poll(config: &str) -> String {
     let missing: String = ["slow_interval", "expensive_interval"]
         .iter()
         .filter(|k| !config.contains(*k))
@@ -254,7 +254,7 @@ impl Agent {
 
     pub fn rewrite_config(&self, text: &str) {
         let tmp = self.dir.path().join("config.toml.tmp");
-        std::fs::write(&tmp, with_slow_tier_every_poll(text)).expect("write config");
+        std::fs::write(&tmp, with_timed_tiers_every_poll(text)).expect("write config");
         std::fs::rename(&tmp, &self.config_path).expect("rename config");
     }
 
