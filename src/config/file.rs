@@ -43,6 +43,8 @@ pub struct ServerSection {
     /// How long a client may take to send its request head, or stay idle between requests.
     #[serde(deserialize_with = "header_timeout")]
     pub header_timeout: Option<Duration>,
+    /// TLS and basic auth, in the format of the Prometheus exporter-toolkit's web config.
+    pub web_config_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -43,6 +43,7 @@ pub struct Overrides {
     pub interval: Option<Duration>,
     pub log_level: Option<String>,
     pub log_format: Option<LogFormat>,
+    pub web_config_file: Option<PathBuf>,
 }
 
 /// The agent's whole configuration, validated.
@@ -51,6 +52,8 @@ pub struct Config {
     /// The file it came from, if one was read.
     pub file: Option<PathBuf>,
     pub listen: SocketAddr,
+    /// `[server] web_config_file` / `--web-config-file`: TLS and basic auth (exporter-toolkit).
+    pub web_config_file: Option<PathBuf>,
     pub max_connections: usize,
     pub header_timeout: Duration,
     pub nvml_lib: String,
@@ -191,6 +194,10 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
     Config {
         file,
         listen: o.listen.or(f.server.listen).unwrap_or(default_listen),
+        web_config_file: o
+            .web_config_file
+            .clone()
+            .or(f.server.web_config_file.clone()),
         max_connections: f.server.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
         header_timeout: f.server.header_timeout.unwrap_or(DEFAULT_HEADER_TIMEOUT),
         nvml_lib: o
@@ -239,6 +246,7 @@ impl Config {
              load NVML from '{lib}' and poll every {interval}; slow-moving reads every {slow}, \
              expensive ones every {expensive}\n\
              metrics: dcgm-compatible {dcgm}, native {native}, hostname label {hostname_label}\n\
+             TLS and basic auth: {web}\n\
              mutating API (/api/v1): {api}\n\
              audit log: {audit}\n\
              log: level {level}, format {format:?}\n\
@@ -263,6 +271,13 @@ impl Config {
                 "off".to_string()
             },
             audit = self.audit_file.display(),
+            web = match &self.web_config_file {
+                None => "off (no web_config_file)".to_string(),
+                Some(f) => match crate::http::web_config::load(f) {
+                    Ok(w) => format!("{} from {}", w.describe(), f.display()),
+                    Err(e) => format!("unusable: {e}"),
+                },
+            },
             level = self.log_level.as_deref().unwrap_or("info (or RUST_LOG)"),
             format = self.log_format,
             health = self.health.describe(),

@@ -12,6 +12,7 @@ mod health;
 mod metered;
 mod prior_knowledge;
 pub mod server;
+pub mod web_config;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -55,6 +56,22 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::Extension(state.api.clone()))
         .with_state(state)
+}
+
+/// Puts the web config's basic auth and response headers in front of a finished router (the
+/// API's configuration is handed down again, outside, because the guard may accept its token).
+pub fn protect(
+    router: Router,
+    auth: Option<Arc<web_config::WebAuth>>,
+    api: Arc<api::ApiConfig>,
+) -> Router {
+    match auth {
+        Some(auth) if !auth.is_noop() => router
+            .layer(axum::middleware::from_fn(web_config::guard))
+            .layer(axum::Extension(auth))
+            .layer(axum::Extension(api)),
+        _ => router,
+    }
 }
 
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
