@@ -138,11 +138,27 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let api = Arc::new(http::api::ApiConfig {
         enabled: config.api_enabled,
         token_file: config.api_token_file.clone(),
+        tcp: config.api_tcp,
     });
-    let app = http::router(http::AppState {
+    let state = http::AppState {
         published: rx,
         api: api.clone(),
-    });
+    };
+    let unix = match (&config.api_socket, config.api_enabled) {
+        (Some(path), true) => {
+            let listener = http::unix::bind(path, config.api_socket_mode)?;
+            tracing::info!(socket = %path.display(), "API on the Unix socket");
+            Some(tokio::spawn(http::unix::serve(
+                listener,
+                path.clone(),
+                http::router(state.clone()),
+                config.header_timeout,
+                stop_rx.clone(),
+            )))
+        }
+        _ => None,
+    };
+    let app = http::router(state);
     let app = http::protect(app, web.as_ref().map(|w| w.auth.clone()), api);
     let limits = http::server::Limits {
         max_connections: config.max_connections,
@@ -158,8 +174,16 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
     let _ = kubelet_stop.send(true);
-    // The server drains for at most DRAIN itself; the margin covers the task's own exit.
-    if tokio::time::timeout(DRAIN + Duration::from_millis(100), server)
+    // The servers drain for at most DRAIN each, side by side; the margin covers the tasks' exit.
+    let unix = async {
+        if let Some(unix) = unix {
+            let _ = unix.await;
+        }
+    };
+    let both = async {
+        let _ = tokio::join!(server, unix);
+    };
+    if tokio::time::timeout(DRAIN + Duration::from_millis(100), both)
         .await
         .is_err()
     {

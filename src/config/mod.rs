@@ -72,6 +72,10 @@ pub struct Config {
     pub log_format: LogFormat,
     pub api_enabled: bool,
     pub api_token_file: PathBuf,
+    /// `[api] socket`, `socket_mode`, `tcp`: the API on a Unix socket, and whether TCP has it too.
+    pub api_socket: Option<PathBuf>,
+    pub api_socket_mode: u32,
+    pub api_tcp: bool,
     /// `[audit] file`: the JSON-lines log of every change the agent makes to the node.
     pub audit_file: PathBuf,
     /// `[health]`: thresholds, XID window and overrides.
@@ -219,6 +223,9 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
         log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Text),
         api_enabled: f.api.enabled,
         api_token_file: f.api.token_file,
+        api_socket: f.api.socket,
+        api_socket_mode: f.api.socket_mode,
+        api_tcp: f.api.tcp,
         audit_file: f.audit.file,
         health: f.health.into_config(),
         processes: f.processes.into_config(),
@@ -263,9 +270,18 @@ impl Config {
             dcgm = on(self.metrics_dcgm),
             native = on(self.metrics_native),
             api = if self.api_enabled {
+                let socket = match &self.api_socket {
+                    Some(p) => format!(
+                        "; on socket {} (mode {:04o}){}",
+                        p.display(),
+                        self.api_socket_mode,
+                        if self.api_tcp { "" } else { " only" }
+                    ),
+                    None => String::new(),
+                };
                 match crate::http::api::load_token(&self.api_token_file) {
-                    Ok(_) => format!("on, token from {}", self.api_token_file.display()),
-                    Err(e) => format!("on, but unusable: {e}"),
+                    Ok(_) => format!("on, token from {}{socket}", self.api_token_file.display()),
+                    Err(e) => format!("on, but the token is unusable: {e}{socket}"),
                 }
             } else {
                 "off".to_string()
@@ -349,6 +365,13 @@ mod tests {
         );
         let e = err("[log]\nformat = \"xml\"\n");
         assert!(e.starts_with("c.toml:2:10:"), "{e}");
+        let e = err("[api]\nsocket_mode = \"0666\"\n");
+        assert!(
+            e.starts_with("c.toml:2:15: socket_mode 0666 lets every user"),
+            "{e}"
+        );
+        let e = err("[api]\nsocket_mode = \"rw\"\n");
+        assert!(e.contains("not an octal mode"), "{e}");
         let e = err("[audit]\nfile = 3\n");
         assert!(e.starts_with("c.toml:2:8:"), "{e}");
         let e = err("[metrics]\nhostname_label = \"gpu\"\n");

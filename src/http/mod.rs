@@ -12,6 +12,7 @@ mod health;
 mod metered;
 mod prior_knowledge;
 pub mod server;
+pub mod unix;
 pub mod web_config;
 
 use std::sync::Arc;
