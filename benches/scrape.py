@@ -41,9 +41,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_http(url, seconds=30, headers=None):
+def wait_http(url, seconds=30, headers=None, proc=None):
     deadline = time.time() + seconds
     while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"the server for {url} exited with status {proc.returncode}")
         try:
             req = urllib.request.Request(url, headers=headers or {})
             with urllib.request.urlopen(req, timeout=2) as r:
@@ -113,6 +115,8 @@ def main():
             raise SystemExit(f"{p} missing: run `cargo build --release --workspace` first")
 
     work = tempfile.mkdtemp(prefix="gs-scrape-")
+    # nginx's workers run as `nobody` when started by root: they must be able to read the page.
+    os.chmod(work, 0o755)
     procs = []
     try:
         scen = os.path.join(work, "scenario.toml")
@@ -148,7 +152,7 @@ http {{
   access_log off;
   sendfile on; tcp_nopush on; tcp_nodelay on;
   keepalive_requests 1000000; keepalive_timeout 60s;
-  open_file_cache max=16 valid=60s;
+  open_file_cache max=16 inactive=60s;
   gzip_static on;
   types {{ }}
   default_type "text/plain; version=0.0.4; charset=utf-8";
@@ -159,9 +163,10 @@ http {{
 """)
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         procs.append(subprocess.Popen([nginx, "-c", conf, "-p", work],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                                      stdout=subprocess.DEVNULL,
+                                      stderr=open(os.path.join(work, "nginx.log"), "w")))
         nginx_url = f"http://127.0.0.1:{nginx_port}/metrics"
-        wait_http(nginx_url)
+        wait_http(nginx_url, proc=procs[-1])
         targets = {"gpu-steward": agent, "nginx (same bytes)": nginx_url}
 
         tutorial = None
@@ -178,7 +183,7 @@ http {{
                  str(tport), "1"], env=tenv, stdout=subprocess.DEVNULL,
                 stderr=open(os.path.join(work, "tutorial.log"), "w")))
             tutorial = f"http://127.0.0.1:{tport}/metrics"
-            wait_http(tutorial)
+            wait_http(tutorial, proc=procs[-1])
             targets["tutorial exporter"] = tutorial
         else:
             print("SKIPPED: the tutorial exporter (python3 cannot import pynvml and "
