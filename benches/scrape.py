@@ -74,6 +74,26 @@ def scenario_for(gpus):
     return "".join(out)
 
 
+def rss_mib(pid):
+    """Resident memory of a process and its children (nginx's workers), MiB."""
+    total = 0
+    pids = [pid]
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            pids += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
 def wrk(url, args, gz):
     cmd = ["wrk", "-t", str(args.threads), "-c", str(args.connections), "-d", f"{args.seconds}s",
            "--latency"]
@@ -168,6 +188,7 @@ http {{
         nginx_url = f"http://127.0.0.1:{nginx_port}/metrics"
         wait_http(nginx_url, proc=procs[-1])
         targets = {"gpu-steward": agent, "nginx (same bytes)": nginx_url}
+        pids = {"gpu-steward": procs[0].pid, "nginx (same bytes)": procs[1].pid}
 
         tutorial = None
         probe = subprocess.run([sys.executable, "-c", "import pynvml, prometheus_client"],
@@ -185,6 +206,7 @@ http {{
             tutorial = f"http://127.0.0.1:{tport}/metrics"
             wait_http(tutorial, proc=procs[-1])
             targets["tutorial exporter"] = tutorial
+            pids["tutorial exporter"] = procs[-1].pid
         else:
             print("SKIPPED: the tutorial exporter (python3 cannot import pynvml and "
                   "prometheus_client; pip install nvidia-ml-py prometheus_client)", file=sys.stderr)
@@ -201,7 +223,8 @@ http {{
                           + (f"  non-2xx {res['non2xx']}" if res["non2xx"] else ""),
                           file=sys.stderr)
 
-        report = {"gpus": args.gpus, "body_bytes": len(body),
+        rss = {name: rss_mib(pid) for name, pid in pids.items()}
+        report = {"gpus": args.gpus, "rss_mib_after": rss, "body_bytes": len(body),
                   "body_gzip_bytes": len(gzip.compress(body, 6)),
                   "wrk": {"threads": args.threads, "connections": args.connections,
                           "seconds": args.seconds, "rounds": args.rounds},
@@ -221,6 +244,8 @@ http {{
                 report["results"].setdefault(kind, {})[name] = med
                 print(f"{kind:6} {name:20} {med['rps']:10.0f} {med['p50_ms']:8.3f} "
                       f"{med['p99_ms']:8.3f} {med['ratio_to_nginx']:8.2f}x")
+        print("resident memory after the runs: " + ", ".join(
+            f"{name} {mib:.1f} MiB" for name, mib in rss.items()))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(report, f, indent=2)
