@@ -33,6 +33,7 @@ pub mod kubernetes;
 pub mod logging;
 pub mod metrics;
 pub mod poller;
+pub mod reclaim;
 pub mod snapshot;
 
 use std::sync::atomic::AtomicU64;

@@ -1,0 +1,478 @@
+//! `[reclaim]` and `[accounting]`: their TOML shape, validated while parsing so that errors carry
+//! the position of the bad value, and the validated configuration the agent runs with.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::de;
+use serde::{Deserialize, Deserializer};
+
+/// What to do with the holders of a GPU that stayed idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionKind {
+    /// SIGTERM to each holder, SIGKILL after `grace` to those still alive.
+    Signal,
+    /// Run `[reclaim.hook]` with the GPU, PIDs, users and pods as JSON on stdin.
+    Hook,
+}
+
+impl ActionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::Signal => "signal",
+            ActionKind::Hook => "hook",
+        }
+    }
+}
+
+/// A command run as argv (no shell), with a timeout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookCommand {
+    pub command: Vec<String>,
+    pub timeout: Duration,
+}
+
+/// `[reclaim.warn]`: run before reclaiming, then wait `grace`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WarnStep {
+    pub hook: Option<HookCommand>,
+    pub grace: Duration,
+}
+
+/// Regular expressions compared by their source (the config derives `PartialEq`).
+#[derive(Debug, Clone, Default)]
+pub struct Patterns(pub Vec<regex::Regex>);
+
+impl PartialEq for Patterns {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(&other.0)
+                .all(|(a, b)| a.as_str() == b.as_str())
+    }
+}
+
+impl Patterns {
+    pub fn matches(&self, s: &str) -> Option<&str> {
+        self.0.iter().find(|r| r.is_match(s)).map(|r| r.as_str())
+    }
+}
+
+/// Who is never acted on (still reported).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Exemptions {
+    pub process_names: Patterns,
+    pub users: Vec<String>,
+    pub namespaces: Vec<String>,
+    /// GPU indexes (`"0"`) or UUIDs.
+    pub gpus: Vec<String>,
+}
+
+/// `[reclaim]`, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReclaimConfig {
+    pub enabled: bool,
+    pub dry_run: bool,
+    pub idle_after: Duration,
+    pub utilization_threshold: f64,
+    pub min_memory_mib: u64,
+    pub action: ActionKind,
+    /// SIGTERM → SIGKILL.
+    pub grace: Duration,
+    pub exempt: Exemptions,
+    pub max_reclaims_per_hour: u32,
+    pub warn: Option<WarnStep>,
+    /// The command of `action = "hook"`.
+    pub hook: Option<HookCommand>,
+}
+
+impl Default for ReclaimConfig {
+    fn default() -> Self {
+        ReclaimConfig {
+            enabled: false,
+            dry_run: true,
+            idle_after: Duration::from_secs(30 * 60),
+            utilization_threshold: 0.01,
+            min_memory_mib: 256,
+            action: ActionKind::Signal,
+            grace: Duration::from_secs(30),
+            exempt: Exemptions {
+                process_names: Patterns(
+                    ["^nvidia-", "^dcgm"]
+                        .iter()
+                        .filter_map(|p| regex::Regex::new(p).ok())
+                        .collect(),
+                ),
+                ..Exemptions::default()
+            },
+            max_reclaims_per_hour: 10,
+            warn: None,
+            hook: None,
+        }
+    }
+}
+
+impl ReclaimConfig {
+    /// One paragraph for `check-config`.
+    pub fn describe(&self) -> String {
+        if !self.enabled {
+            return "reclaim: off (idle GPUs are neither tracked nor acted on)\n".into();
+        }
+        let d = |v: Duration| humantime::format_duration(v).to_string();
+        let action = match self.action {
+            ActionKind::Signal => format!("SIGTERM the holders, SIGKILL after {}", d(self.grace)),
+            ActionKind::Hook => format!(
+                "run {:?}",
+                self.hook
+                    .as_ref()
+                    .map(|h| h.command.clone())
+                    .unwrap_or_default()
+            ),
+        };
+        let warn = match &self.warn {
+            Some(w) => format!(
+                "warn ({}) and wait {}, then ",
+                w.hook
+                    .as_ref()
+                    .map_or("no hook".to_string(), |h| format!("{:?}", h.command)),
+                d(w.grace)
+            ),
+            None => String::new(),
+        };
+        format!(
+            "reclaim: {mode}; a GPU held (processes with >= {mem} MiB) at <= {thr}% utilization \
+             for {after} is reported, then {warn}{action}; at most {max} reclaims per hour; \
+             exempt: process names {names:?}, users {users:?}, namespaces {ns:?}, GPUs {gpus:?}\n",
+            mode = if self.dry_run {
+                "DRY RUN (decisions are logged and audited, nothing is done)"
+            } else {
+                "ACTING"
+            },
+            mem = self.min_memory_mib,
+            thr = self.utilization_threshold * 100.0,
+            after = d(self.idle_after),
+            max = self.max_reclaims_per_hour,
+            names = self
+                .exempt
+                .process_names
+                .0
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>(),
+            users = self.exempt.users,
+            ns = self.exempt.namespaces,
+            gpus = self.exempt.gpus,
+        )
+    }
+}
+
+/// `[accounting]`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountingConfig {
+    pub enabled: bool,
+    /// Where `accounting.json` is kept across restarts; `None`: in memory only.
+    pub state_dir: Option<PathBuf>,
+    /// How often the state file is rewritten (and at shutdown).
+    pub persist_every: Duration,
+    /// An owner that held nothing for this long is dropped from the series and the file.
+    pub forget_after: Duration,
+}
+
+impl Default for AccountingConfig {
+    fn default() -> Self {
+        AccountingConfig {
+            enabled: true,
+            state_dir: None,
+            persist_every: Duration::from_secs(30),
+            forget_after: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl AccountingConfig {
+    pub fn describe(&self) -> String {
+        if !self.enabled {
+            return "accounting: off\n".into();
+        }
+        match &self.state_dir {
+            Some(dir) => format!(
+                "accounting: per-owner GPU seconds and energy, kept in {} (rewritten every {} \
+                 and at shutdown)\n",
+                dir.join(super::accounting::STATE_FILE).display(),
+                humantime::format_duration(self.persist_every)
+            ),
+            None => "accounting: per-owner GPU seconds and energy, in memory only (set \
+                     [accounting] state_dir to keep them across restarts)\n"
+                .into(),
+        }
+    }
+}
+
+/// `[reclaim.warn]` / `[reclaim.hook]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookSection {
+    #[serde(deserialize_with = "argv")]
+    pub command: Vec<String>,
+    #[serde(default, deserialize_with = "timeout")]
+    pub timeout: Option<Duration>,
+}
+
+impl HookSection {
+    fn into_command(self) -> HookCommand {
+        HookCommand {
+            command: self.command,
+            timeout: self.timeout.unwrap_or(Duration::from_secs(30)),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarnSection {
+    #[serde(default, deserialize_with = "argv_opt")]
+    pub command: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "timeout")]
+    pub timeout: Option<Duration>,
+    #[serde(deserialize_with = "duration")]
+    pub grace: Duration,
+}
+
+/// `[reclaim]` as written; every key optional.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReclaimSection {
+    pub enabled: bool,
+    pub dry_run: bool,
+    #[serde(deserialize_with = "idle_after")]
+    pub idle_after: Duration,
+    #[serde(deserialize_with = "ratio")]
+    pub utilization_threshold: f64,
+    #[serde(deserialize_with = "at_least_one")]
+    pub min_memory_mib: u64,
+    pub action: toml::Spanned<ActionKind>,
+    #[serde(deserialize_with = "duration")]
+    pub grace: Duration,
+    #[serde(deserialize_with = "patterns")]
+    pub exempt_process_names: Patterns,
+    pub exempt_users: Vec<String>,
+    pub exempt_namespaces: Vec<String>,
+    pub exempt_gpus: Vec<String>,
+    pub max_reclaims_per_hour: u32,
+    pub warn: Option<WarnSection>,
+    pub hook: Option<HookSection>,
+}
+
+impl Default for ReclaimSection {
+    fn default() -> Self {
+        let d = ReclaimConfig::default();
+        ReclaimSection {
+            enabled: d.enabled,
+            dry_run: d.dry_run,
+            idle_after: d.idle_after,
+            utilization_threshold: d.utilization_threshold,
+            min_memory_mib: d.min_memory_mib,
+            action: toml::Spanned::new(0..0, d.action),
+            grace: d.grace,
+            exempt_process_names: d.exempt.process_names,
+            exempt_users: Vec::new(),
+            exempt_namespaces: Vec::new(),
+            exempt_gpus: Vec::new(),
+            max_reclaims_per_hour: d.max_reclaims_per_hour,
+            warn: None,
+            hook: None,
+        }
+    }
+}
+
+impl ReclaimSection {
+    /// The first cross-key problem: its byte span and message.
+    pub fn check(&self) -> Option<(std::ops::Range<usize>, String)> {
+        if *self.action.get_ref() == ActionKind::Hook && self.hook.is_none() {
+            return Some((
+                self.action.span(),
+                "action 'hook' needs a [reclaim.hook] section with `command = [..]`; add one, \
+                 or use action = \"signal\""
+                    .into(),
+            ));
+        }
+        None
+    }
+
+    pub fn into_config(self) -> ReclaimConfig {
+        ReclaimConfig {
+            enabled: self.enabled,
+            dry_run: self.dry_run,
+            idle_after: self.idle_after,
+            utilization_threshold: self.utilization_threshold,
+            min_memory_mib: self.min_memory_mib,
+            action: self.action.into_inner(),
+            grace: self.grace,
+            exempt: Exemptions {
+                process_names: self.exempt_process_names,
+                users: self.exempt_users,
+                namespaces: self.exempt_namespaces,
+                gpus: self.exempt_gpus,
+            },
+            max_reclaims_per_hour: self.max_reclaims_per_hour,
+            warn: self.warn.map(|w| WarnStep {
+                hook: w.command.map(|command| HookCommand {
+                    command,
+                    timeout: w.timeout.unwrap_or(Duration::from_secs(30)),
+                }),
+                grace: w.grace,
+            }),
+            hook: self.hook.map(HookSection::into_command),
+        }
+    }
+}
+
+/// `[accounting]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccountingSection {
+    pub enabled: bool,
+    #[serde(deserialize_with = "absolute_dir")]
+    pub state_dir: Option<PathBuf>,
+    #[serde(deserialize_with = "positive")]
+    pub persist_every: Duration,
+    #[serde(deserialize_with = "positive")]
+    pub forget_after: Duration,
+}
+
+impl Default for AccountingSection {
+    fn default() -> Self {
+        let d = AccountingConfig::default();
+        AccountingSection {
+            enabled: d.enabled,
+            state_dir: d.state_dir,
+            persist_every: d.persist_every,
+            forget_after: d.forget_after,
+        }
+    }
+}
+
+impl AccountingSection {
+    pub fn into_config(self) -> AccountingConfig {
+        AccountingConfig {
+            enabled: self.enabled,
+            state_dir: self.state_dir,
+            persist_every: self.persist_every,
+            forget_after: self.forget_after,
+        }
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("invalid duration '{s}': {e}; write it like '30s', '5m' or '1h'"))
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    let v = parse_duration(&s).map_err(de::Error::custom)?;
+    if v > Duration::from_secs(24 * 3600) {
+        return Err(de::Error::custom(format!(
+            "'{s}' is longer than a day; use '24h' or less"
+        )));
+    }
+    Ok(v)
+}
+
+fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    match parse_duration(&s).map_err(de::Error::custom)? {
+        v if v >= Duration::from_secs(1) => Ok(v),
+        _ => Err(de::Error::custom(format!(
+            "'{s}' is shorter than 1s; use '1s' or more"
+        ))),
+    }
+}
+
+fn idle_after<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    match parse_duration(&s).map_err(de::Error::custom)? {
+        v if v < Duration::from_secs(1) => Err(de::Error::custom(format!(
+            "idle_after '{s}' is shorter than 1s; a window needs several polls, use '1s' or more \
+             (30m is usual)"
+        ))),
+        v if v > Duration::from_secs(30 * 24 * 3600) => Err(de::Error::custom(format!(
+            "idle_after '{s}' is longer than 30 days; use '30d' or less"
+        ))),
+        v => Ok(v),
+    }
+}
+
+fn timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s = String::deserialize(d)?;
+    match parse_duration(&s).map_err(de::Error::custom)? {
+        v if v >= Duration::from_millis(100) && v <= Duration::from_secs(3600) => Ok(Some(v)),
+        _ => Err(de::Error::custom(format!(
+            "timeout '{s}' is out of range; use 100ms .. 1h"
+        ))),
+    }
+}
+
+fn ratio<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = f64::deserialize(d)?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(de::Error::custom(format!(
+            "utilization_threshold {v} is not a ratio; write it from 0 to 1 (0.01 = 1%)"
+        )))
+    }
+}
+
+fn at_least_one<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match u64::deserialize(d)? {
+        0 => Err(de::Error::custom(
+            "must be 1 or more (MiB); every process holds some memory",
+        )),
+        v => Ok(v),
+    }
+}
+
+fn patterns<'de, D: Deserializer<'de>>(d: D) -> Result<Patterns, D::Error> {
+    let list = Vec::<String>::deserialize(d)?;
+    list.iter()
+        .map(|p| {
+            regex::Regex::new(p).map_err(|e| {
+                de::Error::custom(format!(
+                    "invalid pattern '{p}': {}; write a regular expression like '^nvidia-'",
+                    e.to_string().lines().last().unwrap_or("")
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Patterns)
+}
+
+fn argv<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    match v.first() {
+        Some(first) if !first.is_empty() => Ok(v),
+        _ => Err(de::Error::custom(
+            "command is empty; write it as argv, e.g. [\"/usr/local/bin/notify\", \"--idle\"] \
+             (it runs without a shell)",
+        )),
+    }
+}
+
+fn argv_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    argv(d).map(Some)
+}
+
+fn absolute_dir<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.starts_with('/') {
+        Ok(Some(PathBuf::from(s)))
+    } else {
+        Err(de::Error::custom(format!(
+            "path '{s}' is not absolute; write it from the root, e.g. '/var/lib/gpu-steward'"
+        )))
+    }
+}
