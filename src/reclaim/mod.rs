@@ -8,6 +8,7 @@
 //! off unless `[reclaim] enabled = true` and `dry_run = false`.
 
 pub mod accounting;
+pub mod act;
 pub mod config;
 pub mod idle;
 pub mod ladder;
