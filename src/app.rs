@@ -74,6 +74,9 @@ fn poller_config(c: &Config, kubelet: Option<KubeletFeed>) -> PollerConfig {
         health: c.health.clone(),
         processes: c.processes.clone(),
         kubelet,
+        reclaim: c.reclaim.clone(),
+        accounting: c.accounting.clone(),
+        audit_file: c.audit_file.clone(),
     }
 }
 
@@ -96,6 +99,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         health,
         journal: journal.clone(),
         interval: pconfig.interval,
+        reclaim: None,
     };
     let (tx, rx) = watch::channel(Arc::new(initial));
 

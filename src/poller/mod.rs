@@ -26,6 +26,8 @@ mod pool;
 mod schedule;
 mod worker;
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -34,9 +36,11 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 
 use crate::attribution::ProcessesConfig;
+use crate::health::conditions::Finding;
 use crate::health::{self, Evaluator, HealthConfig, Journal, NodeHealth};
 use crate::kubernetes::KubeletFeed;
 use crate::metrics::{self, RenderConfig, Rendered};
+use crate::reclaim::{self, AccountingConfig, ReclaimConfig};
 use crate::snapshot::{NvmlStatus, Snapshot};
 use crate::AgentCounters;
 
@@ -59,6 +63,22 @@ pub struct PollerConfig {
     pub processes: ProcessesConfig,
     /// The kubelet client's latest mapping, when `[kubernetes] enabled`.
     pub kubelet: Option<KubeletFeed>,
+    /// `[reclaim]`, `[accounting]` and `[audit] file`: the reclaim stage's settings.
+    pub reclaim: ReclaimConfig,
+    pub accounting: AccountingConfig,
+    pub audit_file: PathBuf,
+}
+
+impl PollerConfig {
+    fn reclaim_settings(&self) -> reclaim::stage::Settings {
+        reclaim::stage::Settings {
+            reclaim: self.reclaim.clone(),
+            accounting: self.accounting.clone(),
+            audit_file: self.audit_file.clone(),
+            procfs: self.processes.procfs.clone(),
+            interval: self.interval,
+        }
+    }
 }
 
 /// Messages to the poller thread.
@@ -81,6 +101,8 @@ pub struct Published {
     pub metrics: Rendered,
     /// The poll interval in force when this was published (readiness uses it).
     pub interval: Duration,
+    /// Idleness, reclaim candidates and accounting (`None` before the first poll).
+    pub reclaim: Option<Arc<reclaim::stage::View>>,
 }
 
 /// Handle to the running poller thread.
@@ -123,6 +145,7 @@ struct Poller {
     observer: Observer,
     enricher: Enricher,
     evaluator: Evaluator,
+    reclaim: reclaim::stage::Stage,
     journal: Arc<Mutex<Journal>>,
     polls: u64,
 }
@@ -137,6 +160,7 @@ impl Poller {
             observer: Observer::new(),
             enricher: Enricher::new(&config),
             evaluator: Evaluator::new(config.health.clone()),
+            reclaim: reclaim::stage::Stage::new(&config.reclaim_settings()),
             journal,
             config,
             counters,
@@ -151,14 +175,23 @@ impl Poller {
             let slow_gpus = observation.slow_gpus;
             self.polls += 1;
             let snapshot = Arc::new(self.enricher.enrich(observation, &self.config, self.polls));
-            let health = Arc::new(self.judge(&snapshot));
-            let metrics = metrics::render(&snapshot, &health, &self.config.render, &self.counters);
+            let (reclaim, findings) = self
+                .reclaim
+                .observe(&snapshot, &self.config.reclaim_settings());
+            let health = Arc::new(self.judge(&snapshot, &findings));
+            let mut metrics =
+                metrics::render(&snapshot, &health, &self.config.render, &self.counters);
+            if self.config.render.native {
+                let text = reclaim::metrics::render(&reclaim, &snapshot);
+                metrics.text.extend_from_slice(text.as_bytes());
+            }
             out.send_replace(Arc::new(Published {
                 snapshot: snapshot.clone(),
                 health,
                 journal: self.journal.clone(),
                 metrics,
                 interval: self.config.interval,
+                reclaim: Some(reclaim),
             }));
             tracing::debug!(
                 poll = self.polls,
@@ -177,6 +210,7 @@ impl Poller {
                 Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
             }
         }
+        self.reclaim.shutdown(&self.config.reclaim_settings());
         self.observer.shutdown();
     }
 
@@ -187,12 +221,15 @@ impl Poller {
         }
         self.evaluator.set_config(config.health.clone());
         self.enricher.reconfigure(&config);
+        self.reclaim.reconfigure(&config.reclaim_settings());
         self.config = config;
     }
 
     /// Judges the snapshot, logs each condition change once and journals it.
-    fn judge(&mut self, snapshot: &Snapshot) -> NodeHealth {
-        let (health, events) = self.evaluator.evaluate(snapshot, SystemTime::now());
+    fn judge(&mut self, snapshot: &Snapshot, extra: &BTreeMap<u32, Vec<Finding>>) -> NodeHealth {
+        let (health, events) = self
+            .evaluator
+            .evaluate_with(snapshot, extra, SystemTime::now());
         if !events.is_empty() {
             events.iter().for_each(health::journal::log);
             self.journal

@@ -117,12 +117,14 @@ impl Accounts {
                 .filter(|u| matches!(u.state, UnitState::Idle { .. }))
                 .map(|u| u.key.uuid.as_str())
                 .collect();
-            for gpu in &snapshot.gpus {
+            for gpu in snapshot.gpus.iter().filter(|g| g.identity.is_some()) {
+                // Every GPU gets its series from the start, so that increase() sees it begin.
+                let total = self
+                    .idle_held
+                    .entry((gpu.index, gpu.uuid().to_string()))
+                    .or_default();
                 if idle.contains(gpu.uuid()) {
-                    *self
-                        .idle_held
-                        .entry((gpu.index, gpu.uuid().to_string()))
-                        .or_default() += dt.as_secs_f64();
+                    *total += dt.as_secs_f64();
                 }
             }
         }

@@ -119,7 +119,7 @@ impl ReclaimConfig {
     /// One paragraph for `check-config`.
     pub fn describe(&self) -> String {
         if !self.enabled {
-            return "reclaim: off (idle GPUs are neither tracked nor acted on)\n".into();
+            return "reclaim: off (idle time is measured for the metrics; nothing is reported to /health nor acted on)\n".into();
         }
         let d = |v: Duration| humantime::format_duration(v).to_string();
         let action = match self.action {

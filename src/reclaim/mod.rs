@@ -12,6 +12,8 @@ pub mod act;
 pub mod config;
 pub mod idle;
 pub mod ladder;
+pub mod metrics;
+pub mod stage;
 
 #[cfg(test)]
 mod testkit;
