@@ -476,3 +476,7 @@ fn absolute_dir<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::E
         )))
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;
