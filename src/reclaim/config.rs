@@ -173,7 +173,8 @@ impl ReclaimConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccountingConfig {
     pub enabled: bool,
-    /// Where `accounting.json` is kept across restarts; `None`: in memory only.
+    /// Where `accounting.json` is kept across restarts; `None`: in memory only. Default:
+    /// `$STATE_DIRECTORY` (systemd), else none.
     pub state_dir: Option<PathBuf>,
     /// How often the state file is rewritten (and at shutdown).
     pub persist_every: Duration,
@@ -205,7 +206,8 @@ impl AccountingConfig {
                 humantime::format_duration(self.persist_every)
             ),
             None => "accounting: per-owner GPU seconds and energy, in memory only (set \
-                     [accounting] state_dir to keep them across restarts)\n"
+                     [accounting] state_dir, or run under systemd with StateDirectory=, to keep \
+                     them across restarts)\n"
                 .into(),
         }
     }
@@ -356,10 +358,16 @@ impl Default for AccountingSection {
 }
 
 impl AccountingSection {
+    /// Without `state_dir`, systemd's `$STATE_DIRECTORY` (set by `StateDirectory=` in the
+    /// packaged unit: `/var/lib/gpu-steward`) is used, so that a packaged agent keeps its
+    /// counters across restarts with no configuration.
     pub fn into_config(self) -> AccountingConfig {
+        let systemd = std::env::var_os("STATE_DIRECTORY")
+            .and_then(|v| std::env::split_paths(&v).next())
+            .filter(|p| p.is_absolute());
         AccountingConfig {
             enabled: self.enabled,
-            state_dir: self.state_dir,
+            state_dir: self.state_dir.or(systemd),
             persist_every: self.persist_every,
             forget_after: self.forget_after,
         }
