@@ -118,8 +118,10 @@ impl UnitStatus {
 struct Track {
     idle_since: Option<SystemTime>,
     unused_since: Option<SystemTime>,
-    /// First sight of each holder, by (pid, start time): a reused pid is a new holder.
-    holders: HashMap<(u32, Option<u64>), SystemTime>,
+    /// First sight of each holder by pid, with its start time when known: a pid seen with
+    /// another start time is a new holder. An unknown start time (the process is gone, or
+    /// reclaim was off and nothing was read) neither starts nor ends a holder.
+    holders: HashMap<u32, (Option<u64>, SystemTime)>,
 }
 
 /// The idleness clocks of every unit.
@@ -223,8 +225,15 @@ fn judge(
         .iter()
         .map(|p| {
             let start = starts.get(&p.pid).copied();
-            let since = *track.holders.get(&(p.pid, start)).unwrap_or(&now);
-            seen.insert((p.pid, start), since);
+            let since = match track.holders.get(&p.pid) {
+                Some((Some(old), _)) if start.is_some_and(|s| s != *old) => now,
+                Some((old, since)) => {
+                    seen.insert(p.pid, (start.or(*old), *since));
+                    *since
+                }
+                None => now,
+            };
+            seen.entry(p.pid).or_insert((start, since));
             holder(p, start, since)
         })
         .collect();

@@ -130,9 +130,18 @@ fn a_reused_pid_is_a_new_holder() {
     let units = t.observe(&s, &starts, &CONFIG);
     assert_eq!(units[0].holders[0].since, at(60), "new (pid, start time)");
     assert_eq!(units[0].holders[0].start_time, Some(999));
-    // A pid that is gone (or a zombie) still holds what NVML says, with no start time.
+    // A pid that is gone (or a zombie) still holds what NVML says, with no start time; it
+    // remains the same holder.
     let units = t.observe(&s, &HashMap::new(), &CONFIG);
     assert_eq!(units[0].holders[0].start_time, None);
+    assert_eq!(units[0].holders[0].since, at(60));
+    // Start times read only from now on (reclaim turned on by a reload): the same holder.
+    let mut t = IdleTracker::default();
+    t.observe(&s, &HashMap::new(), &CONFIG);
+    let later = snap(90, vec![gpu(0, Some(0), vec![proc(10, 4096, Some(0))])]);
+    let units = t.observe(&later, &starts, &CONFIG);
+    assert_eq!(units[0].holders[0].since, at(60));
+    assert_eq!(units[0].holders[0].start_time, Some(999));
 }
 
 #[test]

@@ -341,3 +341,75 @@ fn health_findings(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reclaim::testkit::{gpu, proc, snap};
+
+    fn settings(audit_file: PathBuf) -> Settings {
+        Settings {
+            reclaim: ReclaimConfig {
+                enabled: true,
+                dry_run: false,
+                idle_after: Duration::from_secs(60),
+                grace: Duration::from_millis(100),
+                ..ReclaimConfig::default()
+            },
+            accounting: AccountingConfig::default(),
+            audit_file,
+            procfs: PathBuf::from("/proc"),
+            interval: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn without_a_writable_audit_log_nothing_is_done_to_the_node() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("300")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        // A file under a regular file cannot be created.
+        let tmp = tempfile::NamedTempFile::new().expect("tempfile");
+        let s = settings(tmp.path().join("audit.jsonl"));
+        let mut stage = Stage::new(&s);
+        let idle = |t| snap(t, vec![gpu(0, Some(0), vec![proc(pid, 4096, Some(0))])]);
+        let (view, findings) = stage.observe(&idle(0), &s);
+        assert!(view.dry_run && view.audit.is_err());
+        assert!(findings.is_empty());
+        let (view, findings) = stage.observe(&idle(60), &s);
+        assert_eq!(view.actions.get(&("signal", "dry_run")), Some(&1));
+        assert_eq!(findings[&0][0].name, IDLE_HELD);
+        assert!(findings[&0][0].reason.contains(&pid.to_string()));
+        assert_eq!(view.candidates[0].targets, [pid]);
+        assert_eq!(
+            view.candidates[0].next, None,
+            "reclaimed (in dry run): nothing more"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(child.try_wait().expect("try_wait").is_none(), "untouched");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn off_measures_idleness_but_reports_and_decides_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = settings(dir.path().join("audit.jsonl"));
+        s.reclaim.enabled = false;
+        let mut stage = Stage::new(&s);
+        let idle = |t| snap(t, vec![gpu(0, Some(0), vec![proc(1, 4096, Some(0))])]);
+        stage.observe(&idle(0), &s);
+        let (view, findings) = stage.observe(&idle(600), &s);
+        assert!(findings.is_empty() && view.candidates.is_empty() && view.actions.is_empty());
+        assert_eq!(
+            view.units[0].idle_for(view.taken_at),
+            Duration::from_secs(600)
+        );
+        assert!(
+            !dir.path().join("audit.jsonl").exists(),
+            "no audit log opened"
+        );
+    }
+}
