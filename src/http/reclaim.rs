@@ -31,6 +31,9 @@ pub(super) async fn reclaim(State(state): State<AppState>) -> Response {
             Ok(path) => json!({"path": path}),
             Err(e) => json!({"error": e}),
         },
+        "pod_labels": view.pod_labels.as_ref().map(|(up, errors, socket)| {
+            json!({"up": up, "errors": errors, "socket": socket})
+        }),
         "candidates": view.candidates,
     }))
     .into_response()

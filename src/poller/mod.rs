@@ -65,6 +65,8 @@ pub struct PollerConfig {
     pub kubelet: Option<KubeletFeed>,
     /// `[reclaim]`, `[accounting]` and `[audit] file`: the reclaim stage's settings.
     pub reclaim: ReclaimConfig,
+    /// The container runtime's pod labels, when `[reclaim] exempt_pod_labels` needs them.
+    pub pod_labels: Option<reclaim::cri::PodLabelFeed>,
     pub accounting: AccountingConfig,
     pub audit_file: PathBuf,
 }
@@ -73,6 +75,7 @@ impl PollerConfig {
     fn reclaim_settings(&self) -> reclaim::stage::Settings {
         reclaim::stage::Settings {
             reclaim: self.reclaim.clone(),
+            pod_labels: self.pod_labels.clone(),
             accounting: self.accounting.clone(),
             audit_file: self.audit_file.clone(),
             procfs: self.processes.procfs.clone(),

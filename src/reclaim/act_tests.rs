@@ -37,6 +37,7 @@ fn holder(pid: u32, start_time: Option<u64>) -> Holder {
         pod_uid: None,
         systemd_unit: None,
         slurm_job: None,
+        pod_labels: None,
         since: SystemTime::UNIX_EPOCH,
     }
 }

@@ -69,6 +69,32 @@ pub struct Exemptions {
     pub namespaces: Vec<String>,
     /// GPU indexes (`"0"`) or UUIDs.
     pub gpus: Vec<String>,
+    /// `key=value`, or `key` for any value: pod labels from the container runtime.
+    pub pod_labels: Vec<LabelSelector>,
+}
+
+/// One of `exempt_pod_labels`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelSelector {
+    pub key: String,
+    pub value: Option<String>,
+}
+
+impl LabelSelector {
+    pub fn matches(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        labels
+            .get(&self.key)
+            .is_some_and(|v| self.value.as_ref().is_none_or(|want| want == v))
+    }
+}
+
+impl std::fmt::Display for LabelSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.value {
+            Some(v) => write!(f, "{}={v}", self.key),
+            None => f.write_str(&self.key),
+        }
+    }
 }
 
 /// `[reclaim]`, validated.
@@ -87,6 +113,8 @@ pub struct ReclaimConfig {
     pub warn: Option<WarnStep>,
     /// The command of `action = "hook"`.
     pub hook: Option<HookCommand>,
+    /// The CRI socket pod labels are read from (only with `exempt.pod_labels`).
+    pub cri_socket: PathBuf,
 }
 
 impl Default for ReclaimConfig {
@@ -111,9 +139,13 @@ impl Default for ReclaimConfig {
             max_reclaims_per_hour: 10,
             warn: None,
             hook: None,
+            cri_socket: PathBuf::from(DEFAULT_CRI_SOCKET),
         }
     }
 }
+
+/// containerd's socket; CRI-O's is `/var/run/crio/crio.sock`.
+pub const DEFAULT_CRI_SOCKET: &str = "/run/containerd/containerd.sock";
 
 impl ReclaimConfig {
     /// One paragraph for `check-config`.
@@ -145,7 +177,8 @@ impl ReclaimConfig {
         format!(
             "reclaim: {mode}; a GPU held (processes with >= {mem} MiB) at <= {thr}% utilization \
              for {after} is reported, then {warn}{action}; at most {max} reclaims per hour; \
-             exempt: process names {names:?}, users {users:?}, namespaces {ns:?}, GPUs {gpus:?}\n",
+             exempt: process names {names:?}, users {users:?}, namespaces {ns:?}, pod labels \
+             {labels:?}, GPUs {gpus:?}\n",
             mode = if self.dry_run {
                 "DRY RUN (decisions are logged and audited, nothing is done)"
             } else {
@@ -165,6 +198,12 @@ impl ReclaimConfig {
             users = self.exempt.users,
             ns = self.exempt.namespaces,
             gpus = self.exempt.gpus,
+            labels = self
+                .exempt
+                .pod_labels
+                .iter()
+                .map(|l| format!("{l} (from {})", self.cri_socket.display()))
+                .collect::<Vec<_>>(),
         )
     }
 }
@@ -263,6 +302,10 @@ pub struct ReclaimSection {
     pub exempt_users: Vec<String>,
     pub exempt_namespaces: Vec<String>,
     pub exempt_gpus: Vec<String>,
+    #[serde(deserialize_with = "selectors")]
+    pub exempt_pod_labels: Vec<LabelSelector>,
+    #[serde(deserialize_with = "absolute_path")]
+    pub cri_socket: PathBuf,
     pub max_reclaims_per_hour: u32,
     pub warn: Option<WarnSection>,
     pub hook: Option<HookSection>,
@@ -283,6 +326,8 @@ impl Default for ReclaimSection {
             exempt_users: Vec::new(),
             exempt_namespaces: Vec::new(),
             exempt_gpus: Vec::new(),
+            exempt_pod_labels: Vec::new(),
+            cri_socket: d.cri_socket,
             max_reclaims_per_hour: d.max_reclaims_per_hour,
             warn: None,
             hook: None,
@@ -318,6 +363,7 @@ impl ReclaimSection {
                 users: self.exempt_users,
                 namespaces: self.exempt_namespaces,
                 gpus: self.exempt_gpus,
+                pod_labels: self.exempt_pod_labels,
             },
             max_reclaims_per_hour: self.max_reclaims_per_hour,
             warn: self.warn.map(|w| WarnStep {
@@ -328,6 +374,7 @@ impl ReclaimSection {
                 grace: w.grace,
             }),
             hook: self.hook.map(HookSection::into_command),
+            cri_socket: self.cri_socket,
         }
     }
 }
@@ -472,6 +519,29 @@ fn argv<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
 
 fn argv_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
     argv(d).map(Some)
+}
+
+fn selectors<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<LabelSelector>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .into_iter()
+        .map(|s| {
+            let (key, value) = match s.split_once('=') {
+                Some((k, v)) => (k.to_string(), Some(v.to_string())),
+                None => (s.clone(), None),
+            };
+            if key.is_empty() || key.contains(char::is_whitespace) {
+                return Err(de::Error::custom(format!(
+                    "invalid pod label selector '{s}'; write 'key=value' or 'key', e.g. \
+                     'app=jupyter' or 'gpu-steward.io/exempt'"
+                )));
+            }
+            Ok(LabelSelector { key, value })
+        })
+        .collect()
+}
+
+fn absolute_path<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+    Ok(absolute_dir(d)?.unwrap_or_default())
 }
 
 fn absolute_dir<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {

@@ -45,6 +45,8 @@ max_reclaims_per_hour = 10
 exempt_users = ["root"]
 exempt_namespaces = ["kube-system"]
 exempt_gpus = ["0", "GPU-abc"]
+exempt_pod_labels = ["app=jupyter", "gpu-steward.io/exempt"]
+cri_socket = "/var/run/crio/crio.sock"
 
 [reclaim.warn]
 command = ["/usr/local/bin/notify", "--idle"]
@@ -63,6 +65,12 @@ persist_every = "1m"
     assert_eq!(r.max_reclaims_per_hour, 10);
     assert_eq!(r.exempt.users, ["root"]);
     assert_eq!(r.exempt.gpus, ["0", "GPU-abc"]);
+    let labels: Vec<String> = r.exempt.pod_labels.iter().map(|l| l.to_string()).collect();
+    assert_eq!(labels, ["app=jupyter", "gpu-steward.io/exempt"]);
+    assert_eq!(
+        r.cri_socket,
+        std::path::Path::new("/var/run/crio/crio.sock")
+    );
     let w = r.warn.as_ref().expect("warn");
     assert_eq!(w.grace, Duration::from_secs(300));
     assert_eq!(
@@ -115,6 +123,16 @@ fn bad_values_have_positions_and_say_what_to_do() {
     let e = err("[reclaim]\nexempt_pods = []\n");
     assert!(
         e.starts_with("c.toml:2:1: unknown field `exempt_pods`"),
+        "{e}"
+    );
+    let e = err("[reclaim]\nexempt_pod_labels = [\"=x\"]\n");
+    assert!(
+        e.starts_with("c.toml:2:21: invalid pod label selector '=x'"),
+        "{e}"
+    );
+    let e = err("[reclaim]\ncri_socket = \"containerd.sock\"\n");
+    assert!(
+        e.starts_with("c.toml:2:14: path 'containerd.sock' is not absolute"),
         "{e}"
     );
     let e = err("[accounting]\nstate_dir = \"state\"\n");

@@ -66,6 +66,10 @@ pub struct Holder {
     pub pod_uid: Option<String>,
     pub systemd_unit: Option<String>,
     pub slurm_job: Option<String>,
+    /// The labels of its pod, from the container runtime (filled in by the stage when
+    /// `exempt_pod_labels` needs them; `None`: not in a pod, or not known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_labels: Option<std::collections::BTreeMap<String, String>>,
     /// When this process (same pid and start time) was first seen holding the unit.
     #[serde(serialize_with = "crate::health::rfc3339")]
     pub since: SystemTime,
@@ -316,6 +320,7 @@ fn holder(p: &GpuProcess, start_time: Option<u64>, since: SystemTime) -> Holder 
         pod_uid: attr.and_then(|a| a.pod_uid.clone()),
         systemd_unit: attr.and_then(|a| a.systemd_unit.clone()),
         slurm_job: attr.and_then(|a| a.slurm_job.clone()),
+        pod_labels: None,
         since,
     }
 }

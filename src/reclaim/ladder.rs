@@ -38,6 +38,19 @@ pub fn exemption(holder: &Holder, unit: &UnitStatus, exempt: &Exemptions) -> Opt
     if let Some(user) = holder.user.as_ref().filter(|u| exempt.users.contains(u)) {
         return Some(format!("user '{user}' is exempt"));
     }
+    if let (Some(_), false) = (&holder.pod_uid, exempt.pod_labels.is_empty()) {
+        let Some(labels) = &holder.pod_labels else {
+            // Safety first: a pod whose labels cannot be read may be one that is exempt.
+            return Some(
+                "its pod's labels are not known (the container runtime has not listed it); \
+                 exempt until they are"
+                    .into(),
+            );
+        };
+        if let Some(s) = exempt.pod_labels.iter().find(|s| s.matches(labels)) {
+            return Some(format!("pod label '{s}' is exempt"));
+        }
+    }
     // The kubelet names the pods allocated the GPU, not which pod a process is in (that is the
     // process's pod UID): a process in any pod, on a GPU allocated to a pod in an exempt
     // namespace, is left alone.

@@ -292,3 +292,65 @@ fn next_says_what_happens_when() {
     let units = r.units(&idle(91));
     assert_eq!(r.ladder.next(&units[0], &r.config), None, "done");
 }
+
+#[test]
+fn pod_labels_exempt_and_unknown_labels_are_exempt_too() {
+    use crate::reclaim::config::LabelSelector;
+    let mut c = config();
+    c.exempt.pod_labels = vec![
+        LabelSelector {
+            key: "app".into(),
+            value: Some("jupyter".into()),
+        },
+        LabelSelector {
+            key: "gpu-steward.io/exempt".into(),
+            value: None,
+        },
+    ];
+    let in_pod = Attribution {
+        pod_uid: Some("uid-1".into()),
+        ..Attribution::default()
+    };
+    let g = gpu(
+        0,
+        Some(0),
+        vec![with_info(proc(10, 4096, Some(0)), "python", "u", in_pod)],
+    );
+    let mut r = Run::new(c);
+    let mut units = r.units(&snap(0, vec![g]));
+    let mut h = units[0].holders[0].clone();
+    let labels = |pairs: &[(&str, &str)]| {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    };
+    let exempt = r.config.exempt.clone();
+    let why = |h: &Holder, u: &UnitStatus| exemption(h, u, &exempt);
+    assert_eq!(
+        why(&h, &units[0]).as_deref(),
+        Some(
+            "its pod's labels are not known (the container runtime has not listed it); exempt \
+             until they are"
+        )
+    );
+    h.pod_labels = labels(&[("app", "jupyter")]);
+    assert_eq!(
+        why(&h, &units[0]).as_deref(),
+        Some("pod label 'app=jupyter' is exempt")
+    );
+    h.pod_labels = labels(&[("gpu-steward.io/exempt", "")]);
+    assert_eq!(
+        why(&h, &units[0]).as_deref(),
+        Some("pod label 'gpu-steward.io/exempt' is exempt")
+    );
+    h.pod_labels = labels(&[("app", "trainer")]);
+    assert_eq!(why(&h, &units[0]), None);
+    units[0].holders[0] = h;
+    assert_eq!(targets(&units[0], &exempt).len(), 1);
+    // A process outside pods is not concerned.
+    let plain = r.units(&idle(1));
+    assert_eq!(why(&plain[0].holders[0], &plain[0]), None);
+}

@@ -67,6 +67,14 @@ fn actions(view: &View, out: &mut Families) {
     );
     dry.add::<&str>(&[], crate::metrics::flag(view.dry_run));
     out.push(dry);
+    if let Some((up, _, _)) = &view.pod_labels {
+        let mut f = Family::gauge(
+            "gpu_steward_reclaim_pod_labels_up",
+            "1 when the last ListPodSandbox on the container runtime's socket succeeded ([reclaim] exempt_pod_labels); while 0, processes in pods are exempt.",
+        );
+        f.add::<&str>(&[], crate::metrics::flag(*up));
+        out.push(f);
+    }
 }
 
 fn accounting(view: &View, out: &mut Families) {

@@ -10,6 +10,7 @@
 pub mod accounting;
 pub mod act;
 pub mod config;
+pub mod cri;
 pub mod idle;
 pub mod ladder;
 pub mod metrics;

@@ -31,6 +31,8 @@ pub const ALLOCATED_UNUSED: &str = "allocated_unused";
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     pub reclaim: ReclaimConfig,
+    /// Pod labels from the container runtime, when `exempt_pod_labels` needs them.
+    pub pod_labels: Option<super::cri::PodLabelFeed>,
     pub accounting: AccountingConfig,
     pub audit_file: PathBuf,
     pub procfs: PathBuf,
@@ -61,6 +63,8 @@ pub struct View {
     pub units: Vec<UnitStatus>,
     pub candidates: Vec<Candidate>,
     pub reclaims_last_hour: usize,
+    /// The container runtime's pod labels: (answering, failed reads, socket).
+    pub pod_labels: Option<(bool, u64, PathBuf)>,
     pub actions: BTreeMap<(&'static str, &'static str), u64>,
     pub accounting: bool,
     pub owners: BTreeMap<OwnerKey, Totals>,
@@ -144,7 +148,20 @@ impl Stage {
         } else {
             HashMap::new()
         };
-        let units = self.tracker.observe(snapshot, &starts, &idle);
+        let mut units = self.tracker.observe(snapshot, &starts, &idle);
+        let labels = s
+            .pod_labels
+            .as_ref()
+            .filter(|_| r.enabled)
+            .map(|f| f.latest());
+        if let Some(l) = &labels {
+            for h in units.iter_mut().flat_map(|u| u.holders.iter_mut()) {
+                h.pod_labels = h
+                    .pod_uid
+                    .as_ref()
+                    .and_then(|uid| l.by_uid.get(uid).cloned());
+            }
+        }
         if s.accounting.enabled {
             self.accounts
                 .add(snapshot, &units, s.interval, s.accounting.forget_after);
@@ -187,6 +204,7 @@ impl Stage {
             units,
             candidates,
             reclaims_last_hour: self.ladder.reclaims_last_hour(),
+            pod_labels: labels.map(|l| (l.up, l.errors, l.socket)),
             actions: self
                 .actor
                 .counts
@@ -358,6 +376,7 @@ mod tests {
             },
             accounting: AccountingConfig::default(),
             audit_file,
+            pod_labels: None,
             procfs: PathBuf::from("/proc"),
             interval: Duration::from_secs(1),
         }
