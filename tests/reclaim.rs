@@ -380,3 +380,167 @@ fn which(program: &str) -> std::path::PathBuf {
         })
         .expect("program in PATH")
 }
+
+mod pod_labels {
+    //! Exemption by pod label end to end: the processes are real, their pod membership comes from
+    //! a procfs tree the test writes (their real `stat`, a kubepods cgroup), and the labels from
+    //! a fake container runtime answering `ListPodSandbox` on a Unix socket.
+
+    use std::collections::HashMap;
+    use std::path::Path;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    use gpu_steward::reclaim::cri::{
+        ListPodSandboxRequest, ListPodSandboxResponse, PodSandbox, PodSandboxMetadata,
+    };
+    use tonic::codegen::{http, BoxFuture, Service};
+
+    use super::common::{wait_for, Agent};
+    use super::{events_named, scenario, state, Procs, WAIT};
+
+    #[derive(Clone)]
+    struct Runtime(ListPodSandboxResponse);
+
+    struct ListCall(ListPodSandboxResponse);
+
+    impl tonic::server::UnaryService<ListPodSandboxRequest> for ListCall {
+        type Response = ListPodSandboxResponse;
+        type Future = BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
+        fn call(&mut self, _: tonic::Request<ListPodSandboxRequest>) -> Self::Future {
+            let reply = self.0.clone();
+            Box::pin(async move { Ok(tonic::Response::new(reply)) })
+        }
+    }
+
+    impl Service<http::Request<tonic::body::Body>> for Runtime {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture<Self::Response, Self::Error>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+            let reply = self.0.clone();
+            Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(tonic::codec::ProstCodec::default());
+                Ok(grpc.unary(ListCall(reply), req).await)
+            })
+        }
+    }
+
+    impl tonic::server::NamedService for Runtime {
+        const NAME: &'static str = "runtime.v1.RuntimeService";
+    }
+
+    struct Incoming(tokio::net::UnixListener);
+
+    impl tonic::codegen::tokio_stream::Stream for Incoming {
+        type Item = std::io::Result<tokio::net::UnixStream>;
+        fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+            self.0.poll_accept(cx).map(|r| Some(r.map(|(s, _)| s)))
+        }
+    }
+
+    fn fake_runtime(socket: &Path, reply: ListPodSandboxResponse) {
+        let socket = socket.to_path_buf();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::UnixListener::bind(&socket).expect("bind socket");
+                let _ = ready_tx.send(());
+                tonic::transport::Server::builder()
+                    .add_service(Runtime(reply))
+                    .serve_with_incoming(Incoming(listener))
+                    .await
+                    .expect("serve");
+            });
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("fake runtime listening");
+    }
+
+    fn sandbox(uid: &str, app: &str) -> PodSandbox {
+        PodSandbox {
+            id: format!("sandbox-{uid}"),
+            metadata: Some(PodSandboxMetadata {
+                name: format!("{app}-0"),
+                uid: uid.into(),
+                namespace: "ml".into(),
+            }),
+            state: 0,
+            labels: HashMap::from([("app".to_string(), app.to_string())]),
+        }
+    }
+
+    /// `root/PID/{stat,comm,status,cgroup}`: the real stat (so the start time is the real one
+    /// and signals reach the real process), in the pod `uid`.
+    fn in_pod(root: &Path, pid: u32, uid: &str) {
+        let dir = root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        std::fs::write(dir.join("stat"), stat).expect("write stat");
+        std::fs::write(dir.join("comm"), "python\n").expect("comm");
+        std::fs::write(dir.join("status"), "Name:\tpython\nUid:\t0\t0\t0\t0\n").expect("status");
+        std::fs::write(
+            dir.join("cgroup"),
+            format!("0::/kubepods/burstable/pod{uid}/{}\n", "ab".repeat(32)),
+        )
+        .expect("cgroup");
+    }
+
+    #[test]
+    fn a_pod_with_an_exempt_label_survives_and_the_other_pod_is_reclaimed() {
+        const JUPYTER: &str = "11111111-1111-4111-8111-111111111111";
+        const TRAINER: &str = "22222222-2222-4222-8222-222222222222";
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("containerd.sock");
+        fake_runtime(
+            &socket,
+            ListPodSandboxResponse {
+                items: vec![sandbox(JUPYTER, "jupyter"), sandbox(TRAINER, "trainer")],
+            },
+        );
+        let procfs = dir.path().join("proc");
+        let procs = Procs::sleep(2);
+        let (exempt, target) = (procs.pid(0), procs.pid(1));
+        in_pod(&procfs, exempt, JUPYTER);
+        in_pod(&procfs, target, TRAINER);
+        let audit = dir.path().join("audit.jsonl");
+        let agent = Agent::with_scenario(&scenario(&[exempt, target], 0))
+            .config(&format!(
+                "[processes]\nprocfs = \"{}\"\n[audit]\nfile = \"{}\"\n[reclaim]\nenabled = true\n\
+                 dry_run = false\nidle_after = \"2s\"\ngrace = \"1s\"\n\
+                 exempt_pod_labels = [\"app=jupyter\"]\ncri_socket = \"{}\"\n",
+                procfs.display(),
+                audit.display(),
+                socket.display()
+            ))
+            .start();
+        wait_for("the trainer reclaimed", WAIT, || {
+            (state(target) == Some('Z')).then_some(())
+        });
+        let api = agent.get("/api/v1/reclaim").json();
+        assert_eq!(api["pod_labels"]["up"], true, "{api}");
+        let gpu0 = &api["candidates"][0];
+        assert_eq!(gpu0["holders"][0]["pod_labels"]["app"], "jupyter");
+        assert_eq!(gpu0["exempt"][0], "pod label 'app=jupyter' is exempt");
+        assert_eq!(
+            agent
+                .metrics()
+                .value("gpu_steward_reclaim_pod_labels_up", &[]),
+            Some(1.0)
+        );
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(state(exempt), Some('S'), "the exempt pod's process survives");
+        let reclaims = events_named(&audit, "reclaim");
+        assert_eq!(reclaims.len(), 1);
+        assert_eq!(reclaims[0]["processes"][0]["pid"], target);
+    }
+}
