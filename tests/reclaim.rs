@@ -538,7 +538,11 @@ mod pod_labels {
             Some(1.0)
         );
         std::thread::sleep(Duration::from_secs(1));
-        assert_eq!(state(exempt), Some('S'), "the exempt pod's process survives");
+        assert_eq!(
+            state(exempt),
+            Some('S'),
+            "the exempt pod's process survives"
+        );
         let reclaims = events_named(&audit, "reclaim");
         assert_eq!(reclaims.len(), 1);
         assert_eq!(reclaims[0]["processes"][0]["pid"], target);

@@ -86,7 +86,11 @@ impl Stage {
     pub fn new(s: &Settings) -> Stage {
         let accounts = match (&s.accounting.state_dir, s.accounting.enabled) {
             (Some(dir), true) => Accounts::load(dir).unwrap_or_else(|e| {
-                tracing::error!(error = %e, "cannot read the accounting state; counting from 0");
+                // Kept aside, not overwritten by the next write: the totals may be recoverable.
+                let path = dir.join(super::accounting::STATE_FILE);
+                let aside = path.with_extension("json.unreadable");
+                let kept = std::fs::rename(&path, &aside).is_ok();
+                tracing::error!(error = %e, kept_as = %aside.display(), kept, "cannot read the accounting state; counting from 0");
                 Accounts::default()
             }),
             _ => Accounts::default(),
@@ -410,6 +414,23 @@ mod tests {
         assert!(child.try_wait().expect("try_wait").is_none(), "untouched");
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    #[test]
+    fn an_unreadable_state_file_is_kept_aside_not_overwritten() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = settings(dir.path().join("audit.jsonl"));
+        s.accounting.state_dir = Some(dir.path().to_path_buf());
+        std::fs::write(dir.path().join("accounting.json"), "{not json").expect("write");
+        let mut stage = Stage::new(&s);
+        stage.observe(
+            &snap(0, vec![gpu(0, Some(0), vec![proc(1, 4096, Some(0))])]),
+            &s,
+        );
+        let aside = std::fs::read_to_string(dir.path().join("accounting.json.unreadable"));
+        assert_eq!(aside.expect("kept aside"), "{not json");
+        let fresh = std::fs::read_to_string(dir.path().join("accounting.json")).expect("new");
+        assert!(fresh.starts_with("{\"version\":1"), "{fresh}");
     }
 
     #[test]
