@@ -185,8 +185,12 @@ impl Poller {
             let mut metrics =
                 metrics::render(&snapshot, &health, &self.config.render, &self.counters);
             if self.config.render.native {
-                let text = reclaim::metrics::render(&reclaim, &snapshot);
-                metrics.text.extend_from_slice(text.as_bytes());
+                // Before the page is first served (or compressed): one copy per poll.
+                let extra = reclaim::metrics::render(&reclaim, &snapshot);
+                let mut page = Vec::with_capacity(metrics.text.len() + extra.len());
+                page.extend_from_slice(&metrics.text);
+                page.extend_from_slice(extra.as_bytes());
+                metrics.text = page.into();
             }
             out.send_replace(Arc::new(Published {
                 snapshot: snapshot.clone(),
