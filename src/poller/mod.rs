@@ -8,16 +8,18 @@
 //! lost GPU is reported while the others keep reporting, and a changed device count triggers a
 //! re-enumeration. Only `Control::Shutdown` (or the control channel closing) stops it.
 //!
-//! A poll is five stages with one owner each:
+//! A poll is six stages with one owner each:
 //!
 //! 1. **observe** ([`observe`]): the NVML session, one worker thread per GPU ([`worker`]) that
 //!    owns its device's NVML state and reads it by tiers of cost ([`schedule`]), and the XID
 //!    watcher. GPUs are read in parallel; a hung one does not hold the others.
 //! 2. **enrich** ([`enrich`]): per-board accumulations ([`boards`]: XID and dropped-process
 //!    counts, by UUID), procfs attribution, kubelet pods. The result is a [`Snapshot`].
-//! 3. **judge**: the pure health evaluator, and the journal of its changes.
-//! 4. **render**: both metric families, once.
-//! 5. **publish**: one `Arc<Published>` on the watch channel.
+//! 3. **reclaim** ([`crate::reclaim::stage`]): idleness, accounting, the reclaim ladder (its
+//!    actions run on threads of their own); its findings (`idle_held`) go to judge.
+//! 4. **judge**: the pure health evaluator, and the journal of its changes.
+//! 5. **render**: both metric families, once, with reclaim's series appended.
+//! 6. **publish**: one `Arc<Published>` on the watch channel.
 
 mod boards;
 mod enrich;
