@@ -30,6 +30,8 @@ pub struct FileConfig {
     pub health: HealthSection,
     pub processes: super::sections::ProcessesSection,
     pub kubernetes: super::sections::KubernetesSection,
+    pub reclaim: crate::reclaim::config::ReclaimSection,
+    pub accounting: crate::reclaim::config::AccountingSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

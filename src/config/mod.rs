@@ -84,6 +84,10 @@ pub struct Config {
     pub processes: ProcessesConfig,
     /// `[kubernetes]`: pod labels from the kubelet's pod-resources API.
     pub kubernetes: KubernetesConfig,
+    /// `[reclaim]`: idle GPUs and what to do about them (off by default, dry run by default).
+    pub reclaim: crate::reclaim::ReclaimConfig,
+    /// `[accounting]`: per-owner GPU seconds and energy.
+    pub accounting: crate::reclaim::AccountingConfig,
 }
 
 /// A configuration that cannot be used.
@@ -159,6 +163,9 @@ fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
     if let Some((span, message)) = labels::first_duplicate(&chosen) {
         return Err(invalid(span.start, message));
     }
+    if let Some((span, message)) = f.reclaim.check() {
+        return Err(invalid(span.start, message));
+    }
     Ok(f)
 }
 
@@ -230,6 +237,8 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
         health: f.health.into_config(),
         processes: f.processes.into_config(),
         kubernetes: f.kubernetes.into_config(),
+        reclaim: f.reclaim.into_config(),
+        accounting: f.accounting.into_config(),
     }
 }
 
@@ -259,7 +268,9 @@ impl Config {
              log: level {level}, format {format:?}\n\
              {health}\
              {processes}\
-             {kubernetes}",
+             {kubernetes}\
+             {reclaim}\
+             {accounting}",
             listen = self.listen,
             max_connections = self.max_connections,
             header_timeout = humantime::format_duration(self.header_timeout),
@@ -299,6 +310,8 @@ impl Config {
             health = self.health.describe(),
             processes = self.processes.describe(),
             kubernetes = self.kubernetes.describe(),
+            reclaim = self.reclaim.describe(),
+            accounting = self.accounting.describe(),
         )
     }
 }
