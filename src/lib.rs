@@ -16,6 +16,8 @@
 //! - [`kubernetes`]: the kubelet pod-resources client (GPU → pod, namespace, container).
 //! - [`health`]: pure verdicts (agent readiness, per-GPU health and actions).
 //! - [`http`]: the axum router (`/metrics`, `/health*`, `/livez`, `/readyz`, `/`).
+//! - [`sharing`]: time-slicing (compute mode, time-slice length) and the Kubernetes device
+//!   plugin.
 //! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
 //!
 //! Dependencies point one way: `app` → `http`/`poller` → `metrics`/`health` → `snapshot`;
@@ -33,6 +35,7 @@ pub mod kubernetes;
 pub mod logging;
 pub mod metrics;
 pub mod poller;
+pub mod sharing;
 pub mod snapshot;
 
 use std::sync::atomic::AtomicU64;

@@ -29,6 +29,7 @@ pub struct FileConfig {
     pub health: HealthSection,
     pub processes: super::sections::ProcessesSection,
     pub kubernetes: super::sections::KubernetesSection,
+    pub sharing: crate::sharing::config::SharingSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,0 +1,18 @@
+//! Sharing GPUs: time-slicing on the node (compute mode through NVML, time-slice length through
+//! `nvidia-smi compute-policy`) and in Kubernetes (a device plugin that advertises replicas,
+//! fed by the agent's own health verdicts).
+//!
+//! - [`settings`]: the validated configuration (plain data); [`config`]: its TOML shape;
+//!   [`yaml`]: k8s-device-plugin's own YAML.
+//!
+//! Nothing here runs unless `[sharing]` asks for it: without compute mode or time-slice keys
+//! the node is left as it is, and the device plugin is off until
+//! `[sharing.device_plugin] enabled = true`.
+
+pub mod config;
+pub mod settings;
+pub mod yaml;
+
+pub use settings::{
+    Devices, GpuSelector, NodeSettings, SharedResource, SharingConfig, TimeSlicing, Timeslice,
+};
