@@ -19,15 +19,21 @@
 //! - [`sharing`]: time-slicing (compute mode, time-slice length) and the Kubernetes device
 //!   plugin.
 //! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
+//! - Shared by everything that changes the node: [`audit`] (the fsynced JSON-lines log of
+//!   decisions), [`exec`] (hooks: argv, no shell, process group, timeout, bounded output),
+//!   [`procs`] (signals checked against the process start time), `http::api` (the API switch
+//!   and its bearer token).
 //!
 //! Dependencies point one way: `app` → `http`/`poller` → `metrics`/`health` → `snapshot`;
 //! `poller` → `gpu`/`attribution`/`kubernetes` → `snapshot`.
 
 pub mod app;
 pub mod attribution;
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod exec;
 pub mod gpu;
 pub mod health;
 pub mod http;
@@ -35,6 +41,7 @@ pub mod kubernetes;
 pub mod logging;
 pub mod metrics;
 pub mod poller;
+pub mod procs;
 pub mod sharing;
 pub mod snapshot;
 
