@@ -10,60 +10,25 @@ use serde::Serialize;
 use super::{code, Session};
 use crate::snapshot::NvmlCode;
 
-/// `nvmlComputeMode_t`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ComputeMode {
-    /// Several contexts per GPU, time-sliced by the driver.
-    Default,
-    /// Removed from NVML; only ever observed, never set.
-    ExclusiveThread,
-    /// No contexts at all.
-    Prohibited,
-    /// One context per GPU, usable from several threads (what MPS wants).
-    ExclusiveProcess,
+pub use crate::snapshot::ComputeMode;
+
+pub(super) fn from_wrapper(m: nvml_wrapper::enum_wrappers::device::ComputeMode) -> ComputeMode {
+    use nvml_wrapper::enum_wrappers::device::ComputeMode as W;
+    match m {
+        W::Default => ComputeMode::Default,
+        W::ExclusiveThread => ComputeMode::ExclusiveThread,
+        W::Prohibited => ComputeMode::Prohibited,
+        W::ExclusiveProcess => ComputeMode::ExclusiveProcess,
+    }
 }
 
-impl ComputeMode {
-    /// The modes a configuration may ask for.
-    pub const SETTABLE: [ComputeMode; 3] = [
-        ComputeMode::Default,
-        ComputeMode::ExclusiveProcess,
-        ComputeMode::Prohibited,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ComputeMode::Default => "default",
-            ComputeMode::ExclusiveThread => "exclusive_thread",
-            ComputeMode::Prohibited => "prohibited",
-            ComputeMode::ExclusiveProcess => "exclusive_process",
-        }
-    }
-
-    /// A mode a configuration may ask for, by name.
-    pub fn parse(s: &str) -> Option<ComputeMode> {
-        ComputeMode::SETTABLE.into_iter().find(|m| m.as_str() == s)
-    }
-
-    fn from_wrapper(m: nvml_wrapper::enum_wrappers::device::ComputeMode) -> ComputeMode {
-        use nvml_wrapper::enum_wrappers::device::ComputeMode as W;
-        match m {
-            W::Default => ComputeMode::Default,
-            W::ExclusiveThread => ComputeMode::ExclusiveThread,
-            W::Prohibited => ComputeMode::Prohibited,
-            W::ExclusiveProcess => ComputeMode::ExclusiveProcess,
-        }
-    }
-
-    fn to_wrapper(self) -> nvml_wrapper::enum_wrappers::device::ComputeMode {
-        use nvml_wrapper::enum_wrappers::device::ComputeMode as W;
-        match self {
-            ComputeMode::Default => W::Default,
-            ComputeMode::ExclusiveThread => W::ExclusiveThread,
-            ComputeMode::Prohibited => W::Prohibited,
-            ComputeMode::ExclusiveProcess => W::ExclusiveProcess,
-        }
+fn to_wrapper(m: ComputeMode) -> nvml_wrapper::enum_wrappers::device::ComputeMode {
+    use nvml_wrapper::enum_wrappers::device::ComputeMode as W;
+    match m {
+        ComputeMode::Default => W::Default,
+        ComputeMode::ExclusiveThread => W::ExclusiveThread,
+        ComputeMode::Prohibited => W::Prohibited,
+        ComputeMode::ExclusiveProcess => W::ExclusiveProcess,
     }
 }
 
@@ -107,7 +72,7 @@ impl Session {
                 .map(|m| m.current == nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE),
             compute_mode: device
                 .compute_mode()
-                .map(ComputeMode::from_wrapper)
+                .map(from_wrapper)
                 .map_err(|e| code(&e)),
         }
     }
@@ -116,7 +81,7 @@ impl Session {
     pub fn set_compute_mode(&self, index: u32, mode: ComputeMode) -> Result<(), NvmlCode> {
         let mut device = self.nvml.device_by_index(index).map_err(|e| code(&e))?;
         device
-            .set_compute_mode(mode.to_wrapper())
+            .set_compute_mode(to_wrapper(mode))
             .map_err(|e| code(&e))
     }
 }

@@ -232,6 +232,10 @@ pub(super) fn mig_mode(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
     out.mig_mode_current = mode.as_ref().map(|m| m.current == 1);
     out.mig_mode_pending = mode.as_ref().map(|m| m.pending == 1);
     r.observe_mig(out.mig_mode_current);
+    out.compute_mode = r
+        .log
+        .read("nvmlDeviceGetComputeMode", || d.compute_mode())
+        .map(super::control::from_wrapper);
 }
 
 /// `nvmlDeviceGetRemappedRows` is not wrapped by nvml-wrapper 0.13; call the raw symbol.
