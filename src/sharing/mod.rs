@@ -4,13 +4,18 @@
 //!
 //! - [`settings`]: the validated configuration (plain data); [`config`]: its TOML shape;
 //!   [`yaml`]: k8s-device-plugin's own YAML.
+//! - [`plan`]: observe → diff (pure); [`apply`]: the steps, with undo on failure and audit;
+//!   [`timeslice`]: the `nvidia-smi compute-policy` backend.
 //!
 //! Nothing here runs unless `[sharing]` asks for it: without compute mode or time-slice keys
 //! the node is left as it is, and the device plugin is off until
 //! `[sharing.device_plugin] enabled = true`.
 
+pub mod apply;
 pub mod config;
+pub mod plan;
 pub mod settings;
+pub mod timeslice;
 pub mod yaml;
 
 pub use settings::{
