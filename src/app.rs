@@ -18,6 +18,7 @@ use crate::kubernetes::{self, KubeletFeed};
 use crate::logging::LogHandle;
 use crate::metrics::{self, RenderConfig};
 use crate::poller::{self, Control, PollerConfig, Published};
+use crate::sharing::Sharing;
 use crate::snapshot::Snapshot;
 use crate::{http, AgentCounters};
 
@@ -64,7 +65,7 @@ fn render_config(c: &Config) -> RenderConfig {
     }
 }
 
-fn poller_config(c: &Config, kubelet: Option<KubeletFeed>) -> PollerConfig {
+fn poller_config(c: &Config, kubelet: Option<KubeletFeed>, sharing: &Sharing) -> PollerConfig {
     PollerConfig {
         nvml_lib: c.nvml_lib.clone(),
         interval: c.interval,
@@ -74,6 +75,7 @@ fn poller_config(c: &Config, kubelet: Option<KubeletFeed>) -> PollerConfig {
         health: c.health.clone(),
         processes: c.processes.clone(),
         kubelet,
+        sharing: Some(sharing.feed()),
     }
 }
 
@@ -86,7 +88,12 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         .kubernetes
         .enabled
         .then(|| kubernetes::spawn(&config.kubernetes, kubelet_stop_rx));
-    let pconfig = poller_config(&config, kubelet.clone());
+    let sharing = Sharing::new(
+        config.sharing.clone(),
+        config.nvml_lib.clone(),
+        config.audit_file.clone(),
+    );
+    let pconfig = poller_config(&config, kubelet.clone(), &sharing);
     let first = Snapshot::starting(SystemTime::now());
     let health = Arc::new(NodeHealth::default());
     let journal = Arc::new(Mutex::new(Journal::default()));
@@ -137,8 +144,17 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     };
     let server = tokio::spawn(http::server::serve(listener, app, limits, stop_rx));
 
+    if config.sharing.manages_node() {
+        let s = sharing.clone();
+        tokio::spawn(async move { s.apply("start", false).await });
+    }
     let control = poller.control.clone();
-    wait_for_signals(config, &source, &log, &counters, &control, kubelet).await?;
+    let handles = Handles {
+        control: &control,
+        kubelet,
+        sharing: &sharing,
+    };
+    wait_for_signals(config, &source, &log, &counters, handles).await?;
 
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
@@ -156,13 +172,19 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     Ok(())
 }
 
+/// What a reload hands the new configuration to.
+struct Handles<'a> {
+    control: &'a std::sync::mpsc::Sender<Control>,
+    kubelet: Option<KubeletFeed>,
+    sharing: &'a Arc<Sharing>,
+}
+
 async fn wait_for_signals(
     mut current: Config,
     source: &ConfigSource,
     log: &LogHandle,
     counters: &AgentCounters,
-    control: &std::sync::mpsc::Sender<Control>,
-    kubelet: Option<KubeletFeed>,
+    h: Handles<'_>,
 ) -> Result<(), AppError> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -189,7 +211,12 @@ async fn wait_for_signals(
                             tracing::warn!("[kubernetes] changes only on restart");
                         }
                         log.set_config_level(new.log_level.as_deref());
-                        let _ = control.send(Control::Reconfigure(Box::new(poller_config(&new, kubelet.clone()))));
+                        let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(&new, h.kubelet.clone(), h.sharing))));
+                        h.sharing.reconfigure(new.sharing.clone(), new.nvml_lib.clone(), new.audit_file.clone());
+                        if new.sharing.manages_node() {
+                            let s = h.sharing.clone();
+                            tokio::spawn(async move { s.apply("sighup", false).await });
+                        }
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
                         current = new;

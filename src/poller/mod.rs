@@ -59,6 +59,8 @@ pub struct PollerConfig {
     pub processes: ProcessesConfig,
     /// The kubelet client's latest mapping, when `[kubernetes] enabled`.
     pub kubelet: Option<KubeletFeed>,
+    /// The sharing subsystem's latest status, when `[sharing]` configures anything.
+    pub sharing: Option<crate::sharing::SharingFeed>,
 }
 
 /// Messages to the poller thread.

@@ -82,6 +82,8 @@ pub struct Report {
     /// No step is left half-done: every change is either in place or undone.
     pub consistent: bool,
     pub observed: Vec<ObservedGpu>,
+    /// The node observed again after changes were made (empty when nothing was changed).
+    pub after: Vec<ObservedGpu>,
     pub steps: Vec<StepResult>,
     pub skipped: Vec<Skipped>,
     pub unchanged: usize,
@@ -90,7 +92,7 @@ pub struct Report {
 }
 
 impl Report {
-    fn failed(trigger: &str, dry_run: bool, error: String) -> Report {
+    pub fn failed(trigger: &str, dry_run: bool, error: String) -> Report {
         Report {
             trigger: trigger.into(),
             dry_run,
@@ -98,6 +100,7 @@ impl Report {
             ok: false,
             consistent: true,
             observed: Vec::new(),
+            after: Vec::new(),
             steps: Vec::new(),
             skipped: Vec::new(),
             unchanged: 0,
@@ -273,7 +276,50 @@ pub fn run(
         nvidia_smi: config.nvidia_smi.clone(),
         timeout: config.nvidia_smi_timeout,
     };
-    apply_plan(plan, observed, &mut node, audit, dry_run, trigger)
+    let mut report = apply_plan(plan, observed, &mut node, audit, dry_run, trigger);
+    if report.steps.iter().any(|s| s.outcome != Outcome::Planned) {
+        verify(&mut report, &session, config);
+    }
+    report
+}
+
+/// Observes the node again after changes: a run that reports success must leave the node
+/// matching the configuration, and one that undid its changes must leave it as it was.
+fn verify(report: &mut Report, session: &Session, config: &SharingConfig) {
+    match observe(session, config) {
+        Ok(after) => {
+            let left = plan::plan(config, &after).steps;
+            if report.ok && !left.is_empty() {
+                report.ok = false;
+                report.error = Some(format!(
+                    "after the apply the node still differs: {}",
+                    left.iter()
+                        .map(|s| format!("gpu {} {}", s.gpu, s.change.describe()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            if !report.ok && report.consistent {
+                let same = |a: &ObservedGpu, b: &ObservedGpu| {
+                    a.compute_mode == b.compute_mode && a.timeslice == b.timeslice
+                };
+                let restored = after.len() == report.observed.len()
+                    && after.iter().zip(&report.observed).all(|(a, b)| same(a, b));
+                if !restored {
+                    report.consistent = false;
+                    report.error.get_or_insert_with(|| {
+                        "after undoing, the node differs from what was found".into()
+                    });
+                }
+            }
+            report.after = after;
+        }
+        Err(e) => {
+            report
+                .error
+                .get_or_insert(format!("cannot observe the node after the apply: {e}"));
+        }
+    }
 }
 
 /// Applies `plan` (made from `observed`) on `node`, with audit records around every change.
@@ -293,6 +339,7 @@ pub fn apply_plan(
         ok: !observation_failed,
         consistent: true,
         observed,
+        after: Vec::new(),
         steps: Vec::new(),
         skipped: plan.skipped,
         unchanged: plan.unchanged,

@@ -14,10 +14,12 @@
 pub mod apply;
 pub mod config;
 pub mod plan;
+pub mod service;
 pub mod settings;
 pub mod timeslice;
 pub mod yaml;
 
+pub use service::{Sharing, SharingFeed};
 pub use settings::{
     Devices, GpuSelector, NodeSettings, SharedResource, SharingConfig, TimeSlicing, Timeslice,
 };

@@ -13,7 +13,7 @@ pub use process::{
     Attribution, GpuProcess, KubeletStatus, LabelNames, PodMapping, PodRef, ProcessInfo,
     ProcessKind,
 };
-pub use sharing::ComputeMode;
+pub use sharing::{ComputeMode, OverLimit, PluginResource, ReplicaCount, SharingStatus};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -292,6 +292,8 @@ pub struct Snapshot {
     pub polls: u64,
     /// The kubelet pod-resources client, when `[kubernetes] enabled`.
     pub kubernetes: Option<KubeletStatus>,
+    /// The sharing subsystem (device plugin, replicas, memory guard), when configured.
+    pub sharing: Option<Arc<SharingStatus>>,
 }
 
 impl Snapshot {
@@ -310,6 +312,7 @@ impl Snapshot {
             nvml_calls: BTreeMap::new(),
             polls: 0,
             kubernetes: None,
+            sharing: None,
         }
     }
 
