@@ -130,6 +130,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             Err(e) => tracing::error!("{e}"),
         }
     }
+    let published = rx.clone();
     let app = http::router(http::AppState {
         published: rx,
         api: Arc::new(http::api::ApiConfig {
@@ -144,6 +145,16 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     };
     let server = tokio::spawn(http::server::serve(listener, app, limits, stop_rx));
 
+    // The device plugin lives as long as the daemon; its settings change only on restart.
+    let (plugin_stop, plugin_stop_rx) = watch::channel(false);
+    if config.sharing.device_plugin.enabled {
+        crate::sharing::plugin::spawn(
+            &config.sharing,
+            published.clone(),
+            sharing.clone(),
+            plugin_stop_rx,
+        );
+    }
     if config.sharing.manages_node() {
         let s = sharing.clone();
         tokio::spawn(async move { s.apply("start", false).await });
@@ -159,6 +170,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
     let _ = kubelet_stop.send(true);
+    let _ = plugin_stop.send(true);
     // The server drains for at most DRAIN itself; the margin covers the task's own exit.
     if tokio::time::timeout(DRAIN + Duration::from_millis(100), server)
         .await
@@ -209,6 +221,11 @@ async fn wait_for_signals(
                         }
                         if new.kubernetes != current.kubernetes {
                             tracing::warn!("[kubernetes] changes only on restart");
+                        }
+                        if new.sharing.device_plugin != current.sharing.device_plugin
+                            || new.sharing.time_slicing != current.sharing.time_slicing
+                        {
+                            tracing::warn!("[sharing.device_plugin] and the shared resources change only on restart");
                         }
                         log.set_config_level(new.log_level.as_deref());
                         let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(&new, h.kubelet.clone(), h.sharing))));

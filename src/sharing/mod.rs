@@ -14,6 +14,7 @@
 pub mod apply;
 pub mod config;
 pub mod plan;
+pub mod plugin;
 pub mod service;
 pub mod settings;
 pub mod timeslice;
