@@ -137,6 +137,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             enabled: config.api_enabled,
             token_file: config.api_token_file.clone(),
         }),
+        sharing: Some(sharing.clone()),
     });
     let limits = http::server::Limits {
         max_connections: config.max_connections,

@@ -315,3 +315,82 @@ fn the_daemon_applies_at_start_and_on_sighup_only_what_differs() {
         "no second apply.start/end: nothing changed"
     );
 }
+
+fn post(agent: &Agent, path: &str, token: Option<&str>) -> common::Response {
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    agent.request(&format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    ))
+}
+
+#[test]
+fn the_api_applies_only_when_on_and_authenticated() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = Node::new("");
+    let token = node.path("api-token");
+    std::fs::write(&token, "s3cret\n").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    // Nothing to apply at start: only the per-GPU override, set through the API later.
+    let off = Agent::with_scenario(&scenario(""))
+        .config(&node.config(""))
+        .start();
+    assert_eq!(
+        post(&off, "/api/v1/sharing/apply", Some("s3cret")).status,
+        404
+    );
+    drop(off);
+
+    let config = format!(
+        "[api]\nenabled = true\ntoken_file = \"{}\"\n{}",
+        token.display(),
+        node.config("[[sharing.gpu]]\nid = 0\ncompute_mode = \"exclusive_process\"\n")
+    );
+    let agent = Agent::with_scenario(&scenario("")).config(&config).start();
+    wait_for("the start apply", Duration::from_secs(20), || {
+        node.audit()
+            .iter()
+            .any(|r| r["event"] == "apply.end")
+            .then_some(())
+    });
+    assert_eq!(post(&agent, "/api/v1/sharing/apply", None).status, 401);
+    assert_eq!(
+        post(&agent, "/api/v1/sharing/apply", Some("wrong")).status,
+        401
+    );
+    let bad = post(
+        &agent,
+        "/api/v1/sharing/apply?dry_run=maybe",
+        Some("s3cret"),
+    );
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    assert!(bad.text().contains("invalid dry_run 'maybe'"));
+
+    let dry = post(&agent, "/api/v1/sharing/apply?dry_run=true", Some("s3cret"));
+    assert_eq!(dry.status, 200, "{}", dry.text());
+    let report = dry.json();
+    assert_eq!(report["trigger"], "api");
+    assert_eq!(report["dry_run"], true);
+    assert!(
+        report["steps"].as_array().expect("steps").is_empty(),
+        "applied at start already: {report}"
+    );
+    assert_eq!(report["unchanged"], 1);
+
+    let shown = agent.get("/api/v1/sharing");
+    assert_eq!(shown.status, 200);
+    let shown = shown.json();
+    assert_eq!(shown["last_apply"]["trigger"], "api");
+    assert_eq!(
+        shown["config"]["gpus"][0]["compute_mode"],
+        "exclusive_process"
+    );
+    // Published through the next poll.
+    wait_for("the applies counter", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        (m.value(
+            "gpu_steward_sharing_applies_total",
+            &[("trigger", "start"), ("result", "ok")],
+        ) == Some(1.0))
+        .then_some(())
+    });
+}

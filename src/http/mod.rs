@@ -12,6 +12,7 @@ mod health;
 mod metered;
 mod prior_knowledge;
 pub mod server;
+mod sharing;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -32,6 +33,8 @@ pub struct AppState {
     pub published: watch::Receiver<Arc<Published>>,
     /// `[api]`: whether routes that change the node are on, and where their token is.
     pub api: Arc<api::ApiConfig>,
+    /// The sharing subsystem (`/api/v1/sharing`); `None` in router tests.
+    pub sharing: Option<Arc<crate::sharing::Sharing>>,
 }
 
 impl AppState {
@@ -51,6 +54,11 @@ pub fn router(state: AppState) -> Router {
         .route("/health/gpus", get(health::gpus))
         .route("/health/gpus/{gpu}", get(health::gpu))
         .route("/api/v1/events", get(events::events))
+        .route("/api/v1/sharing", get(sharing::show))
+        .merge(api::mutating(Router::new().route(
+            "/api/v1/sharing/apply",
+            axum::routing::post(sharing::apply),
+        )))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::Extension(state.api.clone()))
