@@ -156,6 +156,22 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             plugin_stop_rx,
         );
     }
+    if let Some(ts) = config
+        .sharing
+        .time_slicing
+        .as_ref()
+        .filter(|t| t.resources.iter().any(|r| r.memory_per_replica.is_some()))
+    {
+        crate::sharing::guard::spawn(
+            ts.clone(),
+            config.sharing.memory_guard.clone(),
+            config.processes.procfs.clone(),
+            config.audit_file.clone(),
+            published.clone(),
+            sharing.clone(),
+            plugin_stop.subscribe(),
+        );
+    }
     if config.sharing.manages_node() {
         let s = sharing.clone();
         tokio::spawn(async move { s.apply("start", false).await });

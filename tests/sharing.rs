@@ -394,3 +394,65 @@ fn the_api_applies_only_when_on_and_authenticated() {
         .then_some(())
     });
 }
+
+#[test]
+fn the_memory_guard_reports_and_signals_a_process_over_its_share() {
+    // Two real processes the scenario says use GPU 0: one over its 10 GiB share, one under.
+    let mut hog = Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("spawn sleep");
+    let mut small = Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("spawn sleep");
+    let scenario = format!(
+        "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"{GPU0}\"\n\
+         [[gpu.process]]\npid = {}\nused_memory_mib = 12288\n\
+         [[gpu.process]]\npid = {}\nused_memory_mib = 2048\n",
+        hog.id(),
+        small.id()
+    );
+    let node = Node::new("");
+    let agent = Agent::with_scenario(&scenario)
+        .config(&node.config(
+            "[sharing.time_slicing]\n[[sharing.time_slicing.resources]]\nname = \"nvidia.com/gpu\"\n\
+             replicas = 4\nmemory_per_replica = \"10GiB\"\n\
+             [sharing.memory_guard]\naction = \"signal\"\ngrace = \"0s\"\ndry_run = false\n",
+        ))
+        .start();
+    let status = wait_for("the hog signalled", Duration::from_secs(20), || {
+        hog.try_wait().expect("try_wait")
+    });
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(15), "SIGTERM");
+    assert!(
+        small.try_wait().expect("try_wait").is_none(),
+        "under its share: left alone"
+    );
+    let record = node
+        .audit()
+        .into_iter()
+        .find(|r| r["event"] == "memory_guard.signal")
+        .expect("audited");
+    assert_eq!(record["pid"], hog.id());
+    assert_eq!(record["result"], "sent");
+    assert_eq!(record["limit_bytes"], 10u64 << 30);
+    wait_for("guard metrics", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        (m.value(
+            "gpu_steward_sharing_memory_guard_signals_total",
+            &[("result", "sent")],
+        ) == Some(1.0)
+            && m.value(
+                "gpu_steward_sharing_memory_over_limit_bytes",
+                &[("pid", &hog.id().to_string())],
+            ) == Some((2u64 << 30) as f64))
+        .then_some(())
+    });
+    assert!(agent
+        .log()
+        .contains("memory guard: process over its replica's memory share"));
+    let _ = small.kill();
+    let _ = small.wait();
+}

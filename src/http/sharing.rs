@@ -20,9 +20,28 @@ pub(super) async fn show(State(state): State<AppState>) -> Response {
         )
             .into_response();
     };
+    let status = sharing.status();
+    let over: Vec<_> = status
+        .over_limit
+        .iter()
+        .map(|o| {
+            json!({"condition": "replica_memory_over_limit", "gpu": o.gpu, "uuid": o.uuid,
+                   "pid": o.pid, "used_bytes": o.used_bytes, "limit_bytes": o.limit_bytes})
+        })
+        .collect();
+    let plugin: Vec<_> = status
+        .plugin
+        .iter()
+        .map(|p| {
+            json!({"resource": p.resource, "registered": p.registered,
+                   "healthy_devices": p.healthy_devices, "unhealthy_devices": p.unhealthy_devices})
+        })
+        .collect();
     Json(json!({
         "config": sharing.config(),
         "last_apply": sharing.last_report().as_deref(),
+        "device_plugin": plugin,
+        "over_limit": over,
     }))
     .into_response()
 }

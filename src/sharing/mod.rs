@@ -13,6 +13,7 @@
 
 pub mod apply;
 pub mod config;
+pub mod guard;
 pub mod plan;
 pub mod plugin;
 pub mod service;

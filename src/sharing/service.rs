@@ -105,6 +105,11 @@ impl Sharing {
         self.status.send_modify(|s| f(Arc::make_mut(s)));
     }
 
+    /// The status published to metrics.
+    pub fn status(&self) -> Arc<SharingStatus> {
+        self.status.borrow().clone()
+    }
+
     pub fn last_report(&self) -> Option<Arc<Report>> {
         self.last
             .lock()
