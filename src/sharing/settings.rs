@@ -308,6 +308,31 @@ impl SharingConfig {
                 }
             }
         }
+        if let Some(ts) = &self.time_slicing {
+            if ts.resources.iter().any(|r| r.memory_per_replica.is_some()) {
+                let g = &self.memory_guard;
+                out.push_str(&match g.action {
+                    GuardAction::None => {
+                        "memory guard: report processes over memory_per_replica\n".to_string()
+                    }
+                    GuardAction::Signal => format!(
+                        "memory guard: report, and {} {} after {} over memory_per_replica{}\n",
+                        if g.dry_run {
+                            "log (dry run) instead of sending"
+                        } else {
+                            "send"
+                        },
+                        g.signal,
+                        humantime::format_duration(g.grace),
+                        if g.exempt_processes.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (exempt: {})", g.exempt_processes.join(", "))
+                        }
+                    ),
+                });
+            }
+        }
         if self.device_plugin.enabled {
             out.push_str(&format!(
                 "device plugin: on, kubelet at '{}'\n",

@@ -186,6 +186,12 @@ impl Registrar {
             resource: self.resource.clone(),
             ..PluginResource::default()
         };
+        // Register only once the first poll has said what the GPUs are: registering with an
+        // empty list would tell the kubelet the node has none, and pods would fail admission.
+        tokio::select! {
+            changed = self.devices.changed() => if changed.is_err() { return },
+            _ = self.stop.wait_for(|s| *s) => return,
+        }
         loop {
             let kubelet_id = identity(&kubelet);
             let socket_ok = serving
