@@ -146,36 +146,9 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     };
     let server = tokio::spawn(http::server::serve(listener, app, limits, stop_rx));
 
-    // The device plugin lives as long as the daemon; its settings change only on restart.
-    let (plugin_stop, plugin_stop_rx) = watch::channel(false);
-    if config.sharing.device_plugin.enabled {
-        crate::sharing::plugin::spawn(
-            &config.sharing,
-            published.clone(),
-            sharing.clone(),
-            plugin_stop_rx,
-        );
-    }
-    if let Some(ts) = config
-        .sharing
-        .time_slicing
-        .as_ref()
-        .filter(|t| t.resources.iter().any(|r| r.memory_per_replica.is_some()))
-    {
-        crate::sharing::guard::spawn(
-            ts.clone(),
-            config.sharing.memory_guard.clone(),
-            config.processes.procfs.clone(),
-            config.audit_file.clone(),
-            published.clone(),
-            sharing.clone(),
-            plugin_stop.subscribe(),
-        );
-    }
-    if config.sharing.manages_node() {
-        let s = sharing.clone();
-        tokio::spawn(async move { s.apply("start", false).await });
-    }
+    // The device plugin and the memory guard live as long as the daemon.
+    let (sharing_stop, sharing_stop_rx) = watch::channel(false);
+    sharing.start(&config, published, sharing_stop_rx);
     let control = poller.control.clone();
     let handles = Handles {
         control: &control,
@@ -187,7 +160,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
     let _ = kubelet_stop.send(true);
-    let _ = plugin_stop.send(true);
+    let _ = sharing_stop.send(true);
     // The server drains for at most DRAIN itself; the margin covers the task's own exit.
     if tokio::time::timeout(DRAIN + Duration::from_millis(100), server)
         .await
@@ -239,18 +212,9 @@ async fn wait_for_signals(
                         if new.kubernetes != current.kubernetes {
                             tracing::warn!("[kubernetes] changes only on restart");
                         }
-                        if new.sharing.device_plugin != current.sharing.device_plugin
-                            || new.sharing.time_slicing != current.sharing.time_slicing
-                        {
-                            tracing::warn!("[sharing.device_plugin] and the shared resources change only on restart");
-                        }
                         log.set_config_level(new.log_level.as_deref());
                         let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(&new, h.kubelet.clone(), h.sharing))));
-                        h.sharing.reconfigure(new.sharing.clone(), new.nvml_lib.clone(), new.audit_file.clone());
-                        if new.sharing.manages_node() {
-                            let s = h.sharing.clone();
-                            tokio::spawn(async move { s.apply("sighup", false).await });
-                        }
+                        h.sharing.reload(&current, &new);
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
                         current = new;

@@ -100,6 +100,56 @@ impl Sharing {
         Ok(a)
     }
 
+    /// Starts what the configuration asks for: the device plugin, the memory guard, and the
+    /// start apply. The first two run until `stop` turns true.
+    pub fn start(
+        self: &Arc<Self>,
+        config: &crate::config::Config,
+        published: watch::Receiver<Arc<crate::poller::Published>>,
+        stop: watch::Receiver<bool>,
+    ) {
+        let c = &config.sharing;
+        if c.device_plugin.enabled {
+            super::plugin::spawn(c, published.clone(), self.clone(), stop.clone());
+        }
+        if let Some(ts) = c
+            .time_slicing
+            .as_ref()
+            .filter(|t| t.resources.iter().any(|r| r.memory_per_replica.is_some()))
+        {
+            super::guard::spawn(
+                ts.clone(),
+                c.memory_guard.clone(),
+                config.processes.procfs.clone(),
+                config.audit_file.clone(),
+                published,
+                self.clone(),
+                stop,
+            );
+        }
+        if c.manages_node() {
+            let s = self.clone();
+            tokio::spawn(async move { s.apply("start", false).await });
+        }
+    }
+
+    /// Follows a SIGHUP: takes the new settings and applies them (only what differs). The
+    /// device plugin, the shared resources and the memory guard change only on restart.
+    pub fn reload(self: &Arc<Self>, old: &crate::config::Config, new: &crate::config::Config) {
+        let (o, n) = (&old.sharing, &new.sharing);
+        if o.device_plugin != n.device_plugin
+            || o.time_slicing != n.time_slicing
+            || o.memory_guard != n.memory_guard
+        {
+            tracing::warn!("[sharing.device_plugin], the shared resources and [sharing.memory_guard] change only on restart");
+        }
+        self.reconfigure(n.clone(), new.nvml_lib.clone(), new.audit_file.clone());
+        if n.manages_node() {
+            let s = self.clone();
+            tokio::spawn(async move { s.apply("sighup", false).await });
+        }
+    }
+
     /// Changes the published status.
     pub fn update_status(&self, f: impl FnOnce(&mut SharingStatus)) {
         self.status.send_modify(|s| f(Arc::make_mut(s)));
