@@ -139,6 +139,7 @@ pub fn spawn(
                     uuid: g.uuid().to_string(),
                     mig_enabled: g.reading.mig_mode_current == Some(true),
                     healthy: true,
+                    mig_devices: Vec::new(),
                 })
                 .collect();
             let limits = limits(&ts, &gpus);
@@ -293,6 +294,7 @@ mod tests {
             uuid: "GPU-a".into(),
             mig_enabled: false,
             healthy: true,
+            mig_devices: Vec::new(),
         };
         let limits = limits(&ts(), &[gpu]);
         assert_eq!(limits["GPU-a"], 10 << 30);

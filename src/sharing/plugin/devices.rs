@@ -19,6 +19,16 @@ pub struct GpuState {
     pub mig_enabled: bool,
     /// False when its verdict is fail, or it is lost or gone.
     pub healthy: bool,
+    /// Its MIG devices, when MIG is enabled (they share the GPU's health).
+    pub mig_devices: Vec<MigDevice>,
+}
+
+/// A MIG device (a compute instance with its own `MIG-…` UUID).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigDevice {
+    pub uuid: String,
+    /// The GPU-instance profile, `1g.10gb` (mig-parted's naming).
+    pub profile: String,
 }
 
 /// The resources the plugin registers, fixed by the configuration (so that sockets do not
@@ -54,10 +64,30 @@ pub fn inventory(
     let mut sorted: Vec<&GpuState> = gpus.iter().collect();
     sorted.sort_by_key(|g| g.index);
     for (position, g) in sorted.into_iter().enumerate() {
+        let health = if g.healthy { HEALTHY } else { UNHEALTHY };
         if g.mig_enabled {
+            for m in &g.mig_devices {
+                let name = format!("nvidia.com/mig-{}", m.profile);
+                let Some((t, r)) = ts.and_then(|t| t.resource(&name).map(|r| (t, r))) else {
+                    continue;
+                };
+                let covered = r.devices.covers(position, g.index, &g.uuid)
+                    || matches!(&r.devices, crate::sharing::Devices::List(l)
+                        if l.iter().any(|s| s.matches(u32::MAX, &m.uuid)));
+                if !covered {
+                    continue;
+                }
+                let list = out.entry(t.advertised_name(r)).or_default();
+                for i in 0..r.replicas {
+                    list.push(Device {
+                        id: format!("{}::{i}", m.uuid),
+                        health: health.to_string(),
+                        topology: None,
+                    });
+                }
+            }
             continue;
         }
-        let health = if g.healthy { HEALTHY } else { UNHEALTHY };
         let device = |id: String| Device {
             id,
             health: health.to_string(),
@@ -175,6 +205,20 @@ mod tests {
                 uuid: format!("GPU-{i}"),
                 mig_enabled: i == 2,
                 healthy: i != 1,
+                mig_devices: if i == 2 {
+                    vec![
+                        MigDevice {
+                            uuid: "MIG-a".into(),
+                            profile: "1g.10gb".into(),
+                        },
+                        MigDevice {
+                            uuid: "MIG-b".into(),
+                            profile: "3g.40gb".into(),
+                        },
+                    ]
+                } else {
+                    vec![]
+                },
             })
             .collect()
     }
@@ -235,6 +279,46 @@ mod tests {
         let ts = sharing(false, Devices::All);
         assert_eq!(resource_names(Some(&ts)), [GPU_RESOURCE]);
         assert_eq!(inventory(Some(&ts), &gpus()).0[GPU_RESOURCE].len(), 4);
+    }
+
+    #[test]
+    fn configured_mig_profiles_are_advertised_with_replicas() {
+        let mut ts = sharing(true, Devices::All);
+        ts.resources.push(SharedResource {
+            name: "nvidia.com/mig-1g.10gb".into(),
+            replicas: 3,
+            devices: Devices::All,
+            memory_per_replica: None,
+        });
+        assert_eq!(
+            resource_names(Some(&ts)),
+            [
+                "nvidia.com/gpu.shared",
+                "nvidia.com/mig-1g.10gb.shared",
+                GPU_RESOURCE
+            ]
+        );
+        let (inv, _) = inventory(Some(&ts), &gpus());
+        assert_eq!(
+            ids(&inv["nvidia.com/mig-1g.10gb.shared"]),
+            [
+                ("MIG-a::0".to_string(), "Healthy".to_string()),
+                ("MIG-a::1".into(), "Healthy".into()),
+                ("MIG-a::2".into(), "Healthy".into())
+            ]
+        );
+        // 3g.40gb is not configured: not advertised; the MIG GPU is never whole.
+        assert!(inv
+            .values()
+            .flatten()
+            .all(|d| !d.id.starts_with("MIG-b") && !d.id.starts_with("GPU-2")));
+        let r = allocate(
+            &inv["nvidia.com/mig-1g.10gb.shared"],
+            &["MIG-a::2".into()],
+            false,
+        )
+        .expect("allocated");
+        assert_eq!(r.envs["NVIDIA_VISIBLE_DEVICES"], "MIG-a");
     }
 
     #[test]

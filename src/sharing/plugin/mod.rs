@@ -98,6 +98,9 @@ fn gpu_states(p: &Published, known: &mut BTreeMap<String, (u32, bool)>) -> Vec<G
                 uuid: g.uuid().to_string(),
                 mig_enabled: mig,
                 healthy: g.status == GpuStatus::Up && !failing,
+                // The snapshot does not carry MIG devices on this branch yet (the MIG work
+                // publishes them as `reading.mig_instances`); until then none is advertised.
+                mig_devices: Vec::new(),
             });
         }
     }
@@ -108,6 +111,7 @@ fn gpu_states(p: &Published, known: &mut BTreeMap<String, (u32, bool)>) -> Vec<G
                 uuid: uuid.clone(),
                 mig_enabled: *mig,
                 healthy: false,
+                mig_devices: Vec::new(),
             });
         }
     }
