@@ -167,8 +167,8 @@ fn show_changes_nothing_and_apply_makes_the_node_match() {
     assert_eq!(
         sets,
         [
-            format!("compute-policy -i {GPU0} --set-timeslice=3"),
-            format!("compute-policy -i {GPU1} --set-timeslice=3"),
+            format!("compute-policy -i {GPU0} --set-timeslice 3"),
+            format!("compute-policy -i {GPU1} --set-timeslice 3"),
         ]
     );
     let audit = node.audit();
@@ -232,7 +232,7 @@ fn a_failure_in_the_middle_is_reported_and_undone() {
     assert_eq!(node.timeslice(GPU0), "Default");
     assert!(node
         .args_log()
-        .contains(&format!("compute-policy -i {GPU0} --set-timeslice=0")));
+        .contains(&format!("compute-policy -i {GPU0} --set-timeslice 0")));
     let audit = node.audit();
     assert!(audit
         .iter()

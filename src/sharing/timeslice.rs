@@ -30,14 +30,16 @@ fn failure(what: &str, out: &exec::RunOutput) -> String {
     }
 }
 
-/// The argv that sets GPU `uuid`'s time-slice.
+/// The argv that sets GPU `uuid`'s time-slice: the form NVIDIA's DRA driver runs
+/// (k8s-dra-driver-gpu `setTimeSlice`: `compute-policy -i <uuid> --set-timeslice <n>`).
 pub fn set_argv(nvidia_smi: &Path, uuid: &str, t: Timeslice) -> Vec<String> {
     vec![
         nvidia_smi.display().to_string(),
         "compute-policy".into(),
         "-i".into(),
         uuid.into(),
-        format!("--set-timeslice={}", t.code()),
+        "--set-timeslice".into(),
+        t.code().to_string(),
     ]
 }
 
@@ -127,7 +129,8 @@ mod tests {
                 "compute-policy",
                 "-i",
                 "GPU-a",
-                "--set-timeslice=2"
+                "--set-timeslice",
+                "2"
             ]
         );
     }
