@@ -33,13 +33,17 @@ pub struct MigDevice {
 
 /// The resources the plugin registers, fixed by the configuration (so that sockets do not
 /// come and go with GPUs): every shared resource under its advertised name, and
-/// `nvidia.com/gpu` for whole GPUs when no shared resource takes that name for all GPUs.
+/// `nvidia.com/gpu` for whole GPUs unless a `nvidia.com/gpu` resource shares all of them (then,
+/// renamed, only `nvidia.com/gpu.shared` is registered, as k8s-device-plugin does).
 pub fn resource_names(ts: Option<&TimeSlicing>) -> Vec<String> {
     let Some(ts) = ts else {
         return vec![GPU_RESOURCE.to_string()];
     };
     let mut names: Vec<String> = ts.resources.iter().map(|r| ts.advertised_name(r)).collect();
-    if !names.iter().any(|n| n == GPU_RESOURCE) {
+    let all_shared = ts
+        .resource(GPU_RESOURCE)
+        .is_some_and(|r| r.devices == crate::sharing::Devices::All);
+    if !all_shared && !names.iter().any(|n| n == GPU_RESOURCE) {
         names.push(GPU_RESOURCE.to_string());
     }
     names
@@ -278,6 +282,10 @@ mod tests {
         assert_eq!(replicas[0].resource, "nvidia.com/gpu.shared");
         let ts = sharing(false, Devices::All);
         assert_eq!(resource_names(Some(&ts)), [GPU_RESOURCE]);
+        assert_eq!(
+            resource_names(Some(&sharing(true, Devices::All))),
+            ["nvidia.com/gpu.shared"]
+        );
         assert_eq!(inventory(Some(&ts), &gpus()).0[GPU_RESOURCE].len(), 4);
     }
 
@@ -292,11 +300,7 @@ mod tests {
         });
         assert_eq!(
             resource_names(Some(&ts)),
-            [
-                "nvidia.com/gpu.shared",
-                "nvidia.com/mig-1g.10gb.shared",
-                GPU_RESOURCE
-            ]
+            ["nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb.shared"]
         );
         let (inv, _) = inventory(Some(&ts), &gpus());
         assert_eq!(
