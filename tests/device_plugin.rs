@@ -113,7 +113,7 @@ type Devices = Vec<(String, String)>;
 async fn watch_until(
     stream: &mut tonic::codec::Streaming<ListAndWatchResponse>,
     what: &str,
-    want: impl Fn(&Devices) -> bool,
+    mut want: impl FnMut(&Devices) -> bool,
 ) -> Devices {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -301,4 +301,68 @@ fn registers_advertises_replicas_follows_health_allocates_and_registers_again() 
     assert!(agent
         .log()
         .contains("device plugin: GPU advertised Unhealthy"));
+}
+
+/// NVIDIA's plugin marks a GPU unhealthy on a fixed XID list (including XID 94, which only asks
+/// for an application restart: k8s-device-plugin#1974) and keeps it so until restarted (#234).
+/// Here the verdict decides: XID 94 is a warning (Healthy), XID 48 a failure (Unhealthy), and
+/// the GPU is Healthy again once the XID window has passed.
+#[test]
+fn xid_verdicts_decide_health_and_a_gpu_recovers_without_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dp: PathBuf = dir.path().join("device-plugins");
+    std::fs::create_dir(&dp).expect("mkdir");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kubelet = Kubelet::start(&rt, &dp.join("kubelet.sock"));
+    let config = format!(
+        "[health]\nxid_window = \"2s\"\n[sharing.device_plugin]\nenabled = true\ndirectory = \"{}\"\n",
+        dp.display()
+    );
+    let agent = Agent::with_scenario(&scenario(false))
+        .config(&config)
+        .start();
+    wait_for("registration", Duration::from_secs(20), || {
+        kubelet.registered().first().cloned()
+    });
+    let whole = |h0: &str, h1: &str| {
+        vec![
+            (GPU0.to_string(), h0.to_string()),
+            (GPU1.to_string(), h1.to_string()),
+        ]
+    };
+    rt.block_on(async {
+        let mut stream = list_and_watch(&dp.join("gpu-steward-gpu.sock")).await;
+        watch_until(&mut stream, "whole GPUs, healthy", |d| {
+            *d == whole("Healthy", "Healthy")
+        })
+        .await;
+        let events = common::with_event(
+            &common::with_event(&scenario(false), 0, "[[gpu.event]]\nid = 1\nxid = 94\n"),
+            1,
+            "[[gpu.event]]\nid = 2\nxid = 48\n",
+        );
+        agent.rewrite_scenario(&events);
+        let mut seen = Vec::new();
+        watch_until(&mut stream, "GPU 1 unhealthy", |d| {
+            seen.push(d.clone());
+            *d == whole("Healthy", "Unhealthy")
+        })
+        .await;
+        let warn = agent.get("/health/gpus/0").json();
+        assert_eq!(warn["status"], "warn", "XID 94 is a warning: {warn}");
+        watch_until(&mut stream, "GPU 1 healthy again", |d| {
+            seen.push(d.clone());
+            *d == whole("Healthy", "Healthy")
+        })
+        .await;
+        assert!(
+            seen.iter()
+                .all(|d| d[0] == (GPU0.to_string(), "Healthy".to_string())),
+            "GPU 0 (XID 94) never turned Unhealthy: {seen:?}"
+        );
+    });
 }
