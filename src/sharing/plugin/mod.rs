@@ -168,6 +168,16 @@ fn identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// The plugin's sockets: its own (and the server instance on it), and the kubelet's.
+struct Link {
+    socket: PathBuf,
+    kubelet: PathBuf,
+    /// The server instance now serving, and its socket's identity.
+    serving: Option<(watch::Sender<bool>, (u64, u64))>,
+    /// The identity of the kubelet socket registered with.
+    registered_with: Option<(u64, u64)>,
+}
+
 /// Serves one resource and keeps it registered.
 struct Registrar {
     resource: String,
@@ -181,11 +191,12 @@ struct Registrar {
 
 impl Registrar {
     async fn run(mut self) {
-        let socket = self.directory.join(socket_name(&self.resource));
-        let kubelet = self.directory.join(proto::KUBELET_SOCKET);
-        // The server instance now serving, its socket's identity, and the kubelet registered with.
-        let mut serving: Option<(watch::Sender<bool>, (u64, u64))> = None;
-        let mut registered_with: Option<(u64, u64)> = None;
+        let mut link = Link {
+            socket: self.directory.join(socket_name(&self.resource)),
+            kubelet: self.directory.join(proto::KUBELET_SOCKET),
+            serving: None,
+            registered_with: None,
+        };
         let mut status = PluginResource {
             resource: self.resource.clone(),
             ..PluginResource::default()
@@ -197,75 +208,86 @@ impl Registrar {
             _ = self.stop.wait_for(|s| *s) => return,
         }
         loop {
-            let kubelet_id = identity(&kubelet);
-            let socket_ok = serving
-                .as_ref()
-                .is_some_and(|(_, id)| identity(&socket) == Some(*id));
-            if kubelet_id.is_none() && registered_with.is_some() {
-                tracing::warn!(resource = %self.resource, "device plugin: the kubelet socket is gone; waiting for it to come back");
-                registered_with = None;
-            }
-            if let Some(kid) = kubelet_id {
-                if registered_with != Some(kid) || !socket_ok {
-                    if !socket_ok {
-                        if let Some((old, _)) = serving.take() {
-                            let _ = old.send(true);
-                        }
-                        match self.serve(&socket) {
-                            Ok(s) => serving = Some(s),
-                            Err(e) => {
-                                tracing::error!(resource = %self.resource, socket = %socket.display(), "device plugin: cannot serve: {e}");
-                            }
-                        }
-                    }
-                    registered_with = None;
-                    if serving.is_some() {
-                        match self.register(&kubelet, &socket).await {
-                            Ok(()) => {
-                                registered_with = Some(kid);
-                                status.registrations_total += 1;
-                                tracing::info!(resource = %self.resource, endpoint = %socket.display(), "device plugin: registered with the kubelet");
-                            }
-                            Err(e) => {
-                                status.registration_failures_total += 1;
-                                tracing::warn!(resource = %self.resource, "device plugin: registration failed, retrying: {e}");
-                            }
-                        }
-                    }
-                }
-            }
-            status.registered = registered_with.is_some();
-            status.allocations_total = self.counters.allocations.load(Ordering::Relaxed);
-            status.allocations_rejected_total = self.counters.rejected.load(Ordering::Relaxed);
-            {
-                let list = self.devices.borrow();
-                status.unhealthy_devices =
-                    list.iter().filter(|d| d.health != proto::HEALTHY).count() as u64;
-                status.healthy_devices = list.len() as u64 - status.unhealthy_devices;
-            }
-            let snapshot = status.clone();
-            self.sharing.update_status(|s| {
-                match s
-                    .plugin
-                    .iter_mut()
-                    .find(|p| p.resource == snapshot.resource)
-                {
-                    Some(p) if *p == snapshot => {}
-                    Some(p) => *p = snapshot,
-                    None => s.plugin.push(snapshot),
-                }
-            });
+            self.keep_registered(&mut link, &mut status).await;
+            self.publish(&mut status, link.registered_with.is_some());
             tokio::select! {
                 _ = tokio::time::sleep(CHECK) => {}
                 _ = self.stop.wait_for(|s| *s) => {
-                    if let Some((old, _)) = serving.take() {
+                    if let Some((old, _)) = link.serving.take() {
                         let _ = old.send(true);
                     }
-                    let _ = std::fs::remove_file(&socket);
+                    let _ = std::fs::remove_file(&link.socket);
                     return;
                 }
             }
         }
+    }
+
+    /// One look at the sockets: serve again when ours is gone or replaced, register again when
+    /// the kubelet's is new (or ours was re-served).
+    async fn keep_registered(&self, link: &mut Link, status: &mut PluginResource) {
+        let kubelet_id = identity(&link.kubelet);
+        let socket_ok = link
+            .serving
+            .as_ref()
+            .is_some_and(|(_, id)| identity(&link.socket) == Some(*id));
+        if kubelet_id.is_none() && link.registered_with.is_some() {
+            tracing::warn!(resource = %self.resource, "device plugin: the kubelet socket is gone; waiting for it to come back");
+            link.registered_with = None;
+        }
+        let Some(kid) = kubelet_id else { return };
+        if link.registered_with == Some(kid) && socket_ok {
+            return;
+        }
+        if !socket_ok {
+            if let Some((old, _)) = link.serving.take() {
+                let _ = old.send(true);
+            }
+            match self.serve(&link.socket) {
+                Ok(s) => link.serving = Some(s),
+                Err(e) => {
+                    tracing::error!(resource = %self.resource, socket = %link.socket.display(), "device plugin: cannot serve: {e}");
+                    return;
+                }
+            }
+        }
+        link.registered_with = None;
+        match self.register(&link.kubelet, &link.socket).await {
+            Ok(()) => {
+                link.registered_with = Some(kid);
+                status.registrations_total += 1;
+                tracing::info!(resource = %self.resource, endpoint = %link.socket.display(), "device plugin: registered with the kubelet");
+            }
+            Err(e) => {
+                status.registration_failures_total += 1;
+                tracing::warn!(resource = %self.resource, "device plugin: registration failed, retrying: {e}");
+            }
+        }
+    }
+
+    /// Copies this resource's state into the published status.
+    fn publish(&self, status: &mut PluginResource, registered: bool) {
+        status.registered = registered;
+        status.allocations_total = self.counters.allocations.load(Ordering::Relaxed);
+        status.allocations_rejected_total = self.counters.rejected.load(Ordering::Relaxed);
+        {
+            let list = self.devices.borrow();
+            status.unhealthy_devices =
+                list.iter().filter(|d| d.health != proto::HEALTHY).count() as u64;
+            status.healthy_devices = list.len() as u64 - status.unhealthy_devices;
+        }
+        let snapshot = status.clone();
+        self.sharing.update_status(|s| {
+            match s
+                .plugin
+                .iter_mut()
+                .find(|p| p.resource == snapshot.resource)
+            {
+                Some(p) if *p == snapshot => {}
+                Some(p) => *p = snapshot,
+                None => s.plugin.push(snapshot),
+            }
+        });
     }
 
     /// Binds the socket (replacing a stale file) and serves on it until the returned sender
