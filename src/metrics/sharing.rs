@@ -3,7 +3,7 @@
 //! allocations, applies, and the replica memory guard. Families without series are left out.
 
 use super::{Families, Family};
-use crate::snapshot::{ComputeMode, Snapshot};
+use crate::snapshot::{ComputeMode, SharingStatus, Snapshot};
 
 const MODES: [ComputeMode; 4] = [
     ComputeMode::Default,
@@ -13,6 +13,17 @@ const MODES: [ComputeMode; 4] = [
 ];
 
 pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
+    compute_mode(snapshot, out);
+    let Some(s) = &snapshot.sharing else {
+        return;
+    };
+    replicas(s, out);
+    plugin(s, out);
+    applies(s, out);
+    guard(s, out);
+}
+
+fn compute_mode(snapshot: &Snapshot, out: &mut Families) {
     let mut mode = Family::gauge(
         "gpu_steward_compute_mode",
         "1 for the GPU's current compute mode (nvmlDeviceGetComputeMode), 0 for the others.",
@@ -32,10 +43,9 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
         }
     }
     out.push(mode);
+}
 
-    let Some(s) = &snapshot.sharing else {
-        return;
-    };
+fn replicas(s: &SharingStatus, out: &mut Families) {
     let mut replicas = Family::gauge(
         "gpu_steward_sharing_replicas",
         "Time-slicing replicas of the GPU advertised under the resource.",
@@ -51,7 +61,9 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
         );
     }
     out.push(replicas);
+}
 
+fn plugin(s: &SharingStatus, out: &mut Families) {
     type Field = fn(&crate::snapshot::PluginResource) -> f64;
     let plugin: [(&'static str, &'static str, bool, Field); 6] = [
         ("gpu_steward_device_plugin_registered", "1 while the resource is registered with the kubelet.", false, |p| super::flag(p.registered)),
@@ -68,7 +80,9 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
         }
         out.push(f);
     }
+}
 
+fn applies(s: &SharingStatus, out: &mut Families) {
     let mut applies = Family::counter(
         "gpu_steward_sharing_applies_total",
         "Sharing applies (compute mode, time-slice) by trigger and result.",
@@ -80,7 +94,9 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
         );
     }
     out.push(applies);
+}
 
+fn guard(s: &SharingStatus, out: &mut Families) {
     let mut over = Family::gauge(
         "gpu_steward_sharing_memory_over_limit_bytes",
         "Observed GPU memory of a process above its replica's memory_per_replica (not a limit \
