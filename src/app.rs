@@ -19,6 +19,7 @@ use crate::logging::LogHandle;
 use crate::metrics::{self, RenderConfig};
 use crate::poller::{self, Control, PollerConfig, Published};
 use crate::reclaim::cri::{self, PodLabelFeed};
+use crate::sharing::Sharing;
 use crate::snapshot::Snapshot;
 use crate::{http, AgentCounters};
 
@@ -74,7 +75,7 @@ struct Feeds {
     pod_labels: Option<PodLabelFeed>,
 }
 
-fn poller_config(c: &Config, feeds: &Feeds) -> PollerConfig {
+fn poller_config(c: &Config, feeds: &Feeds, sharing: &Sharing) -> PollerConfig {
     let kubelet = feeds.kubelet.clone();
     PollerConfig {
         nvml_lib: c.nvml_lib.clone(),
@@ -89,6 +90,7 @@ fn poller_config(c: &Config, feeds: &Feeds) -> PollerConfig {
         pod_labels: feeds.pod_labels.clone(),
         accounting: c.accounting.clone(),
         audit_file: c.audit_file.clone(),
+        sharing: Some(sharing.feed()),
     }
 }
 
@@ -109,7 +111,12 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         kubelet,
         pod_labels,
     };
-    let pconfig = poller_config(&config, &feeds);
+    let sharing = Sharing::new(
+        config.sharing.clone(),
+        config.nvml_lib.clone(),
+        config.audit_file.clone(),
+    );
+    let pconfig = poller_config(&config, &feeds, &sharing);
     let first = Snapshot::starting(SystemTime::now());
     let health = Arc::new(NodeHealth::default());
     let journal = Arc::new(Mutex::new(Journal::default()));
@@ -157,6 +164,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             Err(e) => tracing::error!("{e}"),
         }
     }
+    let published = rx.clone();
     let api = Arc::new(http::api::ApiConfig {
         enabled: config.api_enabled,
         token_file: config.api_token_file.clone(),
@@ -165,6 +173,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let state = http::AppState {
         published: rx,
         api: api.clone(),
+        sharing: Some(sharing.clone()),
     };
     let unix = match (&config.api_socket, config.api_enabled) {
         (Some(path), true) => {
@@ -190,12 +199,21 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let tls = web.and_then(|w| w.tls);
     let server = tokio::spawn(http::server::serve(listener, app, limits, tls, stop_rx));
 
+    // The device plugin and the memory guard live as long as the daemon.
+    let (sharing_stop, sharing_stop_rx) = watch::channel(false);
+    sharing.start(&config, published, sharing_stop_rx);
     let control = poller.control.clone();
-    wait_for_signals(config, &source, &log, &counters, &control, feeds).await?;
+    let handles = Handles {
+        control: &control,
+        feeds,
+        sharing: &sharing,
+    };
+    wait_for_signals(config, &source, &log, &counters, handles).await?;
 
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
     let _ = kubelet_stop.send(true);
+    let _ = sharing_stop.send(true);
     // The servers drain for at most DRAIN each, side by side; the margin covers the tasks' exit.
     let unix = async {
         if let Some(unix) = unix {
@@ -217,13 +235,19 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     Ok(())
 }
 
+/// What a reload hands the new configuration to.
+struct Handles<'a> {
+    control: &'a std::sync::mpsc::Sender<Control>,
+    feeds: Feeds,
+    sharing: &'a Arc<Sharing>,
+}
+
 async fn wait_for_signals(
     mut current: Config,
     source: &ConfigSource,
     log: &LogHandle,
     counters: &AgentCounters,
-    control: &std::sync::mpsc::Sender<Control>,
-    feeds: Feeds,
+    h: Handles<'_>,
 ) -> Result<(), AppError> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -258,7 +282,8 @@ async fn wait_for_signals(
                             tracing::warn!("[reclaim] exempt_pod_labels and cri_socket change only on restart");
                         }
                         log.set_config_level(new.log_level.as_deref());
-                        let _ = control.send(Control::Reconfigure(Box::new(poller_config(&new, &feeds))));
+                        let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(&new, &h.feeds, h.sharing))));
+                        h.sharing.reload(&current, &new);
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
                         current = new;

@@ -18,6 +18,8 @@
 //! - [`reclaim`]: idle GPUs (pure idleness and ladder, the acting path) and per-owner accounting;
 //!   a stage of the poll between enrich and judge.
 //! - [`http`]: the axum router (`/metrics`, `/health*`, `/livez`, `/readyz`, `/`).
+//! - [`sharing`]: time-slicing (compute mode, time-slice length) and the Kubernetes device
+//!   plugin.
 //! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
 //! - Shared by everything that changes the node: [`audit`] (the fsynced JSON-lines log of
 //!   decisions), [`exec`] (hooks: argv, no shell, process group, timeout, bounded output),
@@ -43,6 +45,7 @@ pub mod metrics;
 pub mod poller;
 pub mod procs;
 pub mod reclaim;
+pub mod sharing;
 pub mod snapshot;
 
 use std::sync::atomic::AtomicU64;

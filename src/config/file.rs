@@ -32,6 +32,7 @@ pub struct FileConfig {
     pub kubernetes: super::sections::KubernetesSection,
     pub reclaim: crate::reclaim::config::ReclaimSection,
     pub accounting: crate::reclaim::config::AccountingSection,
+    pub sharing: crate::sharing::config::SharingSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

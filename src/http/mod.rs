@@ -13,6 +13,7 @@ mod metered;
 mod prior_knowledge;
 mod reclaim;
 pub mod server;
+mod sharing;
 pub mod unix;
 pub mod web_config;
 
@@ -35,6 +36,8 @@ pub struct AppState {
     pub published: watch::Receiver<Arc<Published>>,
     /// `[api]`: whether routes that change the node are on, and where their token is.
     pub api: Arc<api::ApiConfig>,
+    /// The sharing subsystem (`/api/v1/sharing`); `None` in router tests.
+    pub sharing: Option<Arc<crate::sharing::Sharing>>,
 }
 
 impl AppState {
@@ -55,6 +58,11 @@ pub fn router(state: AppState) -> Router {
         .route("/health/gpus/{gpu}", get(health::gpu))
         .route("/api/v1/events", get(events::events))
         .route("/api/v1/reclaim", get(reclaim::reclaim))
+        .route("/api/v1/sharing", get(sharing::show))
+        .merge(api::mutating(Router::new().route(
+            "/api/v1/sharing/apply",
+            axum::routing::post(sharing::apply),
+        )))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::Extension(state.api.clone()))

@@ -20,6 +20,7 @@ mod health;
 mod kubelet;
 mod native;
 mod processes;
+mod sharing;
 
 use std::sync::OnceLock;
 use std::time::SystemTime;
@@ -119,6 +120,7 @@ pub fn render(
         gpm::render_native(snapshot, &mut families);
         processes::render(snapshot, &mut families);
         health::render(snapshot, health, &mut families);
+        sharing::render(snapshot, &mut families);
     }
     agent::render(snapshot, counters, &mut families);
     kubelet::render(snapshot, &mut families);

@@ -15,6 +15,7 @@
 //! - [`handles`]: the stable device handles (addresses in a static array).
 //! - [`state`]: the global state (ref-counted init, live reload, stable handles, energy).
 //! - [`events`]: per-event-set delivery bookkeeping (each XID id once per set).
+//! - [`modes`]: settings the driver keeps while loaded (the compute mode).
 //! - [`stats`]: the `NVML_SIM_STATS` call-count file.
 //! - [`cost`]: the `NVML_SIM_COST` cost model (wall and CPU time per call, spent outside locks).
 //! - `exports/*`: the `extern "C"` functions, grouped like nvml.h.
@@ -24,6 +25,7 @@ pub mod events;
 pub mod ffi;
 pub mod handles;
 pub mod models;
+pub mod modes;
 pub mod pci;
 pub mod resolve;
 pub mod scenario;

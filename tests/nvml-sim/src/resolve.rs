@@ -94,6 +94,8 @@ pub struct Gpu {
     pub serial: String,
     pub pci: PciAddr,
     pub mig_mode: bool,
+    /// `nvmlComputeMode_t` before any change (see [`crate::modes`]).
+    pub compute_mode: u32,
     pub mig_devices: Vec<String>,
     pub power_limit_mw: u32,
     pub lost: bool,
@@ -236,6 +238,7 @@ impl Gpu {
                     function: 0,
                 }),
             mig_mode: g.mig_mode.as_ref().is_some_and(|m| *m.get_ref()),
+            compute_mode: g.compute_mode.unwrap_or_default() as u32,
             mig_devices: mig_devices.clone(),
             power_limit_mw: g
                 .power_limit_w

@@ -50,6 +50,7 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetCudaComputeCapability",
     "nvmlDeviceGetBrand",
     "nvmlDeviceGetComputeMode",
+    "nvmlDeviceSetComputeMode",
     "nvmlDeviceGetMigMode",
     "nvmlDeviceGetMaxMigDeviceCount",
     // telemetry.rs
