@@ -40,6 +40,8 @@ pub mod logging;
 pub mod metrics;
 pub mod poller;
 pub mod procs;
+pub mod remediation;
+pub mod rules;
 pub mod snapshot;
 
 use std::sync::atomic::AtomicU64;

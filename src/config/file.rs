@@ -30,6 +30,8 @@ pub struct FileConfig {
     pub health: HealthSection,
     pub processes: super::sections::ProcessesSection,
     pub kubernetes: super::sections::KubernetesSection,
+    pub rules: crate::remediation::config::RulesSection,
+    pub remediation: crate::remediation::config::RemediationSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -19,6 +19,9 @@ use file::FileConfig;
 use crate::attribution::ProcessesConfig;
 use crate::health::HealthConfig;
 use crate::kubernetes::KubernetesConfig;
+use crate::remediation::RemediationConfig;
+use crate::rules::RuleSet;
+use std::sync::Arc;
 
 pub const DEFAULT_CONFIG: &str = "/etc/gpu-steward/config.toml";
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9400";
@@ -77,6 +80,11 @@ pub struct Config {
     pub processes: ProcessesConfig,
     /// `[kubernetes]`: pod labels from the kubelet's pod-resources API.
     pub kubernetes: KubernetesConfig,
+    /// `[rules] files`: the patterns, and the alerting rules loaded from them.
+    pub rule_files: Vec<String>,
+    pub rules: Arc<RuleSet>,
+    /// `[remediation]`: hooks, routes and their safety rails.
+    pub remediation: RemediationConfig,
 }
 
 /// A configuration that cannot be used.
@@ -114,17 +122,50 @@ pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config
             })
         }
     };
-    Ok(merge(file, parsed, overrides))
+    let mut config = merge(file, parsed, overrides);
+    load_rules(&mut config)?;
+    Ok(config)
+}
+
+/// Loads the rule files the configuration names; relative patterns are relative to the
+/// config file's directory (as Prometheus does). Errors point into the rule file.
+fn load_rules(config: &mut Config) -> Result<(), ConfigError> {
+    if config.rule_files.is_empty() {
+        return Ok(());
+    }
+    let base = config
+        .file
+        .as_ref()
+        .and_then(|f| f.parent())
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let patterns: Vec<String> = config
+        .rule_files
+        .iter()
+        .map(|p| {
+            if Path::new(p).is_absolute() {
+                p.clone()
+            } else {
+                base.join(p).display().to_string()
+            }
+        })
+        .collect();
+    let set = RuleSet::load(&patterns).map_err(|e| ConfigError::Invalid {
+        file: e.file,
+        line: e.line,
+        column: e.column,
+        message: e.message,
+    })?;
+    config.rules = Arc::new(set);
+    Ok(())
 }
 
 /// A configuration from `text` (as the file `name`) with `overrides` applied: what `load`
 /// does once it has read the file. Public so that fuzzing can reach it without a file.
 pub fn from_text(name: &str, text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
-    Ok(merge(
-        Some(PathBuf::from(name)),
-        parse(name, text)?,
-        overrides,
-    ))
+    let mut config = merge(Some(PathBuf::from(name)), parse(name, text)?, overrides);
+    load_rules(&mut config)?;
+    Ok(config)
 }
 
 /// Parses config text; `name` is used in error messages.
@@ -151,6 +192,13 @@ fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
     ];
     if let Some((span, message)) = labels::first_duplicate(&chosen) {
         return Err(invalid(span.start, message));
+    }
+    if let Some((span, message)) = f.remediation.unknown_hook() {
+        return Err(invalid(span.start, message));
+    }
+    if let Some(message) = f.remediation.duplicate_hook() {
+        let at = text.find("[[remediation.hooks]]").unwrap_or(0);
+        return Err(invalid(at, message));
     }
     Ok(f)
 }
@@ -216,6 +264,9 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
         health: f.health.into_config(),
         processes: f.processes.into_config(),
         kubernetes: f.kubernetes.into_config(),
+        rule_files: f.rules.files,
+        rules: Arc::new(RuleSet::default()),
+        remediation: f.remediation.into_config(),
     }
 }
 
@@ -244,7 +295,9 @@ impl Config {
              log: level {level}, format {format:?}\n\
              {health}\
              {processes}\
-             {kubernetes}",
+             {kubernetes}\
+             {rules}\
+             {remediation}",
             listen = self.listen,
             max_connections = self.max_connections,
             header_timeout = humantime::format_duration(self.header_timeout),
@@ -268,6 +321,17 @@ impl Config {
             health = self.health.describe(),
             processes = self.processes.describe(),
             kubernetes = self.kubernetes.describe(),
+            rules = if self.rule_files.is_empty() {
+                "alert rules: none ([rules] files)\n".to_string()
+            } else {
+                format!(
+                    "alert rules: {} rule(s) from {} file(s) matching {:?}\n",
+                    self.rules.rule_count(),
+                    self.rules.files().count(),
+                    self.rule_files
+                )
+            },
+            remediation = self.remediation.describe(),
         )
     }
 }
