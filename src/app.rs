@@ -123,7 +123,39 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             Err(e) => tracing::error!("{e}"),
         }
     }
+    let audit = if config.remediation.routes.is_empty() {
+        None
+    } else {
+        // Remediation without its audit trail is not started: hooks would run unrecorded.
+        Some(
+            crate::audit::AuditLog::open(&config.audit_file).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                    "cannot open the audit log {} that [remediation] needs: {e}; fix [audit] file",
+                    config.audit_file.display()
+                ),
+                )
+            })?,
+        )
+    };
+    let remediation =
+        crate::remediation::dispatch::spawn(config.remediation.clone(), audit, stop_rx.clone());
+    let rules = (config.rules.rule_count() > 0).then(|| {
+        let metrics = Arc::new(crate::rules::RuleMetrics::default());
+        crate::rules::task::spawn(
+            config.rules.clone(),
+            config.interval,
+            rx.clone(),
+            metrics.clone(),
+            remediation.clone(),
+            stop_rx.clone(),
+        );
+        metrics
+    });
     let app = http::router(http::AppState {
+        rules,
+        remediation: Some(remediation),
         published: rx,
         api: Arc::new(http::api::ApiConfig {
             enabled: config.api_enabled,
@@ -184,6 +216,11 @@ async fn wait_for_signals(
                         }
                         if new.log_format != current.log_format {
                             tracing::warn!("the log format changes only on restart");
+                        }
+                        if (&new.rule_files, &new.rules, &new.remediation)
+                            != (&current.rule_files, &current.rules, &current.remediation)
+                        {
+                            tracing::warn!("[rules] and [remediation] change only on restart");
                         }
                         if new.kubernetes != current.kubernetes {
                             tracing::warn!("[kubernetes] changes only on restart");

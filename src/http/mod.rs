@@ -5,6 +5,7 @@
 //! a reason; the server keeps serving whatever a client sends.
 
 mod admission;
+mod alertmanager;
 pub mod api;
 mod connection;
 mod events;
@@ -32,6 +33,10 @@ pub struct AppState {
     pub published: watch::Receiver<Arc<Published>>,
     /// `[api]`: whether routes that change the node are on, and where their token is.
     pub api: Arc<api::ApiConfig>,
+    /// Alert states and evaluation failures of the local rules, when rules are loaded.
+    pub rules: Option<Arc<crate::rules::RuleMetrics>>,
+    /// The remediation dispatcher (`POST /api/v1/alertmanager` feeds it; its hook metrics).
+    pub remediation: Option<crate::remediation::Handle>,
 }
 
 impl AppState {
@@ -51,6 +56,10 @@ pub fn router(state: AppState) -> Router {
         .route("/health/gpus", get(health::gpus))
         .route("/health/gpus/{gpu}", get(health::gpu))
         .route("/api/v1/events", get(events::events))
+        .merge(api::mutating(Router::new().route(
+            "/api/v1/alertmanager",
+            axum::routing::post(alertmanager::receive),
+        )))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::Extension(state.api.clone()))
@@ -60,22 +69,31 @@ pub fn router(state: AppState) -> Router {
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let published = state.latest();
     let now = SystemTime::now();
+    // Rules and hooks change between polls: rendered at scrape time (a few lines).
+    let mut extra = String::new();
+    if let Some(r) = &state.rules {
+        r.render(&mut extra);
+    }
+    if let Some(r) = &state.remediation {
+        r.metrics.render(&mut extra);
+    }
     let mut gzip = accepts_gzip(&headers);
     let body = if gzip && !published.metrics.gzip_ready() {
         // The first gzip scrape of a publication compresses it (~0.4 ms for the 8-GPU page):
         // off the async workers, so that probes on the same runtime are never held up.
         let p = published.clone();
-        match tokio::task::spawn_blocking(move || p.metrics.gzip(now)).await {
+        let e = extra.clone();
+        match tokio::task::spawn_blocking(move || p.metrics.gzip_with(now, e.as_bytes())).await {
             Ok(body) => body,
             Err(_) => {
                 gzip = false;
-                published.metrics.plain(now)
+                published.metrics.plain_with(now, extra.as_bytes())
             }
         }
     } else if gzip {
-        published.metrics.gzip(now)
+        published.metrics.gzip_with(now, extra.as_bytes())
     } else {
-        published.metrics.plain(now)
+        published.metrics.plain_with(now, extra.as_bytes())
     };
     let mut response = (
         [

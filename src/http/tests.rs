@@ -62,6 +62,8 @@ fn state(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppState {
     AppState {
         published: rx,
         api: api::ApiConfig::disabled(),
+        rules: None,
+        remediation: None,
     }
 }
 

@@ -59,7 +59,13 @@ pub struct Rendered {
 impl Rendered {
     /// The plain body for a scrape at `now`.
     pub fn plain(&self, now: SystemTime) -> Vec<u8> {
-        let tail = self.tail(now);
+        self.plain_with(now, b"")
+    }
+
+    /// The plain body with `extra` (series rendered at scrape time, e.g. alert states) added.
+    pub fn plain_with(&self, now: SystemTime, extra: &[u8]) -> Vec<u8> {
+        let mut tail = self.tail(now);
+        tail.extend_from_slice(extra);
         let mut out = Vec::with_capacity(self.text.len() + tail.len());
         out.extend_from_slice(&self.text);
         out.extend_from_slice(&tail);
@@ -73,9 +79,16 @@ impl Rendered {
 
     /// The gzip body for a scrape at `now`.
     pub fn gzip(&self, now: SystemTime) -> Vec<u8> {
+        self.gzip_with(now, b"")
+    }
+
+    /// The gzip body with `extra` added (compressed with the tail, after the shared prefix).
+    pub fn gzip_with(&self, now: SystemTime, extra: &[u8]) -> Vec<u8> {
+        let mut tail = self.tail(now);
+        tail.extend_from_slice(extra);
         self.gzip
             .get_or_init(|| gzip::GzipPrefix::new(&self.text))
-            .finish(&self.tail(now))
+            .finish(&tail)
     }
 
     fn tail(&self, now: SystemTime) -> Vec<u8> {

@@ -23,6 +23,11 @@ use promql_parser::parser::{
 
 use super::history::{is_stale, History, Labels, LOOKBACK_MS};
 
+/// A label set, sorted by name.
+type LabelSet = Vec<(String, String)>;
+/// Each matching series with its points in a range.
+type RangeSeries = Vec<(Labels, Vec<(i64, f64)>)>;
+
 /// One element of an instant vector.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
@@ -129,7 +134,7 @@ impl Ctx<'_> {
 
     /// Each matching series with its samples in `[t - range, t]` (staleness markers skipped),
     /// and the range's bounds.
-    fn range(&self, arg: &Expr) -> Result<(Vec<(Labels, Vec<(i64, f64)>)>, i64, i64), String> {
+    fn range(&self, arg: &Expr) -> Result<(RangeSeries, i64, i64), String> {
         let Expr::MatrixSelector(ms) = arg else {
             return Err(format!("expected a range selector, got {arg}"));
         };
@@ -192,7 +197,7 @@ impl Ctx<'_> {
         let Value::Vector(input) = self.eval(&a.expr)? else {
             return Err("aggregation over a scalar".into());
         };
-        let key = |labels: &Labels| -> Vec<(String, String)> {
+        let key = |labels: &Labels| -> LabelSet {
             match &a.modifier {
                 Some(LabelModifier::Include(by)) => labels
                     .iter()
@@ -208,8 +213,8 @@ impl Ctx<'_> {
             }
         };
         // (sum or extreme, count), in first-seen order.
-        let mut groups: Vec<(Vec<(String, String)>, f64, f64)> = Vec::new();
-        let mut index: HashMap<Vec<(String, String)>, usize> = HashMap::new();
+        let mut groups: Vec<(LabelSet, f64, f64)> = Vec::new();
+        let mut index: HashMap<LabelSet, usize> = HashMap::new();
         let id = a.op.id();
         for s in input {
             let k = key(&s.labels);
@@ -369,7 +374,7 @@ impl Signature {
         }
     }
 
-    fn key(&self, labels: &[(String, String)]) -> Vec<(String, String)> {
+    fn key(&self, labels: &[(String, String)]) -> LabelSet {
         labels
             .iter()
             .filter(|(k, _)| {
@@ -385,7 +390,7 @@ impl Signature {
 
     /// Labels of a one-to-one result: `on` keeps only its labels, `ignoring` drops its own.
     fn result(&self, labels: &Labels, drop_metric_name: bool) -> Labels {
-        let kept: Vec<(String, String)> = labels
+        let kept: LabelSet = labels
             .iter()
             .filter(|(k, _)| {
                 if k == "__name__" {
@@ -410,7 +415,7 @@ fn vector_vector(
     rhs: Vec<Sample>,
     sig: &Signature,
 ) -> Result<Vec<Sample>, String> {
-    let mut right: HashMap<Vec<(String, String)>, &Sample> = HashMap::with_capacity(rhs.len());
+    let mut right: HashMap<LabelSet, &Sample> = HashMap::with_capacity(rhs.len());
     for s in &rhs {
         if right.insert(sig.key(&s.labels), s).is_some() {
             return Err(
@@ -459,7 +464,7 @@ fn vector_vector(
 }
 
 fn set_op(op: u16, lhs: Vec<Sample>, rhs: Vec<Sample>, sig: &Signature) -> Vec<Sample> {
-    let right: HashSet<Vec<(String, String)>> = rhs.iter().map(|s| sig.key(&s.labels)).collect();
+    let right: HashSet<LabelSet> = rhs.iter().map(|s| sig.key(&s.labels)).collect();
     match op {
         T_LAND => lhs
             .into_iter()
@@ -470,8 +475,7 @@ fn set_op(op: u16, lhs: Vec<Sample>, rhs: Vec<Sample>, sig: &Signature) -> Vec<S
             .filter(|s| !right.contains(&sig.key(&s.labels)))
             .collect(),
         _ => {
-            let left: HashSet<Vec<(String, String)>> =
-                lhs.iter().map(|s| sig.key(&s.labels)).collect();
+            let left: HashSet<LabelSet> = lhs.iter().map(|s| sig.key(&s.labels)).collect();
             let mut out = lhs;
             out.extend(
                 rhs.into_iter()
@@ -483,7 +487,7 @@ fn set_op(op: u16, lhs: Vec<Sample>, rhs: Vec<Sample>, sig: &Signature) -> Vec<S
 }
 
 /// Labels of `absent(selector)`: its equality matchers, except names matched more than once.
-fn absent_labels(arg: &Expr) -> Vec<(String, String)> {
+fn absent_labels(arg: &Expr) -> LabelSet {
     let Expr::VectorSelector(vs) = arg else {
         return Vec::new();
     };
@@ -497,7 +501,7 @@ fn absent_labels(arg: &Expr) -> Vec<(String, String)> {
             .and_modify(|v| *v = None)
             .or_insert(eq);
     }
-    let mut out: Vec<(String, String)> = seen
+    let mut out: LabelSet = seen
         .into_iter()
         .filter_map(|(k, v)| Some((k.to_string(), v?.to_string())))
         .collect();

@@ -155,7 +155,7 @@ pub fn run(path: &Path) {
         let interval = duration(test.interval.as_deref().unwrap_or("1m"));
         // Every sample, in time order; fed as time advances so that the ring buffers hold
         // what they would hold live.
-        let mut samples: Vec<(i64, Vec<(String, String)>, f64)> = Vec::new();
+        let mut samples: Vec<Point> = Vec::new();
         for s in &test.input_series {
             let labels = series_labels(&s.series);
             for (i, v) in expand(&s.values).into_iter().enumerate() {
@@ -262,6 +262,9 @@ pub fn run(path: &Path) {
         failures.join("\n")
     );
 }
+
+/// (time, series labels, value) of one input sample.
+type Point = (i64, Vec<(String, String)>, f64);
 
 type Firing = Vec<(BTreeMap<String, String>, BTreeMap<String, String>)>;
 
