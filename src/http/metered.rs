@@ -1,6 +1,7 @@
 //! The socket as hyper sees it, with every read counted against the budget for unfinished
 //! request heads (see `admission`): hyper's read buffer grows with what a client sends, up to
-//! the 64 KiB head limit, and only counting reads bounds it over all connections.
+//! the 64 KiB head limit, and only counting reads bounds it over all connections. Over TLS the
+//! reads counted are the decrypted ones, which are what hyper buffers.
 
 use std::io;
 use std::pin::Pin;
@@ -8,18 +9,17 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 
 use super::admission::{Registry, Slot};
 
-pub struct Metered {
-    stream: TcpStream,
+pub struct Metered<S> {
+    stream: S,
     registry: Arc<Registry>,
     slot: Arc<Slot>,
 }
 
-impl Metered {
-    pub fn new(stream: TcpStream, registry: Arc<Registry>, slot: Arc<Slot>) -> Metered {
+impl<S> Metered<S> {
+    pub fn new(stream: S, registry: Arc<Registry>, slot: Arc<Slot>) -> Metered<S> {
         Metered {
             stream,
             registry,
@@ -28,7 +28,7 @@ impl Metered {
     }
 }
 
-impl AsyncRead for Metered {
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -51,7 +51,7 @@ impl AsyncRead for Metered {
     }
 }
 
-impl AsyncWrite for Metered {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

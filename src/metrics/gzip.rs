@@ -8,6 +8,7 @@
 
 use std::io::Write;
 
+use bytes::Bytes;
 use flate2::{Compress, Compression, FlushCompress};
 
 /// gzip member header: magic, deflate, no flags, no mtime, no extra flags, unknown OS.
@@ -16,7 +17,7 @@ const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
 #[derive(Debug, Clone)]
 pub struct GzipPrefix {
     /// gzip header and the deflated body ending with a full flush (no final block).
-    bytes: Vec<u8>,
+    bytes: Bytes,
     crc: crc32fast::Hasher,
     len: u64,
 }
@@ -28,23 +29,28 @@ impl GzipPrefix {
         let mut crc = crc32fast::Hasher::new();
         crc.update(body);
         GzipPrefix {
-            bytes,
+            bytes: Bytes::from(bytes),
             crc,
             len: body.len() as u64,
         }
     }
 
     /// The complete gzip stream of `body` followed by `tail`.
+    #[cfg(test)]
     pub fn finish(&self, tail: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.bytes.len() + tail.len() + 32);
-        out.extend_from_slice(&self.bytes);
+        self.finish_parts(tail).concat()
+    }
+
+    /// The same stream as two parts: the shared prefix, and the tail with the trailer.
+    pub fn finish_parts(&self, tail: &[u8]) -> [Bytes; 2] {
+        let mut out = Vec::with_capacity(tail.len() + 32);
         deflate_into(tail, FlushCompress::Finish, &mut out);
         let mut crc = self.crc.clone();
         crc.update(tail);
         let _ = out.write_all(&crc.finalize().to_le_bytes());
         // ISIZE is the input length modulo 2^32 (RFC 1952).
         let _ = out.write_all(&((self.len + tail.len() as u64) as u32).to_le_bytes());
-        out
+        [self.bytes.clone(), Bytes::from(out)]
     }
 
     #[cfg(test)]
