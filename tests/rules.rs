@@ -484,3 +484,52 @@ fn unsupported_rules_and_bad_routes_are_refused_with_positions() {
         "{err}"
     );
 }
+
+#[test]
+fn actions_on_one_gpu_run_one_at_a_time() {
+    let s = Setup::new("groups: []\n");
+    let token = s.path("token");
+    std::fs::write(&token, "t0k3n\n").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    // Each run appends "start <fp>", sleeps, then "end <fp>": overlapping runs interleave.
+    let slow = format!(
+        "#!/bin/sh\necho \"start $GPU_STEWARD_ALERT_FINGERPRINT\" >> '{log}'\nsleep 0.4\n\
+         echo \"end $GPU_STEWARD_ALERT_FINGERPRINT\" >> '{log}'\n",
+        log = s.path("runs.log").display()
+    );
+    write_script(&s.path("slow.sh"), &slow);
+    let config = format!(
+        "[api]\nenabled = true\ntoken_file = \"{}\"\n{}",
+        token.display(),
+        s.config(&format!(
+            "[[remediation.hooks]]\nname = \"slow\"\ncommand = [\"{}\"]\n\
+             [[remediation.routes]]\nmatchers = ['alertname=~\"Slow.*\"']\nhooks = [\"slow\"]\ncooldown = \"0s\"\n",
+            s.path("slow.sh").display()
+        ))
+    );
+    let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    // Three different alerts about GPU 3, sent at once.
+    for (i, name) in ["SlowA", "SlowB", "SlowC"].iter().enumerate() {
+        let body = webhook_body(
+            &serde_json::json!({"alertname": name, "gpu": "3"}),
+            "firing",
+        )
+        .replace("0123456789abcdef", &format!("{i:016x}"));
+        assert_eq!(
+            post(&agent, "/api/v1/alertmanager", Some("t0k3n"), &body).status,
+            202
+        );
+    }
+    let log = wait_for("three runs", Duration::from_secs(20), || {
+        let t = std::fs::read_to_string(s.path("runs.log")).unwrap_or_default();
+        (t.lines().count() == 6).then_some(t)
+    });
+    let lines: Vec<&str> = log.lines().collect();
+    for pair in lines.chunks(2) {
+        let (start, end) = (pair[0], pair[1]);
+        assert!(
+            start.starts_with("start ") && end == start.replacen("start", "end", 1),
+            "runs on one GPU overlapped:\n{log}"
+        );
+    }
+}
