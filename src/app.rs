@@ -151,8 +151,16 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             })?,
         )
     };
-    let remediation =
-        crate::remediation::dispatch::spawn(config.remediation.clone(), audit, stop_rx.clone());
+    let node = crate::remediation::dispatch::Node {
+        published: rx.clone(),
+        procfs: config.processes.procfs.clone(),
+    };
+    let remediation = crate::remediation::dispatch::spawn(
+        config.remediation.clone(),
+        audit,
+        Some(node),
+        stop_rx.clone(),
+    );
     let rules = (config.rules.rule_count() > 0).then(|| {
         let metrics = Arc::new(crate::rules::RuleMetrics::default());
         crate::rules::task::spawn(

@@ -533,3 +533,44 @@ fn actions_on_one_gpu_run_one_at_a_time() {
         );
     }
 }
+
+#[test]
+fn the_built_in_action_signals_the_processes_on_the_gpu() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut victim = Command::new("sleep").arg("300").spawn().expect("sleep");
+    let mut bystander = Command::new("sleep").arg("300").spawn().expect("sleep");
+    let scenario = format!(
+        "{SCENARIO}[[gpu.process]]\npid = {}\nkind = \"compute\"\nused_memory_mib = 1024\n\
+         [[gpu]]\nmodel = \"H100-SXM5-80GB\"\n[[gpu.process]]\npid = {}\nkind = \"compute\"\nused_memory_mib = 512\n",
+        victim.id(),
+        bystander.id()
+    );
+    let s = Setup::new(
+        "groups:\n  - name: node\n    rules:\n      - alert: GpuBusy\n        expr: gpu_steward_gpu_processes{gpu=\"0\"} > 0\n",
+    );
+    let config = s.config(
+        "[[remediation.actions]]\nname = \"stop-jobs\"\nkind = \"signal_processes\"\nsignal = \"SIGTERM\"\n\
+         [[remediation.routes]]\nmatchers = ['alertname=\"GpuBusy\"']\nhooks = [\"stop-jobs\"]\n",
+    );
+    let _agent = Agent::with_scenario(&scenario).config(&config).start();
+    let status = wait_for(
+        "the victim to be signalled",
+        Duration::from_secs(15),
+        || victim.try_wait().expect("try_wait"),
+    );
+    assert_eq!(status.signal(), Some(15), "{status:?}");
+    let end = wait_for("the action's record", Duration::from_secs(10), || {
+        s.audit_events("hook.end").into_iter().next()
+    });
+    assert_eq!(end["hook"], "stop-jobs");
+    assert_eq!(end["result"], "success", "{end}");
+    assert_eq!(end["processes"][0]["pid"], victim.id());
+    assert_eq!(end["processes"][0]["outcome"], "sent");
+    // The process on the other GPU is untouched.
+    assert!(
+        pid_alive(bystander.id() as i32),
+        "the other GPU's process was signalled"
+    );
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+}

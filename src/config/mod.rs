@@ -204,7 +204,7 @@ fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
         return Err(invalid(span.start, message));
     }
     if let Some(message) = f.remediation.duplicate_hook() {
-        let at = text.find("[[remediation.hooks]]").unwrap_or(0);
+        let at = text.find("[[remediation.").unwrap_or(0);
         return Err(invalid(at, message));
     }
     Ok(f)

@@ -44,6 +44,8 @@ pub struct RemediationSection {
     /// Hook runs (dry runs included) allowed per rolling hour on this node.
     pub max_actions_per_hour: u32,
     pub hooks: Vec<HookSection>,
+    /// Built-in actions, named like hooks and listed in routes the same way.
+    pub actions: Vec<ActionSection>,
     pub routes: Vec<RouteSection>,
 }
 
@@ -53,8 +55,56 @@ impl Default for RemediationSection {
             dry_run: false,
             max_actions_per_hour: DEFAULT_MAX_ACTIONS_PER_HOUR,
             hooks: Vec::new(),
+            actions: Vec::new(),
             routes: Vec::new(),
         }
+    }
+}
+
+/// `[[remediation.actions]]`: a built-in action.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionSection {
+    pub name: String,
+    /// `signal_processes`: signal every process NVML lists on the alert's GPU.
+    #[serde(deserialize_with = "action_kind")]
+    pub kind: String,
+    /// For `signal_processes`: `SIGTERM` (default), `SIGKILL`, `SIGINT`, `SIGHUP`, `SIGUSR1`,
+    /// `SIGUSR2`.
+    #[serde(default = "default_signal", deserialize_with = "signal")]
+    pub signal: nix::sys::signal::Signal,
+}
+
+fn action_kind<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    match s.as_str() {
+        "signal_processes" => Ok(s),
+        "power_limit" | "compute_mode" | "fence" => Err(de::Error::custom(format!(
+            "action kind '{s}' is not built in yet (it needs NVML writes); run              `nvidia-smi -pl` or `nvidia-smi -c PROHIBITED` from a hook instead"
+        ))),
+        _ => Err(de::Error::custom(format!(
+            "unknown action kind '{s}'; the built-in kind is 'signal_processes'"
+        ))),
+    }
+}
+
+fn default_signal() -> nix::sys::signal::Signal {
+    nix::sys::signal::Signal::SIGTERM
+}
+
+fn signal<'de, D: Deserializer<'de>>(d: D) -> Result<nix::sys::signal::Signal, D::Error> {
+    use nix::sys::signal::Signal::*;
+    let s = String::deserialize(d)?;
+    match s.as_str() {
+        "SIGTERM" => Ok(SIGTERM),
+        "SIGKILL" => Ok(SIGKILL),
+        "SIGINT" => Ok(SIGINT),
+        "SIGHUP" => Ok(SIGHUP),
+        "SIGUSR1" => Ok(SIGUSR1),
+        "SIGUSR2" => Ok(SIGUSR2),
+        _ => Err(de::Error::custom(format!(
+            "signal '{s}' is not one of SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGUSR1, SIGUSR2"
+        ))),
     }
 }
 
@@ -98,7 +148,21 @@ pub struct RemediationConfig {
     pub dry_run: bool,
     pub max_actions_per_hour: u32,
     pub hooks: Vec<crate::exec::CommandSpec>,
+    pub actions: Vec<Action>,
     pub routes: Vec<Route>,
+}
+
+/// A built-in action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Action {
+    pub name: String,
+    pub kind: ActionKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActionKind {
+    /// Signal every process NVML lists on the alert's GPU (PID identity re-checked).
+    SignalProcesses(nix::sys::signal::Signal),
 }
 
 impl Default for RemediationConfig {
@@ -120,13 +184,18 @@ impl RemediationSection {
     pub fn unknown_hook(&self) -> Option<(std::ops::Range<usize>, String)> {
         for r in &self.routes {
             for h in &r.hooks {
-                if !self.hooks.iter().any(|k| &k.name == h.get_ref()) {
-                    let known: Vec<&str> = self.hooks.iter().map(|k| k.name.as_str()).collect();
+                let known: Vec<&str> = self
+                    .hooks
+                    .iter()
+                    .map(|k| k.name.as_str())
+                    .chain(self.actions.iter().map(|a| a.name.as_str()))
+                    .collect();
+                if !known.contains(&h.get_ref().as_str()) {
                     return Some((
                         h.span(),
                         format!(
                             "route hook '{}' is not defined; define it in [[remediation.hooks]] \
-                             (defined: {})",
+                             or [[remediation.actions]] (defined: {})",
                             h.get_ref(),
                             if known.is_empty() {
                                 "none".to_string()
@@ -158,6 +227,14 @@ impl RemediationSection {
             dry_run: self.dry_run,
             max_actions_per_hour: self.max_actions_per_hour,
             hooks: self.hooks.iter().map(HookSection::spec).collect(),
+            actions: self
+                .actions
+                .iter()
+                .map(|a| Action {
+                    name: a.name.clone(),
+                    kind: ActionKind::SignalProcesses(a.signal),
+                })
+                .collect(),
             routes: self
                 .routes
                 .into_iter()
@@ -178,9 +255,10 @@ impl RemediationConfig {
             return "remediation: no routes (alerts run nothing)\n".into();
         }
         let mut s = format!(
-            "remediation: {} route(s), {} hook(s){}, at most {} action(s) per hour\n",
+            "remediation: {} route(s), {} hook(s), {} built-in action(s){}, at most {} action(s) per hour\n",
             self.routes.len(),
             self.hooks.len(),
+            self.actions.len(),
             if self.dry_run {
                 ", DRY RUN (nothing runs)"
             } else {

@@ -15,9 +15,10 @@ use tokio::sync::{mpsc, watch};
 
 use crate::audit::AuditLog;
 use crate::exec::{self, CommandSpec};
+use crate::poller::Published;
 
 use super::alert::Alert;
-use super::config::{RemediationConfig, Route};
+use super::config::{Action, RemediationConfig, Route};
 use super::metrics::HookMetrics;
 use super::rails::{gpu_key, Decision, Rails};
 
@@ -68,16 +69,28 @@ impl Handle {
     }
 }
 
+/// What built-in actions read: the newest snapshot and where procfs is.
+pub struct Node {
+    pub published: watch::Receiver<Arc<Published>>,
+    pub procfs: std::path::PathBuf,
+}
+
 /// Starts the dispatcher; it stops when `stop` turns true.
 pub fn spawn(
     config: RemediationConfig,
     audit: Option<AuditLog>,
+    node: Option<Node>,
     mut stop: watch::Receiver<bool>,
 ) -> Handle {
     let (tx, mut rx) = mpsc::channel(QUEUE);
     let metrics = Arc::new(HookMetrics::default());
-    for h in &config.hooks {
-        metrics.declare(&h.name);
+    for name in config
+        .hooks
+        .iter()
+        .map(|h| &h.name)
+        .chain(config.actions.iter().map(|a| &a.name))
+    {
+        metrics.declare(name);
     }
     let handle = Handle {
         tx,
@@ -86,6 +99,7 @@ pub fn spawn(
     let runner = Arc::new(Runner {
         config,
         audit,
+        node,
         metrics,
         gpu_locks: Mutex::new(HashMap::new()),
     });
@@ -104,9 +118,33 @@ pub fn spawn(
     handle
 }
 
+/// One step of a route: a hook or a built-in action.
+#[derive(Clone)]
+enum Step {
+    Hook(CommandSpec),
+    Action(Action),
+}
+
+impl Step {
+    fn name(&self) -> &str {
+        match self {
+            Step::Hook(h) => &h.name,
+            Step::Action(a) => &a.name,
+        }
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        match self {
+            Step::Hook(h) => json!({"hook": h.name, "argv": h.argv}),
+            Step::Action(a) => json!({"hook": a.name, "action": format!("{:?}", a.kind)}),
+        }
+    }
+}
+
 struct Runner {
     config: RemediationConfig,
     audit: Option<AuditLog>,
+    node: Option<Node>,
     metrics: Arc<HookMetrics>,
     /// One lock per GPU key: actions on a GPU run one at a time, in decision order.
     gpu_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -185,10 +223,16 @@ impl Runner {
                 );
                 continue;
             }
-            let hooks: Vec<CommandSpec> = route
+            let hooks: Vec<Step> = route
                 .hooks
                 .iter()
-                .filter_map(|h| self.config.hooks.iter().find(|s| &s.name == h).cloned())
+                .filter_map(|h| {
+                    let hook = self.config.hooks.iter().find(|s| &s.name == h);
+                    let action = self.config.actions.iter().find(|a| &a.name == h);
+                    hook.cloned()
+                        .map(Step::Hook)
+                        .or_else(|| action.cloned().map(Step::Action))
+                })
                 .collect();
             let runner = self.clone();
             let alert = a.clone();
@@ -211,7 +255,7 @@ impl Runner {
         }
     }
 
-    async fn run_hooks(&self, route: usize, hooks: Vec<CommandSpec>, alert: Alert, dry: bool) {
+    async fn run_hooks(&self, route: usize, steps: Vec<Step>, alert: Alert, dry: bool) {
         let key = gpu_key(&alert);
         let lock = self
             .gpu_locks
@@ -221,8 +265,6 @@ impl Runner {
             .or_default()
             .clone();
         let _one_at_a_time = lock.lock().await;
-        let stdin = serde_json::to_vec(&alert).unwrap_or_default();
-        let env = hook_env(&alert);
         let base = json!({
             "route": route,
             "alertname": alert.name(),
@@ -230,54 +272,87 @@ impl Runner {
             "fingerprint": alert.fingerprint,
             "gpu": alert.gpu(),
         });
-        for spec in hooks {
+        for step in steps {
+            let name = step.name().to_string();
             if dry {
-                self.metrics.observe(&spec.name, "dry_run", None);
-                self.audit(
-                    "hook.dry_run",
-                    merge(&base, json!({"hook": spec.name, "argv": spec.argv})),
-                );
-                tracing::info!(hook = %spec.name, alertname = alert.name(), "dry run: hook not run");
+                self.metrics.observe(&name, "dry_run", None);
+                self.audit("hook.dry_run", merge(&base, step.describe()));
+                tracing::info!(hook = %name, alertname = alert.name(), "dry run: not run");
                 continue;
             }
-            if !self.audit(
-                "hook.start",
-                merge(&base, json!({"hook": spec.name, "argv": spec.argv})),
-            ) {
+            if !self.audit("hook.start", merge(&base, step.describe())) {
                 continue;
             }
-            let (spec2, stdin2, env2) = (spec.clone(), stdin.clone(), env.clone());
-            let out = match tokio::task::spawn_blocking(move || exec::run(&spec2, &stdin2, &env2))
-                .await
-            {
-                Ok(out) => out,
-                Err(e) => {
-                    tracing::error!(hook = %spec.name, error = %e, "hook runner failed");
-                    self.metrics.observe(&spec.name, "error", None);
-                    continue;
-                }
+            let (result, duration, details) = match &step {
+                Step::Hook(spec) => self.run_hook(spec, &alert).await,
+                Step::Action(action) => self.run_action(action, &alert).await,
             };
-            let result = out.outcome.result_label();
-            self.metrics.observe(&spec.name, result, Some(out.duration));
+            self.metrics.observe(&name, result, duration);
             self.audit(
                 "hook.end",
                 merge(
-                    &base,
+                    &merge(&base, details),
                     json!({
-                        "hook": spec.name,
+                        "hook": name,
                         "result": result,
-                        "outcome": out.outcome.to_string(),
-                        "duration_ms": out.duration.as_millis() as u64,
-                        "stdout": out.stdout,
-                        "stderr": out.stderr,
+                        "duration_ms": duration.map(|d| d.as_millis() as u64),
                     }),
                 ),
             );
-            if out.outcome.success() {
-                tracing::info!(hook = %spec.name, alertname = alert.name(), duration_ms = out.duration.as_millis() as u64, stdout = %out.stdout, stderr = %out.stderr, "hook succeeded");
-            } else {
-                tracing::warn!(hook = %spec.name, alertname = alert.name(), outcome = %out.outcome, stdout = %out.stdout, stderr = %out.stderr, "hook failed");
+        }
+    }
+
+    async fn run_hook(
+        &self,
+        spec: &CommandSpec,
+        alert: &Alert,
+    ) -> (&'static str, Option<std::time::Duration>, serde_json::Value) {
+        let stdin = serde_json::to_vec(alert).unwrap_or_default();
+        let env = hook_env(alert);
+        let spec2 = spec.clone();
+        let out = match tokio::task::spawn_blocking(move || exec::run(&spec2, &stdin, &env)).await {
+            Ok(out) => out,
+            Err(e) => {
+                tracing::error!(hook = %spec.name, error = %e, "hook runner failed");
+                return ("error", None, json!({"outcome": e.to_string()}));
             }
+        };
+        if out.outcome.success() {
+            tracing::info!(hook = %spec.name, alertname = alert.name(), duration_ms = out.duration.as_millis() as u64, stdout = %out.stdout, stderr = %out.stderr, "hook succeeded");
+        } else {
+            tracing::warn!(hook = %spec.name, alertname = alert.name(), outcome = %out.outcome, stdout = %out.stdout, stderr = %out.stderr, "hook failed");
+        }
+        (
+            out.outcome.result_label(),
+            Some(out.duration),
+            json!({
+                "outcome": out.outcome.to_string(),
+                "stdout": out.stdout,
+                "stderr": out.stderr,
+            }),
+        )
+    }
+
+    async fn run_action(
+        &self,
+        action: &Action,
+        alert: &Alert,
+    ) -> (&'static str, Option<std::time::Duration>, serde_json::Value) {
+        let Some(node) = &self.node else {
+            return ("error", None, json!({"error": "no node state to act on"}));
+        };
+        let snapshot = node.published.borrow().snapshot.clone();
+        let (kind, alert2, procfs) = (action.kind, alert.clone(), node.procfs.clone());
+        match tokio::task::spawn_blocking(move || {
+            super::actions::run(kind, &alert2, &snapshot, &procfs)
+        })
+        .await
+        {
+            Ok(out) => {
+                tracing::info!(action = %action.name, alertname = alert.name(), result = out.result, details = %out.details, "built-in action done");
+                (out.result, Some(out.duration), out.details)
+            }
+            Err(e) => ("error", None, json!({"error": e.to_string()})),
         }
     }
 }

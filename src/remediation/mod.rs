@@ -8,11 +8,13 @@
 //!   the node-wide hourly limit, dry run.
 //! - [`dispatch`]: the task that applies decisions and runs hooks through [`crate::exec::run`],
 //!   one action at a time per GPU, auditing through [`crate::audit::AuditLog`].
+//! - [`actions`]: built-in actions (signal the processes on a GPU).
 //! - [`metrics`]: hook runs and durations for `/metrics`.
 //!
 //! Nothing here runs unless routes and hooks are configured; hooks run as argv, never through
 //! a shell, with the shared runner's timeout that kills the whole process group.
 
+pub mod actions;
 pub mod alert;
 pub mod config;
 pub mod dispatch;
