@@ -40,6 +40,8 @@ pub type Labels = Arc<Vec<(String, String)>>;
 pub struct Series {
     pub labels: Labels,
     pub samples: VecDeque<(i64, f64)>,
+    /// The ingest that last saw it (to mark the others stale without a set of keys).
+    seen: u64,
 }
 
 /// All selected series of the agent.
@@ -53,8 +55,8 @@ pub struct History {
     capacity: usize,
     /// How long a series that disappeared stays readable by range functions.
     retention_ms: i64,
-    /// Series seen in the latest ingest, to mark the others stale.
-    seen: HashSet<String>,
+    /// Ingests so far; a series whose `seen` is older missed the latest one.
+    epoch: u64,
 }
 
 impl History {
@@ -67,7 +69,7 @@ impl History {
             series: HashMap::new(),
             capacity: Self::capacity_for(longest, interval),
             retention_ms: span.as_millis() as i64,
-            seen: HashSet::new(),
+            epoch: 0,
         }
     }
 
@@ -96,7 +98,8 @@ impl History {
 
     /// Adds one publication's samples at `ts_ms`.
     pub fn ingest(&mut self, text: &str, ts_ms: i64) {
-        self.seen.clear();
+        self.epoch += 1;
+        let epoch = self.epoch;
         for line in text.lines() {
             if line.is_empty() || line.starts_with('#') {
                 continue;
@@ -114,6 +117,7 @@ impl History {
             let capacity = self.capacity;
             if let Some(s) = self.series.get_mut(key) {
                 push(&mut s.samples, capacity, ts_ms, value);
+                s.seen = epoch;
             } else {
                 let Some(labels) = parse_labels(&line[..name_end], &key[name_end..]) else {
                     continue;
@@ -125,18 +129,17 @@ impl History {
                     Series {
                         labels: Arc::new(labels),
                         samples,
+                        seen: epoch,
                     },
                 );
             }
-            self.seen.insert(key.to_string());
         }
         // Series that disappeared get a staleness marker; series whose newest sample has left
         // the window entirely are dropped.
         let oldest_useful = ts_ms - self.retention_ms;
         let capacity = self.capacity;
-        let seen = &self.seen;
-        self.series.retain(|key, s| {
-            if !seen.contains(key) {
+        self.series.retain(|_, s| {
+            if s.seen != epoch {
                 if let Some(&(_, last)) = s.samples.back() {
                     if !is_stale(last) {
                         push(&mut s.samples, capacity, ts_ms, stale_nan());
@@ -157,6 +160,7 @@ impl History {
         let s = self.series.entry(key).or_insert_with(|| Series {
             labels: Arc::new(labels),
             samples: VecDeque::new(),
+            seen: 0,
         });
         push(&mut s.samples, capacity, ts_ms, value);
     }

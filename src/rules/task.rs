@@ -35,6 +35,7 @@ pub fn spawn(
     *metrics.alerts.lock().unwrap_or_else(|p| p.into_inner()) = engine.counts();
     tokio::spawn(async move {
         let mut last_taken = None;
+        let mut logged_memory = false;
         // The last failure per rule, so that a failing rule logs once per new reason.
         let mut failing: HashMap<String, String> = HashMap::new();
         loop {
@@ -47,8 +48,34 @@ pub fn spawn(
                 continue;
             }
             last_taken = Some(p.snapshot.taken_at);
-            let text = String::from_utf8_lossy(&p.metrics.text);
-            let step = engine.step(&text, p.snapshot.taken_at);
+            // Parsing and evaluating take a millisecond or more on a big node: on a blocking
+            // thread, so that the HTTP workers never wait for it.
+            let (e, step, us) = match tokio::task::spawn_blocking(move || {
+                let started = std::time::Instant::now();
+                let text = String::from_utf8_lossy(&p.metrics.text);
+                let step = engine.step(&text, p.snapshot.taken_at);
+                let us = started.elapsed().as_micros() as u64;
+                (engine, step, us)
+            })
+            .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(error = %e, "rule evaluation panicked; rules stopped");
+                    break;
+                }
+            };
+            engine = e;
+            tracing::debug!(us, changed = step.changed.len(), "rules evaluated");
+            if !logged_memory && engine.history().series_count() > 0 {
+                logged_memory = true;
+                let h = engine.history();
+                tracing::info!(
+                    series = h.series_count(),
+                    bytes = h.sample_bytes(),
+                    "rules history allocated (grows only with new series)"
+                );
+            }
             *metrics.alerts.lock().unwrap_or_else(|p| p.into_inner()) = engine.counts();
             metrics
                 .evaluation_failures
