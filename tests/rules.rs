@@ -574,3 +574,29 @@ fn the_built_in_action_signals_the_processes_on_the_gpu() {
     let _ = bystander.kill();
     let _ = bystander.wait();
 }
+
+#[test]
+fn a_hook_running_at_sigterm_finishes_and_is_recorded() {
+    let s = Setup::new(UP_RULE);
+    let slow = format!(
+        "#!/bin/sh\ntouch '{started}'\nsleep 1\necho done\n",
+        started = s.path("started").display()
+    );
+    write_script(&s.path("slow.sh"), &slow);
+    let config = s.config(&format!(
+        "[[remediation.hooks]]\nname = \"slow\"\ncommand = [\"{}\"]\n\
+         [[remediation.routes]]\nmatchers = ['alertname=\"GpuUp\"']\nhooks = [\"slow\"]\n",
+        s.path("slow.sh").display()
+    ));
+    let mut agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    wait_for("the hook to start", Duration::from_secs(10), || {
+        s.path("started").exists().then_some(())
+    });
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(15));
+    assert_eq!(status.code(), Some(0), "{}", agent.log());
+    let end = s.audit_events("hook.end");
+    assert_eq!(end.len(), 1, "{:?}", s.audit());
+    assert_eq!(end[0]["result"], "success");
+    assert_eq!(end[0]["stdout"], "done\n");
+}

@@ -255,16 +255,30 @@ impl Runner {
         }
     }
 
-    async fn run_hooks(&self, route: usize, steps: Vec<Step>, alert: Alert, dry: bool) {
-        let key = gpu_key(&alert);
+    /// Waits for the GPU's turn, then runs the steps on a blocking thread. The whole run, its
+    /// audit records included, lives on that thread: at shutdown a started hook finishes (up
+    /// to its timeout) and its outcome is still recorded.
+    async fn run_hooks(self: Arc<Self>, route: usize, steps: Vec<Step>, alert: Alert, dry: bool) {
         let lock = self
             .gpu_locks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(key.clone())
+            .entry(gpu_key(&alert))
             .or_default()
             .clone();
-        let _one_at_a_time = lock.lock().await;
+        let turn = lock.lock_owned().await;
+        let runner = self.clone();
+        let ran = tokio::task::spawn_blocking(move || {
+            let _one_at_a_time = turn;
+            runner.run_steps(route, steps, &alert, dry);
+        })
+        .await;
+        if let Err(e) = ran {
+            tracing::error!(error = %e, "remediation run failed");
+        }
+    }
+
+    fn run_steps(&self, route: usize, steps: Vec<Step>, alert: &Alert, dry: bool) {
         let base = json!({
             "route": route,
             "alertname": alert.name(),
@@ -284,8 +298,8 @@ impl Runner {
                 continue;
             }
             let (result, duration, details) = match &step {
-                Step::Hook(spec) => self.run_hook(spec, &alert).await,
-                Step::Action(action) => self.run_action(action, &alert).await,
+                Step::Hook(spec) => self.run_hook(spec, alert),
+                Step::Action(action) => self.run_action(action, alert),
             };
             self.metrics.observe(&name, result, duration);
             self.audit(
@@ -302,21 +316,13 @@ impl Runner {
         }
     }
 
-    async fn run_hook(
+    fn run_hook(
         &self,
         spec: &CommandSpec,
         alert: &Alert,
     ) -> (&'static str, Option<std::time::Duration>, serde_json::Value) {
         let stdin = serde_json::to_vec(alert).unwrap_or_default();
-        let env = hook_env(alert);
-        let spec2 = spec.clone();
-        let out = match tokio::task::spawn_blocking(move || exec::run(&spec2, &stdin, &env)).await {
-            Ok(out) => out,
-            Err(e) => {
-                tracing::error!(hook = %spec.name, error = %e, "hook runner failed");
-                return ("error", None, json!({"outcome": e.to_string()}));
-            }
-        };
+        let out = exec::run(spec, &stdin, &hook_env(alert));
         if out.outcome.success() {
             tracing::info!(hook = %spec.name, alertname = alert.name(), duration_ms = out.duration.as_millis() as u64, stdout = %out.stdout, stderr = %out.stderr, "hook succeeded");
         } else {
@@ -333,7 +339,7 @@ impl Runner {
         )
     }
 
-    async fn run_action(
+    fn run_action(
         &self,
         action: &Action,
         alert: &Alert,
@@ -342,18 +348,9 @@ impl Runner {
             return ("error", None, json!({"error": "no node state to act on"}));
         };
         let snapshot = node.published.borrow().snapshot.clone();
-        let (kind, alert2, procfs) = (action.kind, alert.clone(), node.procfs.clone());
-        match tokio::task::spawn_blocking(move || {
-            super::actions::run(kind, &alert2, &snapshot, &procfs)
-        })
-        .await
-        {
-            Ok(out) => {
-                tracing::info!(action = %action.name, alertname = alert.name(), result = out.result, details = %out.details, "built-in action done");
-                (out.result, Some(out.duration), out.details)
-            }
-            Err(e) => ("error", None, json!({"error": e.to_string()})),
-        }
+        let out = super::actions::run(action.kind, alert, &snapshot, &node.procfs);
+        tracing::info!(action = %action.name, alertname = alert.name(), result = out.result, details = %out.details, "built-in action done");
+        (out.result, Some(out.duration), out.details)
     }
 }
 
