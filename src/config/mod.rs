@@ -591,6 +591,69 @@ mod tests {
     }
 
     #[test]
+    fn the_issues_remediation_toml_parses_as_written() {
+        let text = r#"
+[rules]
+files = ["/etc/gpu-steward/rules/*.yml"]
+
+[remediation]
+dry_run = false
+
+[[remediation.hooks]]
+name = "cordon"
+command = ["/usr/lib/gpu-steward/hooks/cordon.sh"]   # argv, never a shell
+timeout = "30s"
+
+[[remediation.routes]]
+matchers = ['alertname="GpuFatalXid"', 'severity="critical"']
+hooks = ["cordon"]
+cooldown = "1h"
+on_resolved = false
+"#;
+        let c = from_text("c.toml", text, &Overrides::default()).expect("valid");
+        assert_eq!(c.rule_files, ["/etc/gpu-steward/rules/*.yml"]);
+        let r = &c.remediation;
+        assert!(!r.dry_run);
+        assert_eq!(r.max_actions_per_hour, 6);
+        assert_eq!(r.hooks[0].argv, ["/usr/lib/gpu-steward/hooks/cordon.sh"]);
+        assert_eq!(r.hooks[0].timeout, Duration::from_secs(30));
+        assert_eq!(r.routes[0].hooks, ["cordon"]);
+        assert_eq!(r.routes[0].cooldown, Duration::from_secs(3600));
+        assert!(!r.routes[0].on_resolved);
+        assert!(c
+            .describe()
+            .contains("route [alertname=\"GpuFatalXid\", severity=\"critical\"] -> cordon"));
+        // Off by default.
+        let d = from_text("c.toml", "", &Overrides::default()).expect("valid");
+        assert!(d.remediation.routes.is_empty() && d.rule_files.is_empty());
+    }
+
+    #[test]
+    fn bad_remediation_values_have_positions() {
+        let e = err("[[remediation.actions]]\nname = \"x\"\nkind = \"fence\"\n");
+        assert!(
+            e.starts_with("c.toml:3:8: action kind 'fence' is not built in yet"),
+            "{e}"
+        );
+        let e = err("[[remediation.hooks]]\nname = \"a\"\ncommand = [\"/a b\"]\n");
+        assert!(e.starts_with("c.toml:3:"), "{e}");
+        let e = err("[[remediation.routes]]\nmatchers = []\nhooks = []\ncooldown = \"soon\"\n");
+        assert!(e.starts_with("c.toml:4:12: invalid duration 'soon'"), "{e}");
+        let e = err("[rules]\nfiles = [\"/x/[\"]\n");
+        assert!(
+            e.starts_with("c.toml:2:9: invalid file pattern '/x/['"),
+            "{e}"
+        );
+        let e = err(
+            "[[remediation.hooks]]\nname = \"a\"\ncommand = [\"/bin/true\"]\n\
+                     [[remediation.actions]]\nname = \"a\"\nkind = \"signal_processes\"\n",
+        );
+        assert!(e.contains("'a' is defined twice"), "{e}");
+        let e = err("[remediation]\nenabled = true\n");
+        assert!(e.starts_with("c.toml:2:1: unknown field `enabled`"), "{e}");
+    }
+
+    #[test]
     fn line_col_counts_characters() {
         assert_eq!(line_col("ab\ncdé\nx", 0), (1, 1));
         assert_eq!(line_col("ab\ncdé\nx", 3), (2, 1));

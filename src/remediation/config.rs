@@ -80,7 +80,8 @@ fn action_kind<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     match s.as_str() {
         "signal_processes" => Ok(s),
         "power_limit" | "compute_mode" | "fence" => Err(de::Error::custom(format!(
-            "action kind '{s}' is not built in yet (it needs NVML writes); run              `nvidia-smi -pl` or `nvidia-smi -c PROHIBITED` from a hook instead"
+            "action kind '{s}' is not built in yet (it needs NVML writes); run \
+             `nvidia-smi -pl` or `nvidia-smi -c PROHIBITED` from a hook instead"
         ))),
         _ => Err(de::Error::custom(format!(
             "unknown action kind '{s}'; the built-in kind is 'signal_processes'"
@@ -210,15 +211,18 @@ impl RemediationSection {
         None
     }
 
-    /// The first hook name given twice.
+    /// The first hook or action name given twice.
     pub fn duplicate_hook(&self) -> Option<String> {
-        self.hooks.iter().enumerate().find_map(|(i, h)| {
-            self.hooks[..i].iter().any(|o| o.name == h.name).then(|| {
-                format!(
-                    "hook '{}' is defined twice; give each hook its own name",
-                    h.name
-                )
-            })
+        let names: Vec<&str> = self
+            .hooks
+            .iter()
+            .map(|h| h.name.as_str())
+            .chain(self.actions.iter().map(|a| a.name.as_str()))
+            .collect();
+        names.iter().enumerate().find_map(|(i, n)| {
+            names[..i]
+                .contains(n)
+                .then(|| format!("hook or action '{n}' is defined twice; give each its own name"))
         })
     }
 
