@@ -154,6 +154,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let node = crate::remediation::dispatch::Node {
         published: rx.clone(),
         procfs: config.processes.procfs.clone(),
+        nvml_lib: config.nvml_lib.clone(),
     };
     let remediation = crate::remediation::dispatch::spawn(
         config.remediation.clone(),

@@ -600,3 +600,42 @@ fn a_hook_running_at_sigterm_finishes_and_is_recorded() {
     assert_eq!(end[0]["result"], "success");
     assert_eq!(end[0]["stdout"], "done\n");
 }
+
+#[test]
+fn power_limit_and_fence_are_written_to_the_gpu_and_undone_on_resolution() {
+    let s = Setup::new(HOT_RULE);
+    let config = s.config(
+        "[[remediation.actions]]\nname = \"cap\"\nkind = \"power_limit\"\nwatts = 400\n\
+         [[remediation.actions]]\nname = \"fence\"\nkind = \"fence\"\n\
+         [[remediation.routes]]\nmatchers = ['alertname=\"GpuHot\"']\nhooks = [\"cap\", \"fence\"]\non_resolved = true\n",
+    );
+    let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    let limit = |a: &Agent| {
+        a.metrics()
+            .value("gpu_steward_power_limit_watts", &[("gpu", "0")])
+    };
+    assert_eq!(limit(&agent), Some(700.0));
+    agent.rewrite_scenario(&scenario_at(90));
+    wait_for("the capped limit", Duration::from_secs(15), || {
+        (limit(&agent) == Some(400.0)).then_some(())
+    });
+    let ends = wait_for("both actions", Duration::from_secs(10), || {
+        let e = s.audit_events("hook.end");
+        (e.len() == 2).then_some(e)
+    });
+    assert_eq!(ends[0]["hook"], "cap");
+    assert_eq!(ends[0]["power_limit_watts"], 400.0);
+    assert_eq!(ends[1]["hook"], "fence");
+    assert_eq!(ends[1]["compute_mode"], "Prohibited", "{}", ends[1]);
+    agent.rewrite_scenario(&scenario_at(60));
+    wait_for("the default limit again", Duration::from_secs(15), || {
+        (limit(&agent) == Some(700.0)).then_some(())
+    });
+    let ends = wait_for("both undone", Duration::from_secs(10), || {
+        let e = s.audit_events("hook.end");
+        (e.len() == 4).then_some(e)
+    });
+    assert_eq!(ends[2]["status"], "resolved");
+    assert_eq!(ends[3]["compute_mode"], "Default", "{}", ends[3]);
+    assert!(ends.iter().all(|e| e["result"] == "success"), "{ends:?}");
+}

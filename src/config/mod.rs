@@ -203,6 +203,9 @@ fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
     if let Some((span, message)) = f.remediation.unknown_hook() {
         return Err(invalid(span.start, message));
     }
+    if let Some((span, message)) = f.remediation.bad_action() {
+        return Err(invalid(span.start, message));
+    }
     if let Some(message) = f.remediation.duplicate_hook() {
         let at = text.find("[[remediation.").unwrap_or(0);
         return Err(invalid(at, message));
@@ -630,9 +633,19 @@ on_resolved = false
 
     #[test]
     fn bad_remediation_values_have_positions() {
-        let e = err("[[remediation.actions]]\nname = \"x\"\nkind = \"fence\"\n");
+        let e = err("[[remediation.actions]]\nname = \"x\"\nkind = \"reset\"\n");
         assert!(
-            e.starts_with("c.toml:3:8: action kind 'fence' is not built in yet"),
+            e.starts_with("c.toml:3:8: unknown action kind 'reset'"),
+            "{e}"
+        );
+        let e = err("[[remediation.actions]]\nname = \"x\"\nkind = \"power_limit\"\n");
+        assert!(
+            e.starts_with("c.toml:2:8: action 'x' of kind 'power_limit' needs watts"),
+            "{e}"
+        );
+        let e = err("[[remediation.actions]]\nname = \"x\"\nkind = \"fence\"\nwatts = 3\n");
+        assert!(
+            e.starts_with("c.toml:4:9: watts applies to kind 'power_limit'"),
             "{e}"
         );
         let e = err("[[remediation.hooks]]\nname = \"a\"\ncommand = [\"/a b\"]\n");

@@ -10,6 +10,7 @@
 //! with a `// SAFETY:` comment.
 
 mod calls;
+pub mod control;
 mod error;
 mod events;
 mod gpm;

@@ -65,26 +65,25 @@ impl Default for RemediationSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActionSection {
-    pub name: String,
-    /// `signal_processes`: signal every process NVML lists on the alert's GPU.
+    pub name: toml::Spanned<String>,
+    /// `signal_processes`, `power_limit` or `fence` (see [`ActionKind`]).
     #[serde(deserialize_with = "action_kind")]
     pub kind: String,
     /// For `signal_processes`: `SIGTERM` (default), `SIGKILL`, `SIGINT`, `SIGHUP`, `SIGUSR1`,
     /// `SIGUSR2`.
     #[serde(default = "default_signal", deserialize_with = "signal")]
     pub signal: nix::sys::signal::Signal,
+    /// For `power_limit`: the limit to set, in watts.
+    pub watts: Option<toml::Spanned<u32>>,
 }
 
 fn action_kind<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
     match s.as_str() {
-        "signal_processes" => Ok(s),
-        "power_limit" | "compute_mode" | "fence" => Err(de::Error::custom(format!(
-            "action kind '{s}' is not built in yet (it needs NVML writes); run \
-             `nvidia-smi -pl` or `nvidia-smi -c PROHIBITED` from a hook instead"
-        ))),
+        "signal_processes" | "power_limit" | "fence" => Ok(s),
         _ => Err(de::Error::custom(format!(
-            "unknown action kind '{s}'; the built-in kind is 'signal_processes'"
+            "unknown action kind '{s}'; the built-in kinds are 'signal_processes', \
+             'power_limit' and 'fence'"
         ))),
     }
 }
@@ -160,16 +159,16 @@ pub struct Action {
     pub kind: ActionKind,
 }
 
+/// What a built-in action does when its alert fires; when it resolves (with `on_resolved`),
+/// `power_limit` and `fence` undo themselves and `signal_processes` does nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActionKind {
     /// Signal every process NVML lists on the alert's GPU (PID identity re-checked).
     SignalProcesses(nix::sys::signal::Signal),
-}
-
-impl Default for RemediationConfig {
-    fn default() -> Self {
-        RemediationSection::default().into_config()
-    }
+    /// Set the GPU's power limit to this many watts (back to the default on resolution).
+    PowerLimit(u32),
+    /// Compute mode `PROHIBITED`: no new CUDA contexts (`DEFAULT` again on resolution).
+    Fence,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -189,7 +188,7 @@ impl RemediationSection {
                     .hooks
                     .iter()
                     .map(|k| k.name.as_str())
-                    .chain(self.actions.iter().map(|a| a.name.as_str()))
+                    .chain(self.actions.iter().map(|a| a.name.get_ref().as_str()))
                     .collect();
                 if !known.contains(&h.get_ref().as_str()) {
                     return Some((
@@ -217,12 +216,31 @@ impl RemediationSection {
             .hooks
             .iter()
             .map(|h| h.name.as_str())
-            .chain(self.actions.iter().map(|a| a.name.as_str()))
+            .chain(self.actions.iter().map(|a| a.name.get_ref().as_str()))
             .collect();
         names.iter().enumerate().find_map(|(i, n)| {
             names[..i]
                 .contains(n)
                 .then(|| format!("hook or action '{n}' is defined twice; give each its own name"))
+        })
+    }
+
+    /// The first action whose keys do not fit its kind: the byte span and the message.
+    pub fn bad_action(&self) -> Option<(std::ops::Range<usize>, String)> {
+        self.actions.iter().find_map(|a| {
+            let name = a.name.get_ref();
+            match (a.kind.as_str(), &a.watts) {
+                ("power_limit", None) => Some((
+                    a.name.span(),
+                    format!("action '{name}' of kind 'power_limit' needs watts = <limit in W>"),
+                )),
+                ("power_limit", Some(_)) => None,
+                (kind, Some(w)) => Some((
+                    w.span(),
+                    format!("watts applies to kind 'power_limit', not '{kind}'; remove it"),
+                )),
+                _ => None,
+            }
         })
     }
 
@@ -235,8 +253,12 @@ impl RemediationSection {
                 .actions
                 .iter()
                 .map(|a| Action {
-                    name: a.name.clone(),
-                    kind: ActionKind::SignalProcesses(a.signal),
+                    name: a.name.get_ref().clone(),
+                    kind: match (a.kind.as_str(), &a.watts) {
+                        ("power_limit", Some(w)) => ActionKind::PowerLimit(*w.get_ref()),
+                        ("fence", _) => ActionKind::Fence,
+                        _ => ActionKind::SignalProcesses(a.signal),
+                    },
                 })
                 .collect(),
             routes: self

@@ -73,6 +73,8 @@ impl Handle {
 pub struct Node {
     pub published: watch::Receiver<Arc<Published>>,
     pub procfs: std::path::PathBuf,
+    /// The NVML library the poller loads, for the actions that write to a GPU.
+    pub nvml_lib: String,
 }
 
 /// Starts the dispatcher; it stops when `stop` turns true.
@@ -348,7 +350,7 @@ impl Runner {
             return ("error", None, json!({"error": "no node state to act on"}));
         };
         let snapshot = node.published.borrow().snapshot.clone();
-        let out = super::actions::run(action.kind, alert, &snapshot, &node.procfs);
+        let out = super::actions::run(action.kind, alert, &snapshot, &node.procfs, &node.nvml_lib);
         tracing::info!(action = %action.name, alertname = alert.name(), result = out.result, details = %out.details, "built-in action done");
         (out.result, Some(out.duration), out.details)
     }

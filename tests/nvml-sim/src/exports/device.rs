@@ -152,8 +152,25 @@ export!(
 export!(
     /// Always NVML_COMPUTEMODE_DEFAULT (0).
     fn nvmlDeviceGetComputeMode(device: nvmlDevice_t, mode: *mut nvmlComputeMode_t) {
-        gpu(device)?;
-        put(mode, 0)
+        let g = gpu(device)?;
+        put(
+            mode,
+            state::written(g.index as usize).compute_mode.unwrap_or(0),
+        )
+    }
+);
+
+export!(
+    /// DEFAULT (0), EXCLUSIVE_PROCESS (3) or PROHIBITED (2); the deprecated EXCLUSIVE_THREAD (1)
+    /// and anything else are INVALID_ARGUMENT. Kept while the library is loaded; root is not
+    /// asked for (the driver does).
+    fn nvmlDeviceSetComputeMode(device: nvmlDevice_t, mode: nvmlComputeMode_t) {
+        let g = gpu(device)?;
+        if ![0, 2, 3].contains(&mode) {
+            return Err(ffi::INVALID_ARGUMENT);
+        }
+        state::write(g.index as usize, |w| w.compute_mode = Some(mode));
+        Ok(())
     }
 );
 

@@ -50,6 +50,7 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetCudaComputeCapability",
     "nvmlDeviceGetBrand",
     "nvmlDeviceGetComputeMode",
+    "nvmlDeviceSetComputeMode",
     "nvmlDeviceGetMigMode",
     "nvmlDeviceGetMaxMigDeviceCount",
     // telemetry.rs
@@ -66,6 +67,7 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetPowerManagementDefaultLimit",
     "nvmlDeviceGetPowerManagementLimitConstraints",
     "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceSetPowerManagementLimit",
     "nvmlDeviceGetTotalEnergyConsumption",
     "nvmlDeviceGetJpgUtilization",
     "nvmlDeviceGetOfaUtilization",
