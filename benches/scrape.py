@@ -41,9 +41,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_http(url, seconds=30, headers=None):
+def wait_http(url, seconds=30, headers=None, proc=None):
     deadline = time.time() + seconds
     while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"the server for {url} exited with status {proc.returncode}")
         try:
             req = urllib.request.Request(url, headers=headers or {})
             with urllib.request.urlopen(req, timeout=2) as r:
@@ -70,6 +72,26 @@ def scenario_for(gpus):
         e = re.sub(r'serial = "[^"]*"\n', "", e)
         out.append("[[gpu]]" + e)
     return "".join(out)
+
+
+def rss_mib(pid):
+    """Resident memory of a process and its children (nginx's workers), MiB."""
+    total = 0
+    pids = [pid]
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            pids += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
 
 
 def wrk(url, args, gz):
@@ -113,6 +135,8 @@ def main():
             raise SystemExit(f"{p} missing: run `cargo build --release --workspace` first")
 
     work = tempfile.mkdtemp(prefix="gs-scrape-")
+    # nginx's workers run as `nobody` when started by root: they must be able to read the page.
+    os.chmod(work, 0o755)
     procs = []
     try:
         scen = os.path.join(work, "scenario.toml")
@@ -148,7 +172,7 @@ http {{
   access_log off;
   sendfile on; tcp_nopush on; tcp_nodelay on;
   keepalive_requests 1000000; keepalive_timeout 60s;
-  open_file_cache max=16 valid=60s;
+  open_file_cache max=16 inactive=60s;
   gzip_static on;
   types {{ }}
   default_type "text/plain; version=0.0.4; charset=utf-8";
@@ -159,10 +183,12 @@ http {{
 """)
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         procs.append(subprocess.Popen([nginx, "-c", conf, "-p", work],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                                      stdout=subprocess.DEVNULL,
+                                      stderr=open(os.path.join(work, "nginx.log"), "w")))
         nginx_url = f"http://127.0.0.1:{nginx_port}/metrics"
-        wait_http(nginx_url)
+        wait_http(nginx_url, proc=procs[-1])
         targets = {"gpu-steward": agent, "nginx (same bytes)": nginx_url}
+        pids = {"gpu-steward": procs[0].pid, "nginx (same bytes)": procs[1].pid}
 
         tutorial = None
         probe = subprocess.run([sys.executable, "-c", "import pynvml, prometheus_client"],
@@ -178,8 +204,9 @@ http {{
                  str(tport), "1"], env=tenv, stdout=subprocess.DEVNULL,
                 stderr=open(os.path.join(work, "tutorial.log"), "w")))
             tutorial = f"http://127.0.0.1:{tport}/metrics"
-            wait_http(tutorial)
+            wait_http(tutorial, proc=procs[-1])
             targets["tutorial exporter"] = tutorial
+            pids["tutorial exporter"] = procs[-1].pid
         else:
             print("SKIPPED: the tutorial exporter (python3 cannot import pynvml and "
                   "prometheus_client; pip install nvidia-ml-py prometheus_client)", file=sys.stderr)
@@ -196,7 +223,8 @@ http {{
                           + (f"  non-2xx {res['non2xx']}" if res["non2xx"] else ""),
                           file=sys.stderr)
 
-        report = {"gpus": args.gpus, "body_bytes": len(body),
+        rss = {name: rss_mib(pid) for name, pid in pids.items()}
+        report = {"gpus": args.gpus, "rss_mib_after": rss, "body_bytes": len(body),
                   "body_gzip_bytes": len(gzip.compress(body, 6)),
                   "wrk": {"threads": args.threads, "connections": args.connections,
                           "seconds": args.seconds, "rounds": args.rounds},
@@ -216,6 +244,8 @@ http {{
                 report["results"].setdefault(kind, {})[name] = med
                 print(f"{kind:6} {name:20} {med['rps']:10.0f} {med['p50_ms']:8.3f} "
                       f"{med['p99_ms']:8.3f} {med['ratio_to_nginx']:8.2f}x")
+        print("resident memory after the runs: " + ", ".join(
+            f"{name} {mib:.1f} MiB" for name, mib in rss.items()))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(report, f, indent=2)

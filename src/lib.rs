@@ -15,6 +15,8 @@
 //! - [`attribution`]: process name, user and owner (container, pod, unit, Slurm job) from procfs.
 //! - [`kubernetes`]: the kubelet pod-resources client (GPU → pod, namespace, container).
 //! - [`health`]: pure verdicts (agent readiness, per-GPU health and actions).
+//! - [`reclaim`]: idle GPUs (pure idleness and ladder, the acting path) and per-owner accounting;
+//!   a stage of the poll between enrich and judge.
 //! - [`http`]: the axum router (`/metrics`, `/health*`, `/livez`, `/readyz`, `/`).
 //! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
 //! - Shared by everything that changes the node: [`audit`] (the fsynced JSON-lines log of
@@ -44,6 +46,7 @@ pub mod logging;
 pub mod metrics;
 pub mod poller;
 pub mod procs;
+pub mod reclaim;
 pub mod remediation;
 pub mod rules;
 pub mod snapshot;

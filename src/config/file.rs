@@ -32,6 +32,8 @@ pub struct FileConfig {
     pub kubernetes: super::sections::KubernetesSection,
     pub rules: crate::remediation::config::RulesSection,
     pub remediation: crate::remediation::config::RemediationSection,
+    pub reclaim: crate::reclaim::config::ReclaimSection,
+    pub accounting: crate::reclaim::config::AccountingSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

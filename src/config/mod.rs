@@ -92,6 +92,10 @@ pub struct Config {
     pub rules: Arc<RuleSet>,
     /// `[remediation]`: hooks, routes and their safety rails.
     pub remediation: RemediationConfig,
+    /// `[reclaim]`: idle GPUs and what to do about them (off by default, dry run by default).
+    pub reclaim: crate::reclaim::ReclaimConfig,
+    /// `[accounting]`: per-owner GPU seconds and energy.
+    pub accounting: crate::reclaim::AccountingConfig,
 }
 
 /// A configuration that cannot be used.
@@ -210,6 +214,9 @@ fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
         let at = text.find("[[remediation.").unwrap_or(0);
         return Err(invalid(at, message));
     }
+    if let Some((span, message)) = f.reclaim.check() {
+        return Err(invalid(span.start, message));
+    }
     Ok(f)
 }
 
@@ -284,6 +291,8 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
         rule_files: f.rules.files,
         rules: Arc::new(RuleSet::default()),
         remediation: f.remediation.into_config(),
+        reclaim: f.reclaim.into_config(),
+        accounting: f.accounting.into_config(),
     }
 }
 
@@ -315,7 +324,9 @@ impl Config {
              {processes}\
              {kubernetes}\
              {rules}\
-             {remediation}",
+             {remediation}\
+             {reclaim}\
+             {accounting}",
             listen = self.listen,
             max_connections = self.max_connections,
             header_timeout = humantime::format_duration(self.header_timeout),
@@ -366,6 +377,8 @@ impl Config {
                 )
             },
             remediation = self.remediation.describe(),
+            reclaim = self.reclaim.describe(),
+            accounting = self.accounting.describe(),
         )
     }
 }

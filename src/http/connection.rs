@@ -118,7 +118,12 @@ async fn drive<S>(
 {
     // Boxed so that a connection still waiting for its first byte does not carry hyper's state.
     let mut conn = Box::pin(shared.builder.serve_connection(
-        TokioIo::new(Metered::new(stream, registry.clone(), slot.clone())),
+        TokioIo::new(Metered::new(
+            stream,
+            registry.clone(),
+            slot.clone(),
+            shared.header_timeout,
+        )),
         gate,
     ));
     let wake = tokio::select! {

@@ -12,6 +12,7 @@ mod events;
 mod health;
 mod metered;
 mod prior_knowledge;
+mod reclaim;
 pub mod server;
 pub mod unix;
 pub mod web_config;
@@ -58,6 +59,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health/gpus", get(health::gpus))
         .route("/health/gpus/{gpu}", get(health::gpu))
         .route("/api/v1/events", get(events::events))
+        .route("/api/v1/reclaim", get(reclaim::reclaim))
         .merge(api::mutating(Router::new().route(
             "/api/v1/alertmanager",
             axum::routing::post(alertmanager::receive),
@@ -203,6 +205,7 @@ async fn landing() -> Html<String> {
          <li><a href=\"/health\">/health</a>: agent and per-GPU health (application/health+json)</li>\
          <li><a href=\"/health/gpus\">/health/gpus</a>: per-GPU health, 503 when a GPU fails</li>\
          <li><a href=\"/api/v1/events\">/api/v1/events</a>: health events, newest first (?since=)</li>\
+         <li><a href=\"/api/v1/reclaim\">/api/v1/reclaim</a>: idle-GPU candidates and what happens when</li>\
          <li><a href=\"/readyz\">/readyz</a>: readiness</li>\
          <li><a href=\"/livez\">/livez</a>: liveness</li>\
          </ul></body></html>\n",

@@ -125,7 +125,8 @@ pub fn load(path: &Path) -> Result<WebConfig, String> {
     parse(path, &text)
 }
 
-fn parse(path: &Path, text: &str) -> Result<WebConfig, String> {
+/// [`load`] on text already read (`path` names it in errors and anchors relative paths).
+pub fn parse(path: &Path, text: &str) -> Result<WebConfig, String> {
     let at = |msg: String| format!("{}: {msg}", path.display());
     let file: File = if text.trim().is_empty() {
         File::default()
