@@ -11,9 +11,11 @@
 //! It must not call NVML or block a scrape: it reads the rendered text the poller published.
 
 pub mod alerts;
+mod binary;
 pub mod check;
 pub mod eval;
 pub mod file;
+mod functions;
 pub mod history;
 pub mod task;
 pub mod template;
