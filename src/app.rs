@@ -165,6 +165,45 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         }
     }
     let published = rx.clone();
+    let audit = if config.remediation.routes.is_empty() {
+        None
+    } else {
+        // Remediation without its audit trail is not started: hooks would run unrecorded.
+        Some(
+            crate::audit::AuditLog::open(&config.audit_file).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot open the audit log {} that [remediation] needs: {e}; fix [audit] file",
+                        config.audit_file.display()
+                    ),
+                )
+            })?,
+        )
+    };
+    let node = crate::remediation::dispatch::Node {
+        published: rx.clone(),
+        procfs: config.processes.procfs.clone(),
+        nvml_lib: config.nvml_lib.clone(),
+    };
+    let remediation = crate::remediation::dispatch::spawn(
+        config.remediation.clone(),
+        audit,
+        Some(node),
+        stop_rx.clone(),
+    );
+    let rules = (config.rules.rule_count() > 0).then(|| {
+        let metrics = Arc::new(crate::rules::RuleMetrics::default());
+        crate::rules::task::spawn(
+            config.rules.clone(),
+            config.interval,
+            rx.clone(),
+            metrics.clone(),
+            remediation.clone(),
+            stop_rx.clone(),
+        );
+        metrics
+    });
     let api = Arc::new(http::api::ApiConfig {
         enabled: config.api_enabled,
         token_file: config.api_token_file.clone(),
@@ -174,6 +213,8 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         published: rx,
         api: api.clone(),
         sharing: Some(sharing.clone()),
+        rules,
+        remediation: Some(remediation),
     };
     let unix = match (&config.api_socket, config.api_enabled) {
         (Some(path), true) => {
@@ -269,6 +310,11 @@ async fn wait_for_signals(
                         }
                         if new.log_format != current.log_format {
                             tracing::warn!("the log format changes only on restart");
+                        }
+                        if (&new.rule_files, &new.rules, &new.remediation)
+                            != (&current.rule_files, &current.rules, &current.remediation)
+                        {
+                            tracing::warn!("[rules] and [remediation] change only on restart");
                         }
                         if new.web_config_file != current.web_config_file {
                             tracing::warn!("[server] web_config_file changes only on restart");

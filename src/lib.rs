@@ -25,9 +25,13 @@
 //!   decisions), [`exec`] (hooks: argv, no shell, process group, timeout, bounded output),
 //!   [`procs`] (signals checked against the process start time), `http::api` (the API switch
 //!   and its bearer token).
+//! - [`rules`]: Prometheus alerting rules evaluated over the agent's own published series;
+//!   [`remediation`]: routes, safety rails, hooks and built-in actions for the alerts of the
+//!   rules and of Alertmanager's webhook.
 //!
 //! Dependencies point one way: `app` → `http`/`poller` → `metrics`/`health` → `snapshot`;
-//! `poller` → `gpu`/`attribution`/`kubernetes` → `snapshot`.
+//! `poller` → `gpu`/`attribution`/`kubernetes` → `snapshot`; `app` → `rules` → `remediation`
+//! → `exec`/`audit`/`procs`/`snapshot`.
 
 pub mod app;
 pub mod attribution;
@@ -45,6 +49,8 @@ pub mod metrics;
 pub mod poller;
 pub mod procs;
 pub mod reclaim;
+pub mod remediation;
+pub mod rules;
 pub mod sharing;
 pub mod snapshot;
 

@@ -30,6 +30,8 @@ pub struct FileConfig {
     pub health: HealthSection,
     pub processes: super::sections::ProcessesSection,
     pub kubernetes: super::sections::KubernetesSection,
+    pub rules: crate::remediation::config::RulesSection,
+    pub remediation: crate::remediation::config::RemediationSection,
     pub reclaim: crate::reclaim::config::ReclaimSection,
     pub accounting: crate::reclaim::config::AccountingSection,
     pub sharing: crate::sharing::config::SharingSection,

@@ -19,7 +19,10 @@ use file::FileConfig;
 use crate::attribution::ProcessesConfig;
 use crate::health::HealthConfig;
 use crate::kubernetes::KubernetesConfig;
+use crate::remediation::RemediationConfig;
+use crate::rules::RuleSet;
 use crate::sharing::SharingConfig;
+use std::sync::Arc;
 
 pub const DEFAULT_CONFIG: &str = "/etc/gpu-steward/config.toml";
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9400";
@@ -85,6 +88,11 @@ pub struct Config {
     pub processes: ProcessesConfig,
     /// `[kubernetes]`: pod labels from the kubelet's pod-resources API.
     pub kubernetes: KubernetesConfig,
+    /// `[rules] files`: the patterns, and the alerting rules loaded from them.
+    pub rule_files: Vec<String>,
+    pub rules: Arc<RuleSet>,
+    /// `[remediation]`: hooks, routes and their safety rails.
+    pub remediation: RemediationConfig,
     /// `[reclaim]`: idle GPUs and what to do about them (off by default, dry run by default).
     pub reclaim: crate::reclaim::ReclaimConfig,
     /// `[accounting]`: per-owner GPU seconds and energy.
@@ -128,17 +136,50 @@ pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config
             })
         }
     };
-    Ok(merge(file, parsed, overrides))
+    let mut config = merge(file, parsed, overrides);
+    load_rules(&mut config)?;
+    Ok(config)
+}
+
+/// Loads the rule files the configuration names; relative patterns are relative to the
+/// config file's directory (as Prometheus does). Errors point into the rule file.
+fn load_rules(config: &mut Config) -> Result<(), ConfigError> {
+    if config.rule_files.is_empty() {
+        return Ok(());
+    }
+    let base = config
+        .file
+        .as_ref()
+        .and_then(|f| f.parent())
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let patterns: Vec<String> = config
+        .rule_files
+        .iter()
+        .map(|p| {
+            if Path::new(p).is_absolute() {
+                p.clone()
+            } else {
+                base.join(p).display().to_string()
+            }
+        })
+        .collect();
+    let set = RuleSet::load(&patterns).map_err(|e| ConfigError::Invalid {
+        file: e.file,
+        line: e.line,
+        column: e.column,
+        message: e.message,
+    })?;
+    config.rules = Arc::new(set);
+    Ok(())
 }
 
 /// A configuration from `text` (as the file `name`) with `overrides` applied: what `load`
 /// does once it has read the file. Public so that fuzzing can reach it without a file.
 pub fn from_text(name: &str, text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
-    Ok(merge(
-        Some(PathBuf::from(name)),
-        parse(name, text)?,
-        overrides,
-    ))
+    let mut config = merge(Some(PathBuf::from(name)), parse(name, text)?, overrides);
+    load_rules(&mut config)?;
+    Ok(config)
 }
 
 /// The file's sections, and those that needed more than the TOML parser (`[sharing]` may
@@ -173,6 +214,16 @@ fn parse(name: &str, text: &str) -> Result<Parsed, ConfigError> {
     ];
     if let Some((span, message)) = labels::first_duplicate(&chosen) {
         return Err(invalid(span.start, message));
+    }
+    if let Some((span, message)) = f.remediation.unknown_hook() {
+        return Err(invalid(span.start, message));
+    }
+    if let Some((span, message)) = f.remediation.bad_action() {
+        return Err(invalid(span.start, message));
+    }
+    if let Some(message) = f.remediation.duplicate_hook() {
+        let at = text.find("[[remediation.").unwrap_or(0);
+        return Err(invalid(at, message));
     }
     if let Some((span, message)) = f.reclaim.check() {
         return Err(invalid(span.start, message));
@@ -265,6 +316,9 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
         health: f.health.into_config(),
         processes: f.processes.into_config(),
         kubernetes: f.kubernetes.into_config(),
+        rule_files: f.rules.files,
+        rules: Arc::new(RuleSet::default()),
+        remediation: f.remediation.into_config(),
         reclaim: f.reclaim.into_config(),
         accounting: f.accounting.into_config(),
         sharing,
@@ -298,6 +352,8 @@ impl Config {
              {health}\
              {processes}\
              {kubernetes}\
+             {rules}\
+             {remediation}\
              {reclaim}\
              {accounting}\
              {sharing}",
@@ -340,6 +396,17 @@ impl Config {
             health = self.health.describe(),
             processes = self.processes.describe(),
             kubernetes = self.kubernetes.describe(),
+            rules = if self.rule_files.is_empty() {
+                "alert rules: none ([rules] files)\n".to_string()
+            } else {
+                format!(
+                    "alert rules: {} rule(s) from {} file(s) matching {:?}\n",
+                    self.rules.rule_count(),
+                    self.rules.files().count(),
+                    self.rule_files
+                )
+            },
+            remediation = self.remediation.describe(),
             reclaim = self.reclaim.describe(),
             accounting = self.accounting.describe(),
             sharing = self.sharing.describe(),
@@ -568,6 +635,79 @@ mod tests {
         assert!(e.contains("shorter than 1s"), "{e}");
         let e = err("[kubernetes]\nsocket = \"/x\"\n");
         assert!(e.starts_with("c.toml:2:1: unknown field `socket`"), "{e}");
+    }
+
+    #[test]
+    fn the_issues_remediation_toml_parses_as_written() {
+        let text = r#"
+[rules]
+files = ["/etc/gpu-steward/rules/*.yml"]
+
+[remediation]
+dry_run = false
+
+[[remediation.hooks]]
+name = "cordon"
+command = ["/usr/lib/gpu-steward/hooks/cordon.sh"]   # argv, never a shell
+timeout = "30s"
+
+[[remediation.routes]]
+matchers = ['alertname="GpuFatalXid"', 'severity="critical"']
+hooks = ["cordon"]
+cooldown = "1h"
+on_resolved = false
+"#;
+        let c = from_text("c.toml", text, &Overrides::default()).expect("valid");
+        assert_eq!(c.rule_files, ["/etc/gpu-steward/rules/*.yml"]);
+        let r = &c.remediation;
+        assert!(!r.dry_run);
+        assert_eq!(r.max_actions_per_hour, 6);
+        assert_eq!(r.hooks[0].argv, ["/usr/lib/gpu-steward/hooks/cordon.sh"]);
+        assert_eq!(r.hooks[0].timeout, Duration::from_secs(30));
+        assert_eq!(r.routes[0].hooks, ["cordon"]);
+        assert_eq!(r.routes[0].cooldown, Duration::from_secs(3600));
+        assert!(!r.routes[0].on_resolved);
+        assert!(c
+            .describe()
+            .contains("route [alertname=\"GpuFatalXid\", severity=\"critical\"] -> cordon"));
+        // Off by default.
+        let d = from_text("c.toml", "", &Overrides::default()).expect("valid");
+        assert!(d.remediation.routes.is_empty() && d.rule_files.is_empty());
+    }
+
+    #[test]
+    fn bad_remediation_values_have_positions() {
+        let e = err("[[remediation.actions]]\nname = \"x\"\nkind = \"reset\"\n");
+        assert!(
+            e.starts_with("c.toml:3:8: unknown action kind 'reset'"),
+            "{e}"
+        );
+        let e = err("[[remediation.actions]]\nname = \"x\"\nkind = \"power_limit\"\n");
+        assert!(
+            e.starts_with("c.toml:2:8: action 'x' of kind 'power_limit' needs watts"),
+            "{e}"
+        );
+        let e = err("[[remediation.actions]]\nname = \"x\"\nkind = \"fence\"\nwatts = 3\n");
+        assert!(
+            e.starts_with("c.toml:4:9: watts applies to kind 'power_limit'"),
+            "{e}"
+        );
+        let e = err("[[remediation.hooks]]\nname = \"a\"\ncommand = [\"/a b\"]\n");
+        assert!(e.starts_with("c.toml:3:"), "{e}");
+        let e = err("[[remediation.routes]]\nmatchers = []\nhooks = []\ncooldown = \"soon\"\n");
+        assert!(e.starts_with("c.toml:4:12: invalid duration 'soon'"), "{e}");
+        let e = err("[rules]\nfiles = [\"/x/[\"]\n");
+        assert!(
+            e.starts_with("c.toml:2:9: invalid file pattern '/x/['"),
+            "{e}"
+        );
+        let e = err(
+            "[[remediation.hooks]]\nname = \"a\"\ncommand = [\"/bin/true\"]\n\
+                     [[remediation.actions]]\nname = \"a\"\nkind = \"signal_processes\"\n",
+        );
+        assert!(e.contains("'a' is defined twice"), "{e}");
+        let e = err("[remediation]\nenabled = true\n");
+        assert!(e.starts_with("c.toml:2:1: unknown field `enabled`"), "{e}");
     }
 
     #[test]

@@ -4,13 +4,14 @@
 //! not decide what a failure means for health or metrics, nor when to read what: it offers
 //! one [`GpuReader`] per device with a table of reads ([`READS`]), each tagged with its cost
 //! class ([`Tier`]), and reports per call what happened and what it cost so that the poller can
-//! schedule, count and publish.
+//! schedule, count and publish. [`control`] holds the only writes (power limit, compute mode),
+//! for remediation's built-in actions.
 //!
 //! All `unsafe` of the agent lives here (raw NVML symbols nvml-wrapper does not wrap), each block
 //! with a `// SAFETY:` comment.
 
 mod calls;
-mod control;
+pub mod control;
 mod error;
 mod events;
 mod gpm;

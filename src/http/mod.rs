@@ -5,6 +5,7 @@
 //! a reason; the server keeps serving whatever a client sends.
 
 mod admission;
+mod alertmanager;
 pub mod api;
 mod connection;
 mod events;
@@ -38,6 +39,10 @@ pub struct AppState {
     pub api: Arc<api::ApiConfig>,
     /// The sharing subsystem (`/api/v1/sharing`); `None` in router tests.
     pub sharing: Option<Arc<crate::sharing::Sharing>>,
+    /// Alert states and evaluation failures of the local rules, when rules are loaded.
+    pub rules: Option<Arc<crate::rules::RuleMetrics>>,
+    /// The remediation dispatcher (`POST /api/v1/alertmanager` feeds it; its hook metrics).
+    pub remediation: Option<crate::remediation::Handle>,
 }
 
 impl AppState {
@@ -62,6 +67,10 @@ pub fn router(state: AppState) -> Router {
         .merge(api::mutating(Router::new().route(
             "/api/v1/sharing/apply",
             axum::routing::post(sharing::apply),
+        )))
+        .merge(api::mutating(Router::new().route(
+            "/api/v1/alertmanager",
+            axum::routing::post(alertmanager::receive),
         )))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -88,22 +97,33 @@ pub fn protect(
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let published = state.latest();
     let now = SystemTime::now();
+    // Rules and hooks change between polls: rendered at scrape time (a few lines).
+    let mut extra = String::new();
+    if let Some(r) = &state.rules {
+        r.render(&mut extra);
+    }
+    if let Some(r) = &state.remediation {
+        r.metrics.render(&mut extra);
+    }
     let mut gzip = accepts_gzip(&headers);
     let parts = if gzip && !published.metrics.gzip_ready() {
         // The first gzip scrape of a publication compresses it (~0.4 ms for the 8-GPU page):
         // off the async workers, so that probes on the same runtime are never held up.
         let p = published.clone();
-        match tokio::task::spawn_blocking(move || p.metrics.gzip_parts(now)).await {
+        let e = extra.clone();
+        match tokio::task::spawn_blocking(move || p.metrics.gzip_parts_with(now, e.as_bytes()))
+            .await
+        {
             Ok(parts) => parts,
             Err(_) => {
                 gzip = false;
-                published.metrics.plain_parts(now)
+                published.metrics.plain_parts_with(now, extra.as_bytes())
             }
         }
     } else if gzip {
-        published.metrics.gzip_parts(now)
+        published.metrics.gzip_parts_with(now, extra.as_bytes())
     } else {
-        published.metrics.plain_parts(now)
+        published.metrics.plain_parts_with(now, extra.as_bytes())
     };
     let mut response = (
         [

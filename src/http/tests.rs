@@ -64,6 +64,8 @@ fn state(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppState {
         published: rx,
         api: api::ApiConfig::disabled(),
         sharing: None,
+        rules: None,
+        remediation: None,
     }
 }
 

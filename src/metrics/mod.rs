@@ -68,7 +68,15 @@ impl Rendered {
 
     /// The plain body as its two parts: the shared page and this scrape's tail.
     pub fn plain_parts(&self, now: SystemTime) -> [Bytes; 2] {
-        [self.text.clone(), Bytes::from(self.tail(now))]
+        self.plain_parts_with(now, b"")
+    }
+
+    /// The plain parts with `extra` (series rendered at scrape time, e.g. alert states) added
+    /// to the tail.
+    pub fn plain_parts_with(&self, now: SystemTime, extra: &[u8]) -> [Bytes; 2] {
+        let mut tail = self.tail(now);
+        tail.extend_from_slice(extra);
+        [self.text.clone(), Bytes::from(tail)]
     }
 
     /// Whether the gzip body is compressed already (a gzip scrape then only copies).
@@ -84,9 +92,16 @@ impl Rendered {
     /// The gzip body as its two parts: the shared compressed page and this scrape's tail with
     /// the trailer.
     pub fn gzip_parts(&self, now: SystemTime) -> [Bytes; 2] {
+        self.gzip_parts_with(now, b"")
+    }
+
+    /// The gzip parts with `extra` added to the tail (compressed after the shared prefix).
+    pub fn gzip_parts_with(&self, now: SystemTime, extra: &[u8]) -> [Bytes; 2] {
+        let mut tail = self.tail(now);
+        tail.extend_from_slice(extra);
         self.gzip
             .get_or_init(|| gzip::GzipPrefix::new(&self.text))
-            .finish_parts(&self.tail(now))
+            .finish_parts(&tail)
     }
 
     fn tail(&self, now: SystemTime) -> Vec<u8> {

@@ -83,6 +83,16 @@ pub struct Sim {
     /// `nvmlInit` while the library stays loaded, like a driver that stays loaded.
     delivered: Delivered,
     next_set_id: u64,
+    /// Settings written through NVML (power limit, compute mode) by GPU index: like a driver's,
+    /// they outlive `nvmlShutdown` while the library stays loaded, over whatever the scenario says.
+    written: BTreeMap<usize, Written>,
+}
+
+/// Settings an NVML caller wrote.
+#[derive(Clone, Copy, Default)]
+pub struct Written {
+    pub power_limit_mw: Option<u32>,
+    pub compute_mode: Option<u32>,
 }
 
 static SIM: Mutex<Sim> = Mutex::new(Sim {
@@ -97,7 +107,18 @@ static SIM: Mutex<Sim> = Mutex::new(Sim {
     event_sets: BTreeMap::new(),
     delivered: Delivered::new(),
     next_set_id: 1,
+    written: BTreeMap::new(),
 });
+
+/// What was written to GPU `index` so far.
+pub fn written(index: usize) -> Written {
+    lock().written.get(&index).copied().unwrap_or_default()
+}
+
+/// Records a write to GPU `index`.
+pub fn write(index: usize, f: impl FnOnce(&mut Written)) {
+    f(lock().written.entry(index).or_default());
+}
 
 fn lock() -> MutexGuard<'static, Sim> {
     SIM.lock().unwrap_or_else(PoisonError::into_inner)

@@ -67,6 +67,7 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetPowerManagementDefaultLimit",
     "nvmlDeviceGetPowerManagementLimitConstraints",
     "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceSetPowerManagementLimit",
     "nvmlDeviceGetTotalEnergyConsumption",
     "nvmlDeviceGetJpgUtilization",
     "nvmlDeviceGetOfaUtilization",

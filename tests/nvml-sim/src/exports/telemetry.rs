@@ -167,7 +167,13 @@ export!(
 
 export!(
     fn nvmlDeviceGetPowerManagementLimit(device: nvmlDevice_t, limit: *mut c_uint) {
-        put(limit, gpu(device)?.power_limit_mw)
+        let g = gpu(device)?;
+        put(
+            limit,
+            state::written(g.index as usize)
+                .power_limit_mw
+                .unwrap_or(g.power_limit_mw),
+        )
     }
 );
 
@@ -192,7 +198,27 @@ export!(
 export!(
     /// Equal to the management limit (no other limiter is simulated).
     fn nvmlDeviceGetEnforcedPowerLimit(device: nvmlDevice_t, limit: *mut c_uint) {
-        put(limit, gpu(device)?.power_limit_mw)
+        let g = gpu(device)?;
+        put(
+            limit,
+            state::written(g.index as usize)
+                .power_limit_mw
+                .unwrap_or(g.power_limit_mw),
+        )
+    }
+);
+
+export!(
+    /// Within the model's constraints (INVALID_ARGUMENT outside, as the driver answers); kept
+    /// while the library is loaded. The driver also asks for root (NO_PERMISSION otherwise):
+    /// not simulated, so that unprivileged tests can exercise the write.
+    fn nvmlDeviceSetPowerManagementLimit(device: nvmlDevice_t, limit: c_uint) {
+        let g = gpu(device)?;
+        if limit < g.model.power_min_w * 1000 || limit > g.model.power_max_w * 1000 {
+            return Err(ffi::INVALID_ARGUMENT);
+        }
+        state::write(g.index as usize, |w| w.power_limit_mw = Some(limit));
+        Ok(())
     }
 );
 

@@ -1,0 +1,384 @@
+//! The dispatcher: one task that takes alerts (from the local rules and from Alertmanager's
+//! webhook), matches them to routes, asks the rails, audits every decision, and starts the
+//! route's hooks, one action at a time per GPU.
+//!
+//! Decisions are taken in arrival order on this one task, so two copies of an alert arriving
+//! together cannot both pass the idempotence check; hooks run on blocking threads so that a slow
+//! hook holds only its GPU, never the dispatcher.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+
+use crate::audit::AuditLog;
+use crate::exec::{self, CommandSpec};
+use crate::poller::Published;
+
+use super::alert::Alert;
+use super::config::{Action, RemediationConfig, Route};
+use super::metrics::HookMetrics;
+use super::rails::{gpu_key, Decision, Rails};
+
+/// Where an alert came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The agent's own rules.
+    Rules,
+    /// `POST /api/v1/alertmanager`.
+    Alertmanager,
+}
+
+impl Source {
+    fn as_str(self) -> &'static str {
+        match self {
+            Source::Rules => "rules",
+            Source::Alertmanager => "alertmanager",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Notice {
+    pub alert: Alert,
+    pub source: Source,
+}
+
+/// Alerts waiting for a decision; beyond this the webhook answers 503 (Alertmanager retries).
+const QUEUE: usize = 1024;
+
+/// The way in: cheap to clone, shared by the rules task and the HTTP handler.
+#[derive(Clone)]
+pub struct Handle {
+    tx: mpsc::Sender<Notice>,
+    pub metrics: Arc<HookMetrics>,
+}
+
+impl Handle {
+    /// Queues `alerts`; `Err` with how many did not fit.
+    pub fn submit(&self, alerts: Vec<Alert>, source: Source) -> Result<(), usize> {
+        let total = alerts.len();
+        for (i, alert) in alerts.into_iter().enumerate() {
+            if self.tx.try_send(Notice { alert, source }).is_err() {
+                return Err(total - i);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What built-in actions read: the newest snapshot and where procfs is.
+pub struct Node {
+    pub published: watch::Receiver<Arc<Published>>,
+    pub procfs: std::path::PathBuf,
+    /// The NVML library the poller loads, for the actions that write to a GPU.
+    pub nvml_lib: String,
+}
+
+/// Starts the dispatcher; it stops when `stop` turns true.
+pub fn spawn(
+    config: RemediationConfig,
+    audit: Option<AuditLog>,
+    node: Option<Node>,
+    mut stop: watch::Receiver<bool>,
+) -> Handle {
+    let (tx, mut rx) = mpsc::channel(QUEUE);
+    let metrics = Arc::new(HookMetrics::default());
+    for name in config
+        .hooks
+        .iter()
+        .map(|h| &h.name)
+        .chain(config.actions.iter().map(|a| &a.name))
+    {
+        metrics.declare(name);
+    }
+    let handle = Handle {
+        tx,
+        metrics: metrics.clone(),
+    };
+    let runner = Arc::new(Runner {
+        config,
+        audit,
+        node,
+        metrics,
+        gpu_locks: Mutex::new(HashMap::new()),
+    });
+    tokio::spawn(async move {
+        let mut rails = Rails::default();
+        loop {
+            tokio::select! {
+                n = rx.recv() => match n {
+                    Some(n) => runner.clone().dispatch(&mut rails, n),
+                    None => break,
+                },
+                _ = stop.changed() => break,
+            }
+        }
+    });
+    handle
+}
+
+/// One step of a route: a hook or a built-in action.
+#[derive(Clone)]
+enum Step {
+    Hook(CommandSpec),
+    Action(Action),
+}
+
+impl Step {
+    fn name(&self) -> &str {
+        match self {
+            Step::Hook(h) => &h.name,
+            Step::Action(a) => &a.name,
+        }
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        match self {
+            Step::Hook(h) => json!({"hook": h.name, "argv": h.argv}),
+            Step::Action(a) => json!({"hook": a.name, "action": format!("{:?}", a.kind)}),
+        }
+    }
+}
+
+struct Runner {
+    config: RemediationConfig,
+    audit: Option<AuditLog>,
+    node: Option<Node>,
+    metrics: Arc<HookMetrics>,
+    /// One lock per GPU key: actions on a GPU run one at a time, in decision order.
+    gpu_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Runner {
+    fn dispatch(self: Arc<Self>, rails: &mut Rails, n: Notice) {
+        let a = &n.alert;
+        let now = SystemTime::now();
+        let matched: Vec<(usize, &Route)> = self
+            .config
+            .routes
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.matchers.iter().all(|m| m.matches(&a.labels)))
+            .collect();
+        let base = json!({
+            "source": n.source.as_str(),
+            "alertname": a.name(),
+            "status": a.status.as_str(),
+            "fingerprint": a.fingerprint,
+            "gpu": a.gpu(),
+            "gpu_uuid": a.gpu_uuid(),
+            "labels": a.labels,
+            "startsAt": a.starts_at,
+        });
+        if matched.is_empty() {
+            if !self.config.routes.is_empty() {
+                self.audit("decision", merge(&base, json!({"decision": "no_route"})));
+            }
+            return;
+        }
+        for (index, route) in matched {
+            let decision = rails.decide(
+                index,
+                route,
+                a,
+                self.config.dry_run,
+                self.config.max_actions_per_hour,
+                now,
+            );
+            let (word, reason) = match decision {
+                Decision::Run => ("run", None),
+                Decision::DryRun => ("dry_run", None),
+                Decision::Skip(r) => ("skip", Some(r)),
+            };
+            let recorded = self.audit(
+                "decision",
+                merge(
+                    &base,
+                    json!({
+                        "route": index,
+                        "hooks": route.hooks,
+                        "decision": word,
+                        "reason": reason.map(|r| r.as_str()),
+                    }),
+                ),
+            );
+            tracing::info!(
+                alertname = a.name(),
+                status = a.status.as_str(),
+                gpu = a.gpu().unwrap_or(""),
+                fingerprint = %a.fingerprint,
+                route = index,
+                decision = word,
+                reason = reason.map_or("", |r| r.as_str()),
+                "remediation decision"
+            );
+            if reason.is_some() {
+                continue;
+            }
+            if !recorded {
+                tracing::error!(
+                    alertname = a.name(),
+                    "not running hooks: the decision could not be written to the audit log"
+                );
+                continue;
+            }
+            let hooks: Vec<Step> = route
+                .hooks
+                .iter()
+                .filter_map(|h| {
+                    let hook = self.config.hooks.iter().find(|s| &s.name == h);
+                    let action = self.config.actions.iter().find(|a| &a.name == h);
+                    hook.cloned()
+                        .map(Step::Hook)
+                        .or_else(|| action.cloned().map(Step::Action))
+                })
+                .collect();
+            let runner = self.clone();
+            let alert = a.clone();
+            let dry = decision == Decision::DryRun;
+            tokio::spawn(async move { runner.run_hooks(index, hooks, alert, dry).await });
+        }
+    }
+
+    /// Writes an audit record; false when it could not be written (hooks then do not run).
+    fn audit(&self, event: &str, fields: serde_json::Value) -> bool {
+        match &self.audit {
+            None => true,
+            Some(log) => match log.record("remediation", event, fields) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(error = %e, file = %log.path().display(), "audit log write failed");
+                    false
+                }
+            },
+        }
+    }
+
+    /// Waits for the GPU's turn, then runs the steps on a blocking thread. The whole run, its
+    /// audit records included, lives on that thread: at shutdown a started hook finishes (up
+    /// to its timeout) and its outcome is still recorded.
+    async fn run_hooks(self: Arc<Self>, route: usize, steps: Vec<Step>, alert: Alert, dry: bool) {
+        let lock = self
+            .gpu_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(gpu_key(&alert))
+            .or_default()
+            .clone();
+        let turn = lock.lock_owned().await;
+        let runner = self.clone();
+        let ran = tokio::task::spawn_blocking(move || {
+            let _one_at_a_time = turn;
+            runner.run_steps(route, steps, &alert, dry);
+        })
+        .await;
+        if let Err(e) = ran {
+            tracing::error!(error = %e, "remediation run failed");
+        }
+    }
+
+    fn run_steps(&self, route: usize, steps: Vec<Step>, alert: &Alert, dry: bool) {
+        let base = json!({
+            "route": route,
+            "alertname": alert.name(),
+            "status": alert.status.as_str(),
+            "fingerprint": alert.fingerprint,
+            "gpu": alert.gpu(),
+        });
+        for step in steps {
+            let name = step.name().to_string();
+            if dry {
+                self.metrics.observe(&name, "dry_run", None);
+                self.audit("hook.dry_run", merge(&base, step.describe()));
+                tracing::info!(hook = %name, alertname = alert.name(), "dry run: not run");
+                continue;
+            }
+            if !self.audit("hook.start", merge(&base, step.describe())) {
+                continue;
+            }
+            let (result, duration, details) = match &step {
+                Step::Hook(spec) => self.run_hook(spec, alert),
+                Step::Action(action) => self.run_action(action, alert),
+            };
+            self.metrics.observe(&name, result, duration);
+            self.audit(
+                "hook.end",
+                merge(
+                    &merge(&base, details),
+                    json!({
+                        "hook": name,
+                        "result": result,
+                        "duration_ms": duration.map(|d| d.as_millis() as u64),
+                    }),
+                ),
+            );
+        }
+    }
+
+    fn run_hook(
+        &self,
+        spec: &CommandSpec,
+        alert: &Alert,
+    ) -> (&'static str, Option<std::time::Duration>, serde_json::Value) {
+        let stdin = serde_json::to_vec(alert).unwrap_or_default();
+        let out = exec::run(spec, &stdin, &hook_env(alert));
+        if out.outcome.success() {
+            tracing::info!(hook = %spec.name, alertname = alert.name(), duration_ms = out.duration.as_millis() as u64, stdout = %out.stdout, stderr = %out.stderr, "hook succeeded");
+        } else {
+            tracing::warn!(hook = %spec.name, alertname = alert.name(), outcome = %out.outcome, stdout = %out.stdout, stderr = %out.stderr, "hook failed");
+        }
+        (
+            out.outcome.result_label(),
+            Some(out.duration),
+            json!({
+                "outcome": out.outcome.to_string(),
+                "stdout": out.stdout,
+                "stderr": out.stderr,
+            }),
+        )
+    }
+
+    fn run_action(
+        &self,
+        action: &Action,
+        alert: &Alert,
+    ) -> (&'static str, Option<std::time::Duration>, serde_json::Value) {
+        let Some(node) = &self.node else {
+            return ("error", None, json!({"error": "no node state to act on"}));
+        };
+        let snapshot = node.published.borrow().snapshot.clone();
+        let out = super::actions::run(action.kind, alert, &snapshot, &node.procfs, &node.nvml_lib);
+        tracing::info!(action = %action.name, alertname = alert.name(), result = out.result, details = %out.details, "built-in action done");
+        (out.result, Some(out.duration), out.details)
+    }
+}
+
+/// The hook's environment: what a script needs without parsing JSON. Values are data (no
+/// shell reads them); a NUL, which no environment can hold, is dropped.
+fn hook_env(a: &Alert) -> Vec<(String, String)> {
+    let clean = |s: &str| s.replace('\0', "");
+    vec![
+        ("GPU_STEWARD_ALERT_NAME".into(), clean(a.name())),
+        ("GPU_STEWARD_ALERT_STATUS".into(), a.status.as_str().into()),
+        ("GPU_STEWARD_GPU".into(), clean(a.gpu().unwrap_or(""))),
+        (
+            "GPU_STEWARD_GPU_UUID".into(),
+            clean(a.gpu_uuid().unwrap_or("")),
+        ),
+        (
+            "GPU_STEWARD_ALERT_FINGERPRINT".into(),
+            clean(&a.fingerprint),
+        ),
+    ]
+}
+
+fn merge(base: &serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+    let mut out = base.clone();
+    if let (Some(o), serde_json::Value::Object(e)) = (out.as_object_mut(), extra) {
+        o.extend(e);
+    }
+    out
+}

@@ -1,0 +1,25 @@
+//! Remediation: alerts in (from the agent's own rules and from Alertmanager's webhook), routes
+//! matched, safety rails applied, hooks run, every decision and outcome audited.
+//!
+//! - [`alert`]: the Alertmanager alert object, the one shape every source hands in and every
+//!   hook reads on stdin; plain data.
+//! - [`config`]: `[rules]` and `[remediation]` as TOML, with positions in errors.
+//! - [`rails`]: the pure decision per (route, alert): idempotence by fingerprint, cooldown,
+//!   the node-wide hourly limit, dry run.
+//! - [`dispatch`]: the task that applies decisions and runs hooks through [`crate::exec::run`],
+//!   one action at a time per GPU, auditing through [`crate::audit::AuditLog`].
+//! - [`actions`]: built-in actions (signal the processes on a GPU).
+//! - [`metrics`]: hook runs and durations for `/metrics`.
+//!
+//! Nothing here runs unless routes and hooks are configured; hooks run as argv, never through
+//! a shell, with the shared runner's timeout that kills the whole process group.
+
+pub mod actions;
+pub mod alert;
+pub mod config;
+pub mod dispatch;
+pub mod metrics;
+pub mod rails;
+
+pub use config::RemediationConfig;
+pub use dispatch::{Handle, Source};

@@ -1,0 +1,272 @@
+//! Prometheus alerting rules evaluated on the node, over the agent's own series.
+//!
+//! The same rule files serve Prometheus and the agent: [`file`] loads them (YAML; errors with
+//! `FILE:LINE:COLUMN`, the rule and the construct), [`check`] admits the supported subset of
+//! PromQL, [`history`] keeps each selected series in a bounded ring buffer at poll resolution,
+//! [`eval`] evaluates an expression at one instant, and [`alerts`] keeps the pending → firing →
+//! resolved states exactly as Prometheus does. [`Engine::step`] is the pure decision: one
+//! publication in, the alerts that changed state out. [`task`] runs it after every poll and
+//! hands those alerts to the remediation routes.
+//!
+//! It must not call NVML or block a scrape: it reads the rendered text the poller published.
+
+pub mod alerts;
+mod binary;
+pub mod check;
+pub mod eval;
+pub mod file;
+mod functions;
+pub mod history;
+pub mod task;
+pub mod template;
+
+#[cfg(test)]
+mod promtool;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use crate::remediation::alert::Alert;
+
+use alerts::RuleState;
+use check::Needs;
+use file::{Group, RuleError};
+use history::History;
+
+/// Every group of every configured rule file, checked.
+#[derive(Debug, Clone, Default)]
+pub struct RuleSet {
+    pub groups: Vec<Group>,
+    /// The files loaded, with their contents, so that two configurations compare equal exactly
+    /// when they would evaluate the same rules.
+    sources: Vec<(PathBuf, String)>,
+    pub needs: Needs,
+}
+
+impl PartialEq for RuleSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.sources == other.sources
+    }
+}
+
+impl RuleSet {
+    /// Loads the files matching `patterns` (glob syntax, sorted, each file once). A pattern
+    /// without wildcards must name an existing file; a pattern with wildcards may match none.
+    pub fn load(patterns: &[String]) -> Result<RuleSet, RuleError> {
+        let mut files: Vec<PathBuf> = Vec::new();
+        for p in patterns {
+            let error = |message: String| RuleError {
+                file: p.clone(),
+                line: 0,
+                column: 0,
+                message,
+            };
+            let matched: Vec<PathBuf> = glob::glob(p)
+                .map_err(|e| error(format!("invalid pattern: {e}")))?
+                .filter_map(Result::ok)
+                .collect();
+            if matched.is_empty() && !p.contains(['*', '?', '[']) {
+                return Err(RuleError {
+                    file: p.clone(),
+                    line: 1,
+                    column: 1,
+                    message: "rule file not found; fix the path in [rules] files".into(),
+                });
+            }
+            for f in matched {
+                if !files.contains(&f) {
+                    files.push(f);
+                }
+            }
+        }
+        let mut set = RuleSet::default();
+        for f in files {
+            let text = std::fs::read_to_string(&f).map_err(|e| RuleError {
+                file: f.display().to_string(),
+                line: 1,
+                column: 1,
+                message: format!("cannot read: {e}"),
+            })?;
+            set.add(&f, text)?;
+        }
+        Ok(set)
+    }
+
+    /// Adds one file's rules.
+    pub fn add(&mut self, path: &Path, text: String) -> Result<(), RuleError> {
+        let groups = file::parse(path, &text, &mut self.needs)?;
+        self.groups.extend(groups);
+        self.sources.push((path.to_path_buf(), text));
+        Ok(())
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.groups.iter().map(|g| g.rules.len()).sum()
+    }
+
+    pub fn files(&self) -> impl Iterator<Item = &Path> {
+        self.sources.iter().map(|(p, _)| p.as_path())
+    }
+}
+
+/// Counters and gauges of the rules, read by `/metrics`.
+#[derive(Debug, Default)]
+pub struct RuleMetrics {
+    pub evaluation_failures: AtomicU64,
+    /// (alertname, pending, firing) per rule name, replaced after each step.
+    pub alerts: Mutex<Vec<(String, usize, usize)>>,
+}
+
+impl RuleMetrics {
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        let alerts = self
+            .alerts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if !alerts.is_empty() {
+            out.push_str(
+                "# HELP gpu_steward_alerts Alerts of the agent's own rules, by state (pending, firing).\n\
+                 # TYPE gpu_steward_alerts gauge\n",
+            );
+            for (name, pending, firing) in &alerts {
+                let name = crate::remediation::metrics::escape(name);
+                let _ = writeln!(
+                    out,
+                    "gpu_steward_alerts{{alertname=\"{name}\",state=\"pending\"}} {pending}"
+                );
+                let _ = writeln!(
+                    out,
+                    "gpu_steward_alerts{{alertname=\"{name}\",state=\"firing\"}} {firing}"
+                );
+            }
+        }
+        let _ = write!(
+            out,
+            "# HELP gpu_steward_rule_evaluation_failures_total Rule evaluations that failed (e.g. many-to-many matching).\n\
+             # TYPE gpu_steward_rule_evaluation_failures_total counter\n\
+             gpu_steward_rule_evaluation_failures_total {}\n",
+            self.evaluation_failures.load(Ordering::Relaxed)
+        );
+    }
+}
+
+/// The rules' state between publications.
+pub struct Engine {
+    set: Arc<RuleSet>,
+    history: History,
+    /// Per group, per rule.
+    states: Vec<Vec<RuleState>>,
+    last_eval: Vec<Option<SystemTime>>,
+}
+
+/// What one step produced.
+#[derive(Debug, Default)]
+pub struct Step {
+    /// Alerts that started firing or were resolved.
+    pub changed: Vec<Alert>,
+    /// Failed evaluations: (rule origin and name, reason).
+    pub failures: Vec<(String, String)>,
+}
+
+impl Engine {
+    pub fn new(set: Arc<RuleSet>, interval: Duration) -> Self {
+        let history = History::new(set.needs.names.clone(), set.needs.longest, interval);
+        Engine {
+            states: set
+                .groups
+                .iter()
+                .map(|g| g.rules.iter().map(|_| RuleState::default()).collect())
+                .collect(),
+            last_eval: vec![None; set.groups.len()],
+            set,
+            history,
+        }
+    }
+
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// Ingests one publication's exposition `text` taken at `ts` and evaluates every group due.
+    pub fn step(&mut self, text: &str, ts: SystemTime) -> Step {
+        self.history.ingest(text, millis(ts));
+        self.evaluate(ts)
+    }
+
+    /// Evaluates every group that is due at `ts` over the history as it is.
+    pub fn evaluate(&mut self, ts: SystemTime) -> Step {
+        let mut step = Step::default();
+        let ts_ms = millis(ts);
+        for (gi, group) in self.set.groups.iter().enumerate() {
+            if let (Some(every), Some(last)) = (group.interval, self.last_eval[gi]) {
+                if ts.duration_since(last).unwrap_or_default() < every {
+                    continue;
+                }
+            }
+            self.last_eval[gi] = Some(ts);
+            for (ri, rule) in group.rules.iter().enumerate() {
+                let result = match eval::evaluate(&rule.expr, &self.history, ts_ms) {
+                    Ok(eval::Value::Vector(v)) => Ok(v),
+                    // As Prometheus's EngineQueryFunc: a scalar is one element without labels.
+                    Ok(eval::Value::Scalar(v)) => Ok(vec![eval::Sample {
+                        labels: Arc::new(Vec::new()),
+                        value: v,
+                    }]),
+                    Err(e) => Err(e),
+                };
+                match result.and_then(|r| self.states[gi][ri].update(rule, &r, ts)) {
+                    Ok(changed) => step.changed.extend(changed),
+                    Err(e) => step
+                        .failures
+                        .push((format!("{} ({})", rule.name, rule.origin), e)),
+                }
+            }
+        }
+        step
+    }
+
+    /// (alertname, pending, firing), summed over rules of the same name, sorted.
+    pub fn counts(&self) -> Vec<(String, usize, usize)> {
+        let mut out: Vec<(String, usize, usize)> = Vec::new();
+        for (g, states) in self.set.groups.iter().zip(&self.states) {
+            for (rule, state) in g.rules.iter().zip(states) {
+                let (p, f) = state.counts();
+                match out.iter_mut().find(|(n, _, _)| *n == rule.name) {
+                    Some(e) => {
+                        e.1 += p;
+                        e.2 += f;
+                    }
+                    None => out.push((rule.name.clone(), p, f)),
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// The state of the rule named `name` (the first of that name), for tests.
+    pub fn rule_state(&self, name: &str) -> Option<&RuleState> {
+        self.set
+            .groups
+            .iter()
+            .zip(&self.states)
+            .flat_map(|(g, s)| g.rules.iter().zip(s))
+            .find(|(r, _)| r.name == name)
+            .map(|(_, s)| s)
+    }
+
+    /// Adds one sample directly (tests feed synthetic series this way).
+    #[cfg(test)]
+    pub fn history_mut(&mut self) -> &mut History {
+        &mut self.history
+    }
+}
+
+pub fn millis(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

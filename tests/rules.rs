@@ -1,0 +1,641 @@
+//! Alert rules on the node and remediation hooks, end to end: the real binary against the
+//! simulated NVML, rule files and hook scripts written by the test, the audit log read back,
+//! the webhook called over real HTTP.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{wait_for, Agent, Response};
+use serde_json::Value;
+
+const SCENARIO: &str = "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"GPU-11111111-2222-3333-4444-555555555555\"\ntemperature_c = 60\n";
+
+fn scenario_at(temp: u32) -> String {
+    SCENARIO.replace("temperature_c = 60", &format!("temperature_c = {temp}"))
+}
+
+/// A directory with the rule file, the recording hook, and where the hook and the audit log
+/// write.
+struct Setup {
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(rules: &str) -> Setup {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("rules.yml"), rules).expect("write rules");
+        // The hook appends one JSON line per call: its environment and its stdin. It quotes
+        // every expansion, so nothing it receives is ever run.
+        let hook = format!(
+            "#!/bin/sh\n\
+             input=$(cat)\n\
+             printf '{{\"name\":\"%s\",\"status\":\"%s\",\"gpu\":\"%s\",\"uuid\":\"%s\",\"fp\":\"%s\",\"argv\":\"%s\",\"stdin\":%s}}\\n' \
+             \"$GPU_STEWARD_ALERT_NAME\" \"$GPU_STEWARD_ALERT_STATUS\" \"$(printf %s \"$GPU_STEWARD_GPU\" | base64 -w0)\" \
+             \"$GPU_STEWARD_GPU_UUID\" \"$GPU_STEWARD_ALERT_FINGERPRINT\" \"$1\" \"$input\" >> '{}'\n\
+             echo hook ran for \"$GPU_STEWARD_ALERT_NAME\"\n",
+            dir.path().join("calls.jsonl").display()
+        );
+        write_script(&dir.path().join("record.sh"), &hook);
+        Setup { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `[rules]`, `[audit]` and a `[remediation]` with the hook `record` and `extra` TOML.
+    fn config(&self, extra: &str) -> String {
+        format!(
+            "[rules]\nfiles = [\"{rules}\"]\n[audit]\nfile = \"{audit}\"\n\
+             [[remediation.hooks]]\nname = \"record\"\ncommand = [\"{hook}\", \"an argument\"]\ntimeout = \"10s\"\n{extra}",
+            rules = self.path("rules.yml").display(),
+            audit = self.path("audit.jsonl").display(),
+            hook = self.path("record.sh").display(),
+        )
+    }
+
+    fn calls(&self) -> Vec<Value> {
+        read_lines(&self.path("calls.jsonl"))
+    }
+
+    fn audit(&self) -> Vec<Value> {
+        read_lines(&self.path("audit.jsonl"))
+    }
+
+    fn audit_events(&self, event: &str) -> Vec<Value> {
+        self.audit()
+            .into_iter()
+            .filter(|r| r["event"] == event)
+            .collect()
+    }
+}
+
+fn write_script(path: &Path, text: &str) {
+    std::fs::write(path, text).expect("write script");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+fn read_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l}: {e}")))
+        .collect()
+}
+
+fn alerts(agent: &Agent, name: &str, state: &str) -> Option<f64> {
+    agent.metrics().value(
+        "gpu_steward_alerts",
+        &[("alertname", name), ("state", state)],
+    )
+}
+
+/// Waits until the agent has published `n` more snapshots (to show that something did *not*
+/// happen over several evaluations).
+fn wait_polls(agent: &Agent, n: u32) {
+    let ts = |a: &Agent| {
+        a.metrics()
+            .get("gpu_steward_snapshot_timestamp_seconds", &[])
+    };
+    let start = ts(agent);
+    wait_for("more polls", Duration::from_secs(20), || {
+        (ts(agent) >= start + 0.2 * f64::from(n)).then_some(())
+    });
+}
+
+fn post(agent: &Agent, path: &str, auth: Option<&str>, body: &str) -> Response {
+    let auth = auth.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    agent.request(&format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ))
+}
+
+fn b64decode(s: &str) -> String {
+    let out = Command::new("base64")
+        .arg("-d")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().expect("stdin").write_all(s.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("base64 -d");
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+const HOT_RULE: &str = "groups:\n  - name: node\n    rules:\n      - alert: GpuHot\n        expr: gpu_steward_temperature_celsius > 85\n        for: 1s\n        labels:\n          severity: critical\n        annotations:\n          summary: \"GPU {{ $labels.gpu }} at {{ $value }} C\"\n";
+
+#[test]
+fn a_scenario_change_fires_after_for_runs_the_hook_once_and_resolves() {
+    let s = Setup::new(HOT_RULE);
+    let config = s.config(
+        "[[remediation.routes]]\nmatchers = ['alertname=\"GpuHot\"', 'severity=\"critical\"']\n\
+         hooks = [\"record\"]\ncooldown = \"1h\"\non_resolved = true\n",
+    );
+    let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    wait_for("the rule's series", Duration::from_secs(10), || {
+        (alerts(&agent, "GpuHot", "firing") == Some(0.0)).then_some(())
+    });
+    assert_eq!(alerts(&agent, "GpuHot", "pending"), Some(0.0));
+
+    agent.rewrite_scenario(&scenario_at(90));
+    // Pending first: `for: 1s` is five polls at 200 ms.
+    wait_for("GpuHot pending", Duration::from_secs(10), || {
+        (alerts(&agent, "GpuHot", "pending") == Some(1.0)).then_some(())
+    });
+    assert!(
+        s.calls().is_empty(),
+        "the hook ran while the alert was pending"
+    );
+    wait_for("GpuHot firing", Duration::from_secs(10), || {
+        (alerts(&agent, "GpuHot", "firing") == Some(1.0)).then_some(())
+    });
+    let calls = wait_for("the hook's call", Duration::from_secs(10), || {
+        let c = s.calls();
+        (!c.is_empty()).then_some(c)
+    });
+    let call = &calls[0];
+    assert_eq!(call["name"], "GpuHot");
+    assert_eq!(call["status"], "firing");
+    assert_eq!(b64decode(call["gpu"].as_str().expect("gpu")), "0");
+    assert_eq!(call["uuid"], "GPU-11111111-2222-3333-4444-555555555555");
+    assert_eq!(call["argv"], "an argument");
+    let stdin = &call["stdin"];
+    assert_eq!(stdin["status"], "firing");
+    assert_eq!(stdin["labels"]["alertname"], "GpuHot");
+    assert_eq!(stdin["labels"]["gpu"], "0");
+    assert_eq!(stdin["labels"]["severity"], "critical");
+    assert_eq!(stdin["annotations"]["summary"], "GPU 0 at 90 C");
+    assert_eq!(stdin["endsAt"], "0001-01-01T00:00:00Z");
+    assert_eq!(stdin["fingerprint"], call["fp"]);
+    assert_eq!(stdin["fingerprint"].as_str().map(str::len), Some(16));
+
+    // Still firing over many more evaluations: the hook ran once.
+    wait_polls(&agent, 8);
+    assert_eq!(s.calls().len(), 1, "the hook ran again for the same alert");
+
+    let decisions = s.audit_events("decision");
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(decisions[0]["decision"], "run");
+    assert_eq!(decisions[0]["alertname"], "GpuHot");
+    assert_eq!(decisions[0]["source"], "rules");
+    let ends = s.audit_events("hook.end");
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["result"], "success");
+    assert_eq!(ends[0]["stdout"], "hook ran for GpuHot\n");
+    assert!(ends[0]["ts"].as_str().is_some_and(|t| t.ends_with('Z')));
+
+    // Resolution: the route asks for it, so the hook runs once more with "resolved".
+    agent.rewrite_scenario(&scenario_at(60));
+    let calls = wait_for("the resolved call", Duration::from_secs(10), || {
+        let c = s.calls();
+        (c.len() == 2).then_some(c)
+    });
+    assert_eq!(calls[1]["status"], "resolved");
+    assert_eq!(calls[1]["stdin"]["status"], "resolved");
+    assert_eq!(calls[1]["fp"], calls[0]["fp"]);
+    assert_ne!(calls[1]["stdin"]["endsAt"], "0001-01-01T00:00:00Z");
+    assert_eq!(alerts(&agent, "GpuHot", "firing"), Some(0.0));
+    let m = agent.metrics();
+    assert_eq!(
+        m.value(
+            "gpu_steward_hook_runs_total",
+            &[("hook", "record"), ("result", "success")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        m.value(
+            "gpu_steward_hook_duration_seconds_count",
+            &[("hook", "record")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        m.value("gpu_steward_rule_evaluation_failures_total", &[]),
+        Some(0.0)
+    );
+    assert!(agent.log().contains("alert firing"), "{}", agent.log());
+}
+
+fn pid_alive(pid: i32) -> bool {
+    // A zombie has exited; only its parent's wait is missing.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().map(|r| r.trim().to_string()))
+        .is_some_and(|r| !r.starts_with('Z') && !r.starts_with('X'))
+}
+
+const UP_RULE: &str = "groups:\n  - name: node\n    rules:\n      - alert: GpuUp\n        expr: gpu_steward_gpu_up == 1\n";
+
+#[test]
+fn a_hanging_hook_is_killed_with_its_children() {
+    let s = Setup::new(UP_RULE);
+    let hang = format!(
+        "#!/bin/sh\nsleep 300 &\necho $! > '{child}'\necho $$ > '{me}'\nwait\n",
+        child = s.path("child.pid").display(),
+        me = s.path("hook.pid").display()
+    );
+    write_script(&s.path("hang.sh"), &hang);
+    let config = s.config(&format!(
+        "[[remediation.hooks]]\nname = \"hang\"\ncommand = [\"{}\"]\ntimeout = \"1s\"\n\
+         [[remediation.routes]]\nmatchers = ['alertname=\"GpuUp\"']\nhooks = [\"hang\"]\n",
+        s.path("hang.sh").display()
+    ));
+    let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    let read_pid = |name: &str| {
+        std::fs::read_to_string(s.path(name))
+            .ok()
+            .and_then(|t| t.trim().parse::<i32>().ok())
+    };
+    let (hook, child) = wait_for("the hook to start", Duration::from_secs(10), || {
+        Some((read_pid("hook.pid")?, read_pid("child.pid")?))
+    });
+    let end = wait_for("the hook's timeout", Duration::from_secs(10), || {
+        s.audit_events("hook.end").into_iter().next()
+    });
+    assert_eq!(end["result"], "timeout", "{end}");
+    assert_eq!(end["hook"], "hang");
+    wait_for(
+        "the hook and its child to be gone",
+        Duration::from_secs(5),
+        || (!pid_alive(hook) && !pid_alive(child)).then_some(()),
+    );
+    assert_eq!(
+        agent.metrics().value(
+            "gpu_steward_hook_runs_total",
+            &[("hook", "hang"), ("result", "timeout")]
+        ),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn dry_run_decides_and_audits_but_runs_nothing() {
+    let s = Setup::new(UP_RULE);
+    let config = s.config(
+        "[remediation]\ndry_run = true\n\
+         [[remediation.routes]]\nmatchers = ['alertname=\"GpuUp\"']\nhooks = [\"record\"]\n",
+    );
+    let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    let dry = wait_for("the dry run record", Duration::from_secs(10), || {
+        s.audit_events("hook.dry_run").into_iter().next()
+    });
+    assert_eq!(dry["hook"], "record");
+    assert_eq!(s.audit_events("decision")[0]["decision"], "dry_run");
+    wait_polls(&agent, 3);
+    assert!(s.calls().is_empty(), "a dry run ran the hook");
+    assert!(s.audit_events("hook.start").is_empty());
+    assert_eq!(
+        agent.metrics().value(
+            "gpu_steward_hook_runs_total",
+            &[("hook", "record"), ("result", "dry_run")]
+        ),
+        Some(1.0)
+    );
+}
+
+fn webhook_body(labels: &Value, status: &str) -> String {
+    serde_json::json!({
+        "version": "4", "groupKey": "{}:{alertname=\"Inject\"}", "truncatedAlerts": 0,
+        "status": status, "receiver": "gpu-steward", "groupLabels": {}, "commonLabels": {},
+        "commonAnnotations": {}, "externalURL": "http://alertmanager:9093",
+        "alerts": [{
+            "status": status, "labels": labels, "annotations": {"summary": "x"},
+            "startsAt": "2026-11-22T22:00:00.000Z", "endsAt": "0001-01-01T00:00:00Z",
+            "generatorURL": "http://prometheus/graph", "fingerprint": "0123456789abcdef"
+        }]
+    })
+    .to_string()
+}
+
+#[test]
+fn the_webhook_needs_the_token_and_labels_reach_the_hook_only_as_data() {
+    let s = Setup::new("groups: []\n");
+    let token = s.path("token");
+    std::fs::write(&token, "s3cret-token\n").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let pwned = s.path("pwned");
+    let config = format!(
+        "[api]\nenabled = true\ntoken_file = \"{}\"\n{}",
+        token.display(),
+        s.config(
+            "[[remediation.routes]]\nmatchers = ['alertname=\"Inject\"']\nhooks = [\"record\"]\n"
+        )
+    );
+    let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    let labels = serde_json::json!({
+        "alertname": "Inject",
+        "gpu": format!("$(touch {})", pwned.display()),
+        "uuid": format!("GPU-1; touch {} #", pwned.display()),
+        "note": format!("a\nb`touch {}`", pwned.display()),
+    });
+    let body = webhook_body(&labels, "firing");
+
+    let r = post(&agent, "/api/v1/alertmanager", None, &body);
+    assert_eq!(r.status, 401, "{}", r.text());
+    let r = post(&agent, "/api/v1/alertmanager", Some("wrong"), &body);
+    assert_eq!(r.status, 401, "{}", r.text());
+    let r = post(
+        &agent,
+        "/api/v1/alertmanager",
+        Some("s3cret-token"),
+        "{\"version\":\"4\"",
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("invalid webhook payload"), "{}", r.text());
+    let r = post(
+        &agent,
+        "/api/v1/alertmanager",
+        Some("s3cret-token"),
+        &body.replace("\"version\":\"4\"", "\"version\":\"3\""),
+    );
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("version '3'"), "{}", r.text());
+    assert!(s.audit().is_empty(), "rejected payloads reached the routes");
+
+    let r = post(&agent, "/api/v1/alertmanager", Some("s3cret-token"), &body);
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.json()["accepted"], 1);
+    let calls = wait_for("the hook's call", Duration::from_secs(10), || {
+        let c = s.calls();
+        (!c.is_empty()).then_some(c)
+    });
+    let call = &calls[0];
+    assert_eq!(b64decode(call["gpu"].as_str().expect("gpu")), labels["gpu"]);
+    assert_eq!(call["uuid"], labels["uuid"]);
+    assert_eq!(call["fp"], "0123456789abcdef");
+    assert_eq!(call["stdin"]["labels"], labels);
+    assert!(!pwned.exists(), "a label was executed");
+
+    // Alertmanager re-sends the same alert every repeat_interval: decided once, run once.
+    let r = post(&agent, "/api/v1/alertmanager", Some("s3cret-token"), &body);
+    assert_eq!(r.status, 202);
+    let dup = wait_for("the duplicate decision", Duration::from_secs(10), || {
+        let d = s.audit_events("decision");
+        (d.len() == 2).then_some(d)
+    });
+    assert_eq!(dup[0]["source"], "alertmanager");
+    assert_eq!(dup[1]["decision"], "skip");
+    assert!(dup[1]["reason"]
+        .as_str()
+        .is_some_and(|r| r.contains("duplicate")));
+    assert_eq!(s.calls().len(), 1);
+    assert!(!pwned.exists(), "a label was executed");
+}
+
+#[test]
+fn the_shipped_alert_rules_load_unchanged() {
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("alerts/gpu-steward.rules.yml");
+    let count = std::fs::read_to_string(&rules)
+        .expect("rules")
+        .lines()
+        .filter(|l| l.trim_start().starts_with("- alert:"))
+        .count();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!("[rules]\nfiles = [\"{}\"]\n", rules.display()),
+    )
+    .expect("config");
+    let out = Command::new(common::bin())
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .expect("check-config");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("alert rules: {count} rule(s) from 1 file(s)")),
+        "{stdout}"
+    );
+    // And the daemon evaluates them without a failure on a healthy node: nothing fires.
+    let agent = Agent::with_scenario(SCENARIO)
+        .config(&format!("[rules]\nfiles = [\"{}\"]\n", rules.display()))
+        .start();
+    wait_polls(&agent, 5);
+    let m = agent.metrics();
+    assert_eq!(
+        m.value("gpu_steward_rule_evaluation_failures_total", &[]),
+        Some(0.0)
+    );
+    let names = m.find("gpu_steward_alerts", &[("state", "firing")]);
+    assert_eq!(names.len(), count, "one series per alert name");
+    assert!(names.iter().all(|s| s.value == 0.0), "{names:?}");
+}
+
+#[test]
+fn unsupported_rules_and_bad_routes_are_refused_with_positions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("r.yml");
+    std::fs::write(
+        &rules,
+        "groups:\n  - name: g\n    rules:\n      - alert: Fine\n        expr: up == 0\n      - alert: Top\n        expr: topk(1, gpu_steward_temperature_celsius)\n",
+    )
+    .expect("rules");
+    let config = dir.path().join("c.toml");
+    let check = |text: &str| {
+        std::fs::write(&config, text).expect("config");
+        let out = Command::new(common::bin())
+            .arg("check-config")
+            .arg(&config)
+            .output()
+            .expect("check-config");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, err) = check("[rules]\nfiles = [\"r.yml\"]\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}:7:9: rule 'Top': the aggregation 'topk'",
+            rules.display()
+        )),
+        "{err}"
+    );
+    let (code, err) = check(
+        "[[remediation.hooks]]\nname = \"a\"\ncommand = [\"/bin/true\"]\n\
+         [[remediation.routes]]\nmatchers = ['alertname=\"X\"']\nhooks = [\"a\", \"b\"]\n",
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("c.toml:6:15: route hook 'b' is not defined"),
+        "{err}"
+    );
+    let (code, err) = check("[[remediation.routes]]\nmatchers = ['alertname']\nhooks = []\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("c.toml:2:12: invalid matcher 'alertname'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn actions_on_one_gpu_run_one_at_a_time() {
+    let s = Setup::new("groups: []\n");
+    let token = s.path("token");
+    std::fs::write(&token, "t0k3n\n").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    // Each run appends "start <fp>", sleeps, then "end <fp>": overlapping runs interleave.
+    let slow = format!(
+        "#!/bin/sh\necho \"start $GPU_STEWARD_ALERT_FINGERPRINT\" >> '{log}'\nsleep 0.4\n\
+         echo \"end $GPU_STEWARD_ALERT_FINGERPRINT\" >> '{log}'\n",
+        log = s.path("runs.log").display()
+    );
+    write_script(&s.path("slow.sh"), &slow);
+    let config = format!(
+        "[api]\nenabled = true\ntoken_file = \"{}\"\n{}",
+        token.display(),
+        s.config(&format!(
+            "[[remediation.hooks]]\nname = \"slow\"\ncommand = [\"{}\"]\n\
+             [[remediation.routes]]\nmatchers = ['alertname=~\"Slow.*\"']\nhooks = [\"slow\"]\ncooldown = \"0s\"\n",
+            s.path("slow.sh").display()
+        ))
+    );
+    let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    // Three different alerts about GPU 3, sent at once.
+    for (i, name) in ["SlowA", "SlowB", "SlowC"].iter().enumerate() {
+        let body = webhook_body(
+            &serde_json::json!({"alertname": name, "gpu": "3"}),
+            "firing",
+        )
+        .replace("0123456789abcdef", &format!("{i:016x}"));
+        assert_eq!(
+            post(&agent, "/api/v1/alertmanager", Some("t0k3n"), &body).status,
+            202
+        );
+    }
+    let log = wait_for("three runs", Duration::from_secs(20), || {
+        let t = std::fs::read_to_string(s.path("runs.log")).unwrap_or_default();
+        (t.lines().count() == 6).then_some(t)
+    });
+    let lines: Vec<&str> = log.lines().collect();
+    for pair in lines.chunks(2) {
+        let (start, end) = (pair[0], pair[1]);
+        assert!(
+            start.starts_with("start ") && end == start.replacen("start", "end", 1),
+            "runs on one GPU overlapped:\n{log}"
+        );
+    }
+}
+
+#[test]
+fn the_built_in_action_signals_the_processes_on_the_gpu() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut victim = Command::new("sleep").arg("300").spawn().expect("sleep");
+    let mut bystander = Command::new("sleep").arg("300").spawn().expect("sleep");
+    let scenario = format!(
+        "{SCENARIO}[[gpu.process]]\npid = {}\nkind = \"compute\"\nused_memory_mib = 1024\n\
+         [[gpu]]\nmodel = \"H100-SXM5-80GB\"\n[[gpu.process]]\npid = {}\nkind = \"compute\"\nused_memory_mib = 512\n",
+        victim.id(),
+        bystander.id()
+    );
+    let s = Setup::new(
+        "groups:\n  - name: node\n    rules:\n      - alert: GpuBusy\n        expr: gpu_steward_gpu_processes{gpu=\"0\"} > 0\n",
+    );
+    let config = s.config(
+        "[[remediation.actions]]\nname = \"stop-jobs\"\nkind = \"signal_processes\"\nsignal = \"SIGTERM\"\n\
+         [[remediation.routes]]\nmatchers = ['alertname=\"GpuBusy\"']\nhooks = [\"stop-jobs\"]\n",
+    );
+    let _agent = Agent::with_scenario(&scenario).config(&config).start();
+    let status = wait_for(
+        "the victim to be signalled",
+        Duration::from_secs(15),
+        || victim.try_wait().expect("try_wait"),
+    );
+    assert_eq!(status.signal(), Some(15), "{status:?}");
+    let end = wait_for("the action's record", Duration::from_secs(10), || {
+        s.audit_events("hook.end").into_iter().next()
+    });
+    assert_eq!(end["hook"], "stop-jobs");
+    assert_eq!(end["result"], "success", "{end}");
+    assert_eq!(end["processes"][0]["pid"], victim.id());
+    assert_eq!(end["processes"][0]["outcome"], "sent");
+    // The process on the other GPU is untouched.
+    assert!(
+        pid_alive(bystander.id() as i32),
+        "the other GPU's process was signalled"
+    );
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+}
+
+#[test]
+fn a_hook_running_at_sigterm_finishes_and_is_recorded() {
+    let s = Setup::new(UP_RULE);
+    let slow = format!(
+        "#!/bin/sh\ntouch '{started}'\nsleep 1\necho done\n",
+        started = s.path("started").display()
+    );
+    write_script(&s.path("slow.sh"), &slow);
+    let config = s.config(&format!(
+        "[[remediation.hooks]]\nname = \"slow\"\ncommand = [\"{}\"]\n\
+         [[remediation.routes]]\nmatchers = ['alertname=\"GpuUp\"']\nhooks = [\"slow\"]\n",
+        s.path("slow.sh").display()
+    ));
+    let mut agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    wait_for("the hook to start", Duration::from_secs(10), || {
+        s.path("started").exists().then_some(())
+    });
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(15));
+    assert_eq!(status.code(), Some(0), "{}", agent.log());
+    let end = s.audit_events("hook.end");
+    assert_eq!(end.len(), 1, "{:?}", s.audit());
+    assert_eq!(end[0]["result"], "success");
+    assert_eq!(end[0]["stdout"], "done\n");
+}
+
+#[test]
+fn power_limit_and_fence_are_written_to_the_gpu_and_undone_on_resolution() {
+    let s = Setup::new(HOT_RULE);
+    let config = s.config(
+        "[[remediation.actions]]\nname = \"cap\"\nkind = \"power_limit\"\nwatts = 400\n\
+         [[remediation.actions]]\nname = \"fence\"\nkind = \"fence\"\n\
+         [[remediation.routes]]\nmatchers = ['alertname=\"GpuHot\"']\nhooks = [\"cap\", \"fence\"]\non_resolved = true\n",
+    );
+    let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    let limit = |a: &Agent| {
+        a.metrics()
+            .value("gpu_steward_power_limit_watts", &[("gpu", "0")])
+    };
+    assert_eq!(limit(&agent), Some(700.0));
+    agent.rewrite_scenario(&scenario_at(90));
+    wait_for("the capped limit", Duration::from_secs(15), || {
+        (limit(&agent) == Some(400.0)).then_some(())
+    });
+    let ends = wait_for("both actions", Duration::from_secs(10), || {
+        let e = s.audit_events("hook.end");
+        (e.len() == 2).then_some(e)
+    });
+    assert_eq!(ends[0]["hook"], "cap");
+    assert_eq!(ends[0]["power_limit_watts"], 400.0);
+    assert_eq!(ends[1]["hook"], "fence");
+    assert_eq!(ends[1]["compute_mode"], "Prohibited", "{}", ends[1]);
+    agent.rewrite_scenario(&scenario_at(60));
+    wait_for("the default limit again", Duration::from_secs(15), || {
+        (limit(&agent) == Some(700.0)).then_some(())
+    });
+    let ends = wait_for("both undone", Duration::from_secs(10), || {
+        let e = s.audit_events("hook.end");
+        (e.len() == 4).then_some(e)
+    });
+    assert_eq!(ends[2]["status"], "resolved");
+    assert_eq!(ends[3]["compute_mode"], "Default", "{}", ends[3]);
+    assert!(ends.iter().all(|e| e["result"] == "success"), "{ends:?}");
+}
