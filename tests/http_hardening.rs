@@ -308,17 +308,18 @@ fn sigterm_with_stalled_connections_exits_0_well_within_a_second() {
 fn a_client_that_never_reads_gives_its_permit_back() {
     let _t = timed();
     let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
-        .config("[server]\nmax_connections = 1\nheader_timeout = \"1s\"\n")
+        .config("[server]\nmax_connections = 1\nheader_timeout = \"3s\"\n")
         .start();
     let mut greedy = TcpStream::connect(("127.0.0.1", agent.port)).expect("connect");
-    // ~150 KB per answer: 80 pipelined answers are far beyond both sockets' buffers.
-    let asks = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(80);
+    // ~150 KB per answer: 400 pipelined answers (60 MB) are far beyond both sockets' buffers,
+    // however far loopback autotuning grows them (tcp_wmem and tcp_rmem allow ~10 MB together).
+    let asks = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(400);
     greedy
         .write_all(asks.as_bytes())
         .expect("pipelined requests");
     wait_for(
         "the greedy client's stalled answer to hold the only permit",
-        Duration::from_secs(10),
+        Duration::from_secs(20),
         || (agent.get("/metrics").status == 503).then_some(()),
     );
     assert_eq!(
@@ -328,7 +329,7 @@ fn a_client_that_never_reads_gives_its_permit_back() {
     );
     wait_for(
         "the stalled connection to be dropped and /metrics to answer again",
-        Duration::from_secs(10),
+        Duration::from_secs(20),
         || (agent.get("/metrics").status == 200).then_some(()),
     );
     drop(greedy);
