@@ -178,7 +178,7 @@ export!(
         _gpm_sample: nvmlGpmSample_t,
     ) {
         let g = gpu(device)?;
-        if !supported(g.model.architecture) || g.mig_mode {
+        if !supported(g.model.architecture) || crate::store::enabled(&g) {
             return Err(ffi::NOT_SUPPORTED);
         }
         Err(ffi::INVALID_ARGUMENT)

@@ -29,7 +29,7 @@ export!(
     /// rates is not currently supported", nvml.h).
     fn nvmlDeviceGetUtilizationRates(device: nvmlDevice_t, utilization: *mut nvmlUtilization_t) {
         let g = gpu(device)?;
-        if g.mig_mode {
+        if crate::store::enabled(&g) {
             return Err(ffi::NOT_SUPPORTED);
         }
         put(
