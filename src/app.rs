@@ -114,7 +114,22 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     );
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let app = http::router(http::AppState { published: rx });
+    if config.api_enabled {
+        // Checked again on every mutating request; said here so that a broken file shows at once.
+        match http::api::load_token(&config.api_token_file) {
+            Ok(_) => {
+                tracing::info!(token_file = %config.api_token_file.display(), "mutating API on")
+            }
+            Err(e) => tracing::error!("{e}"),
+        }
+    }
+    let app = http::router(http::AppState {
+        published: rx,
+        api: Arc::new(http::api::ApiConfig {
+            enabled: config.api_enabled,
+            token_file: config.api_token_file.clone(),
+        }),
+    });
     let limits = http::server::Limits {
         max_connections: config.max_connections,
         header_timeout: config.header_timeout,

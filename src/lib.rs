@@ -17,15 +17,21 @@
 //! - [`health`]: pure verdicts (agent readiness, per-GPU health and actions).
 //! - [`http`]: the axum router (`/metrics`, `/health*`, `/livez`, `/readyz`, `/`).
 //! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
+//! - Shared by everything that changes the node: [`audit`] (the fsynced JSON-lines log of
+//!   decisions), [`exec`] (hooks: argv, no shell, process group, timeout, bounded output),
+//!   [`procs`] (signals checked against the process start time), `http::api` (the API switch
+//!   and its bearer token).
 //!
 //! Dependencies point one way: `app` → `http`/`poller` → `metrics`/`health` → `snapshot`;
 //! `poller` → `gpu`/`attribution`/`kubernetes` → `snapshot`.
 
 pub mod app;
 pub mod attribution;
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod exec;
 pub mod gpu;
 pub mod health;
 pub mod http;
@@ -33,6 +39,7 @@ pub mod kubernetes;
 pub mod logging;
 pub mod metrics;
 pub mod poller;
+pub mod procs;
 pub mod snapshot;
 
 use std::sync::atomic::AtomicU64;

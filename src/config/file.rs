@@ -26,6 +26,7 @@ pub struct FileConfig {
     pub metrics: MetricsSection,
     pub log: LogSection,
     pub api: ApiSection,
+    pub audit: AuditSection,
     pub health: HealthSection,
     pub processes: super::sections::ProcessesSection,
     pub kubernetes: super::sections::KubernetesSection,
@@ -102,7 +103,6 @@ pub enum LogFormat {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiSection {
-    #[serde(deserialize_with = "api_enabled")]
     pub enabled: bool,
     pub token_file: PathBuf,
 }
@@ -112,6 +112,21 @@ impl Default for ApiSection {
         ApiSection {
             enabled: false,
             token_file: PathBuf::from("/etc/gpu-steward/api-token"),
+        }
+    }
+}
+
+/// `[audit]`: where decisions that change the node are recorded.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditSection {
+    pub file: PathBuf,
+}
+
+impl Default for AuditSection {
+    fn default() -> Self {
+        AuditSection {
+            file: PathBuf::from(crate::audit::DEFAULT_FILE),
         }
     }
 }
@@ -274,18 +289,6 @@ fn log_level<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error
     parse_log_level(&s)
         .map(Some)
         .map_err(serde::de::Error::custom)
-}
-
-/// `[api] enabled = true` is refused while no mutating endpoint exists: accepting it would
-/// promise an authenticated API that is not there (check-config would say "on").
-fn api_enabled<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    if bool::deserialize(d)? {
-        return Err(de::Error::custom(
-            "this version has no mutating endpoints yet (MIG, sharing, reclaim and hooks come \
-             later), so there is nothing to enable; remove the key or set it to false",
-        ));
-    }
-    Ok(false)
 }
 
 fn positive_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {

@@ -69,6 +69,8 @@ pub struct Config {
     pub log_format: LogFormat,
     pub api_enabled: bool,
     pub api_token_file: PathBuf,
+    /// `[audit] file`: the JSON-lines log of every change the agent makes to the node.
+    pub audit_file: PathBuf,
     /// `[health]`: thresholds, XID window and overrides.
     pub health: HealthConfig,
     /// `[processes]`: per-process series and procfs attribution.
@@ -210,6 +212,7 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
         log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Text),
         api_enabled: f.api.enabled,
         api_token_file: f.api.token_file,
+        audit_file: f.audit.file,
         health: f.health.into_config(),
         processes: f.processes.into_config(),
         kubernetes: f.kubernetes.into_config(),
@@ -237,6 +240,7 @@ impl Config {
              expensive ones every {expensive}\n\
              metrics: dcgm-compatible {dcgm}, native {native}, hostname label {hostname_label}\n\
              mutating API (/api/v1): {api}\n\
+             audit log: {audit}\n\
              log: level {level}, format {format:?}\n\
              {health}\
              {processes}\
@@ -251,10 +255,14 @@ impl Config {
             dcgm = on(self.metrics_dcgm),
             native = on(self.metrics_native),
             api = if self.api_enabled {
-                format!("on, token from {}", self.api_token_file.display())
+                match crate::http::api::load_token(&self.api_token_file) {
+                    Ok(_) => format!("on, token from {}", self.api_token_file.display()),
+                    Err(e) => format!("on, but unusable: {e}"),
+                }
             } else {
                 "off".to_string()
             },
+            audit = self.audit_file.display(),
             level = self.log_level.as_deref().unwrap_or("info (or RUST_LOG)"),
             format = self.log_format,
             health = self.health.describe(),
@@ -326,11 +334,8 @@ mod tests {
         );
         let e = err("[log]\nformat = \"xml\"\n");
         assert!(e.starts_with("c.toml:2:10:"), "{e}");
-        let e = err("[api]\nenabled = true\n");
-        assert!(
-            e.starts_with("c.toml:2:11: this version has no mutating endpoints"),
-            "{e}"
-        );
+        let e = err("[audit]\nfile = 3\n");
+        assert!(e.starts_with("c.toml:2:8:"), "{e}");
         let e = err("[metrics]\nhostname_label = \"gpu\"\n");
         assert!(
             e.starts_with("c.toml:2:18: label name 'gpu' is already used"),

@@ -5,6 +5,7 @@
 //! a reason; the server keeps serving whatever a client sends.
 
 mod admission;
+pub mod api;
 mod connection;
 mod events;
 mod health;
@@ -29,6 +30,8 @@ use crate::poller::Published;
 #[derive(Clone)]
 pub struct AppState {
     pub published: watch::Receiver<Arc<Published>>,
+    /// `[api]`: whether routes that change the node are on, and where their token is.
+    pub api: Arc<api::ApiConfig>,
 }
 
 impl AppState {
@@ -50,6 +53,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/events", get(events::events))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::Extension(state.api.clone()))
         .with_state(state)
 }
 

@@ -9,7 +9,7 @@ use axum::http::{Request, StatusCode};
 use tokio::sync::watch;
 use tower::ServiceExt;
 
-use super::{router, AppState};
+use super::{api, router, AppState};
 use crate::health::{Evaluator, HealthConfig, Journal};
 use crate::metrics::{self, RenderConfig};
 use crate::poller::Published;
@@ -59,7 +59,10 @@ fn state(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppState {
         interval: Duration::from_secs(5),
     };
     let (_tx, rx) = watch::channel(Arc::new(published));
-    AppState { published: rx }
+    AppState {
+        published: rx,
+        api: api::ApiConfig::disabled(),
+    }
 }
 
 async fn call(state: AppState, method: &str, path: &str) -> (StatusCode, String) {
@@ -182,4 +185,66 @@ fn gzip_is_negotiated_from_accept_encoding() {
     assert!(!with("gzip;q=0"));
     assert!(!with("identity"));
     assert!(!super::accepts_gzip(&HeaderMap::new()));
+}
+
+/// The guard of CONTRACT §3 on a route that would change the node: off → 404, unusable token
+/// file → 503 with the reason, no or wrong token → 401, the right one → the handler.
+#[tokio::test]
+async fn mutating_routes_need_the_api_switch_and_the_token() {
+    use axum::routing::post;
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "0123456789abcdef\n").expect("write");
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let ask = |enabled: bool, auth: Option<&'static str>| {
+        let config = Arc::new(api::ApiConfig {
+            enabled,
+            token_file: token_file.clone(),
+        });
+        let mut st = healthy();
+        st.api = config.clone();
+        let app = axum::Router::new()
+            .merge(api::mutating(
+                axum::Router::new().route("/api/v1/test/apply", post(|| async { "applied" })),
+            ))
+            .layer(axum::Extension(config))
+            .with_state(st);
+        async move {
+            let mut req = Request::builder().method("POST").uri("/api/v1/test/apply");
+            if let Some(a) = auth {
+                req = req.header("authorization", a);
+            }
+            let response = app
+                .oneshot(req.body(Body::empty()).expect("request"))
+                .await
+                .expect("response");
+            let status = response.status();
+            let www = response.headers().get("www-authenticate").cloned();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .expect("body");
+            (status, String::from_utf8_lossy(&body).into_owned(), www)
+        }
+    };
+    let (s, body, _) = ask(false, Some("Bearer 0123456789abcdef")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+    assert!(body.contains("[api] enabled"), "{body}");
+    let (s, _, www) = ask(true, None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert!(www.is_some(), "401 without WWW-Authenticate");
+    let (s, body, _) = ask(true, Some("Bearer 0123456789abcdeF")).await;
+    assert_eq!(
+        (s, body.as_str()),
+        (StatusCode::UNAUTHORIZED, "wrong token\n")
+    );
+    let (s, _, _) = ask(true, Some("Basic 0123456789abcdef")).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, body, _) = ask(true, Some("bearer 0123456789abcdef")).await;
+    assert_eq!((s, body.as_str()), (StatusCode::OK, "applied"));
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o604)).expect("chmod");
+    let (s, body, _) = ask(true, Some("Bearer 0123456789abcdef")).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body.contains("chmod 600"), "{body}");
 }

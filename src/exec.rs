@@ -1,0 +1,412 @@
+//! Running external commands (hooks) the safe way: argv executed directly, never through a
+//! shell, in a process group of its own, with its input written and closed, its output captured
+//! up to a bound, and a deadline after which the whole group is killed.
+//!
+//! Blocking; from async code call it in `tokio::task::spawn_blocking`.
+
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde::Deserialize;
+
+/// Output kept per stream; the rest is read and dropped so that the command never blocks.
+pub const OUTPUT_LIMIT: usize = 16 * 1024;
+
+/// The default timeout of a hook.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A command to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandSpec {
+    /// A name for logs and metrics.
+    pub name: String,
+    /// `argv[0]` is the program (a path, or a name looked up in `PATH`).
+    pub argv: Vec<String>,
+    pub timeout: Duration,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It exited with this status.
+    Exited(i32),
+    /// A signal ended it (not ours).
+    Signaled(i32),
+    /// It ran past its timeout; its process group was killed.
+    TimedOut,
+    /// It could not be started.
+    SpawnFailed(String),
+}
+
+impl Outcome {
+    pub fn success(&self) -> bool {
+        matches!(self, Outcome::Exited(0))
+    }
+
+    /// `success`, `failure`, `timeout` or `error` (could not start): for metric labels.
+    pub fn result_label(&self) -> &'static str {
+        match self {
+            Outcome::Exited(0) => "success",
+            Outcome::Exited(_) | Outcome::Signaled(_) => "failure",
+            Outcome::TimedOut => "timeout",
+            Outcome::SpawnFailed(_) => "error",
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Exited(c) => write!(f, "exited with status {c}"),
+            Outcome::Signaled(s) => write!(f, "killed by signal {s}"),
+            Outcome::TimedOut => write!(f, "timed out; its process group was killed"),
+            Outcome::SpawnFailed(e) => write!(f, "could not be started: {e}"),
+        }
+    }
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct RunOutput {
+    pub outcome: Outcome,
+    pub duration: Duration,
+    /// At most [`OUTPUT_LIMIT`] bytes each, lossy UTF-8.
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// `command = ["/path", "arg"]`, `timeout = "30s"` as a config section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookSection {
+    pub name: String,
+    #[serde(deserialize_with = "argv")]
+    pub command: Vec<String>,
+    #[serde(default = "default_timeout", deserialize_with = "timeout")]
+    pub timeout: Duration,
+}
+
+impl HookSection {
+    pub fn spec(&self) -> CommandSpec {
+        CommandSpec {
+            name: self.name.clone(),
+            argv: self.command.clone(),
+            timeout: self.timeout,
+        }
+    }
+}
+
+fn default_timeout() -> Duration {
+    DEFAULT_TIMEOUT
+}
+
+fn argv<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    match v.first() {
+        None => Err(serde::de::Error::custom(
+            "command is empty; give the program and its arguments as a list, \
+             like [\"/usr/lib/gpu-steward/hooks/cordon.sh\", \"--reason\", \"xid\"]",
+        )),
+        Some(p) if p.is_empty() => Err(serde::de::Error::custom(
+            "the program (first element of command) is empty",
+        )),
+        Some(p) if v.len() == 1 && p.contains(' ') => Err(serde::de::Error::custom(format!(
+            "command '{p}' is one string with spaces, but commands run without a shell; \
+             split it into a list, like [\"/bin/prog\", \"arg\"]"
+        ))),
+        Some(_) => Ok(v),
+    }
+}
+
+fn timeout<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    match humantime::parse_duration(&s) {
+        Ok(t) if !t.is_zero() => Ok(t),
+        Ok(_) => Err(serde::de::Error::custom(
+            "timeout must be longer than zero; write it like '30s'",
+        )),
+        Err(e) => Err(serde::de::Error::custom(format!(
+            "invalid timeout '{s}': {e}; write it like '30s' or '2m'"
+        ))),
+    }
+}
+
+/// Runs `spec` with `stdin` as its input and `env` added to the agent's environment.
+///
+/// The command is the leader of a new process group. When it outlives `spec.timeout`, the whole
+/// group gets SIGKILL and the outcome is [`Outcome::TimedOut`]. When it exits in time but
+/// something it started keeps its output open, that group is killed at the deadline too, so that
+/// nothing a hook starts can hold the agent.
+pub fn run(spec: &CommandSpec, stdin: &[u8], env: &[(String, String)]) -> RunOutput {
+    let start = Instant::now();
+    let deadline = start + spec.timeout;
+    let done = |outcome, stdout, stderr| RunOutput {
+        outcome,
+        duration: start.elapsed(),
+        stdout,
+        stderr,
+    };
+    let Some((program, args)) = spec.argv.split_first() else {
+        return done(
+            Outcome::SpawnFailed("empty command".into()),
+            String::new(),
+            String::new(),
+        );
+    };
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return done(
+                Outcome::SpawnFailed(format!("{program}: {e}")),
+                String::new(),
+                String::new(),
+            )
+        }
+    };
+    let group = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+
+    // The input is written from a thread of its own: a command that never reads it must not
+    // block us. The thread ends when the pipe closes (EPIPE once the group is gone).
+    if let Some(mut pipe) = child.stdin.take() {
+        let input = stdin.to_vec();
+        let _ = thread::Builder::new()
+            .name("exec-stdin".into())
+            .spawn(move || {
+                let _ = pipe.write_all(&input);
+            });
+    }
+    let stdout = child.stdout.take().map(capture);
+    let stderr = child.stderr.take().map(capture);
+
+    let mut pause = Duration::from_millis(1);
+    let status: Option<ExitStatus> = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = killpg(group, Signal::SIGKILL);
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => {
+                thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+            Err(e) => {
+                let _ = killpg(group, Signal::SIGKILL);
+                let _ = child.wait();
+                return done(
+                    Outcome::SpawnFailed(format!("waiting for {program}: {e}")),
+                    String::new(),
+                    String::new(),
+                );
+            }
+        }
+    };
+    let outcome = match status {
+        None => Outcome::TimedOut,
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => Outcome::Exited(code),
+            (None, Some(sig)) => Outcome::Signaled(sig),
+            (None, None) => Outcome::Exited(-1),
+        },
+    };
+    // Output is complete when every holder of the pipes is gone. Whatever the command left
+    // running past the deadline is killed; a process that left the group (setsid) and keeps
+    // the pipe is abandoned after a second rather than waited for.
+    let collect = |rx: Option<mpsc::Receiver<String>>| -> String {
+        let Some(rx) = rx else {
+            return String::new();
+        };
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(wait) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = killpg(group, Signal::SIGKILL);
+                rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default()
+            }
+        }
+    };
+    let stdout = collect(stdout);
+    let stderr = collect(stderr);
+    done(outcome, stdout, stderr)
+}
+
+/// Reads a pipe to its end on a thread, keeping the first [`OUTPUT_LIMIT`] bytes.
+fn capture<R: Read + Send + 'static>(mut pipe: R) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let _ = thread::Builder::new()
+        .name("exec-output".into())
+        .spawn(move || {
+            let mut kept = Vec::new();
+            let mut buf = [0u8; 8192];
+            let mut dropped = 0usize;
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let room = OUTPUT_LIMIT.saturating_sub(kept.len()).min(n);
+                        kept.extend_from_slice(&buf[..room]);
+                        dropped += n - room;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let mut s = String::from_utf8_lossy(&kept).into_owned();
+            if dropped > 0 {
+                s.push_str(&format!("\n[{dropped} more bytes not kept]"));
+            }
+            let _ = tx.send(s);
+        });
+    rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(argv: &[&str], timeout_ms: u64) -> CommandSpec {
+        CommandSpec {
+            name: "t".into(),
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            timeout: Duration::from_millis(timeout_ms),
+        }
+    }
+
+    #[test]
+    fn input_environment_and_output_pass_as_data() {
+        let script =
+            r#"read -r line; printf '%s|%s' "$line" "$GPU_STEWARD_X"; echo err >&2; exit 3"#;
+        let out = run(
+            &spec(&["/bin/sh", "-c", script], 10_000),
+            b"$(touch /tmp/never); rm -rf /\n",
+            &[("GPU_STEWARD_X".into(), "a;b `c`".into())],
+        );
+        assert_eq!(out.outcome, Outcome::Exited(3));
+        assert_eq!(out.outcome.result_label(), "failure");
+        assert_eq!(out.stdout, "$(touch /tmp/never); rm -rf /|a;b `c`");
+        assert_eq!(out.stderr, "err\n");
+    }
+
+    #[test]
+    fn a_missing_program_is_an_error_not_a_panic() {
+        let out = run(&spec(&["/nonexistent/hook"], 1000), b"", &[]);
+        assert!(
+            matches!(out.outcome, Outcome::SpawnFailed(ref e) if e.contains("/nonexistent/hook"))
+        );
+        assert_eq!(out.outcome.result_label(), "error");
+        let out = run(&spec(&[], 1000), b"", &[]);
+        assert!(matches!(out.outcome, Outcome::SpawnFailed(_)));
+    }
+
+    #[test]
+    fn a_hung_command_is_killed_with_its_children() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pidfile = dir.path().join("child.pid");
+        // The child sleeps in the background and its pid is written down; the leader waits.
+        let script = format!("sleep 300 & echo $! > {}; wait", pidfile.display());
+        let out = run(&spec(&["/bin/sh", "-c", &script], 300), b"", &[]);
+        assert_eq!(out.outcome, Outcome::TimedOut);
+        assert_eq!(out.outcome.result_label(), "timeout");
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .expect("pid written")
+            .trim()
+            .parse()
+            .expect("pid");
+        assert!(gone(pid), "the background child {pid} survived the timeout");
+    }
+
+    #[test]
+    fn a_child_left_holding_the_output_is_killed_at_the_deadline() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pidfile = dir.path().join("child.pid");
+        let script = format!("sleep 300 & echo $! > {}; echo started", pidfile.display());
+        let out = run(&spec(&["/bin/sh", "-c", &script], 500), b"", &[]);
+        assert_eq!(out.outcome, Outcome::Exited(0));
+        assert_eq!(out.stdout, "started\n");
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .expect("pid written")
+            .trim()
+            .parse()
+            .expect("pid");
+        assert!(gone(pid), "the leftover child {pid} was not killed");
+    }
+
+    #[test]
+    fn output_is_bounded_and_the_command_never_blocks_on_it() {
+        let out = run(
+            &spec(
+                &["/bin/sh", "-c", "head -c 1000000 /dev/zero | tr '\\0' x"],
+                10_000,
+            ),
+            b"",
+            &[],
+        );
+        assert_eq!(out.outcome, Outcome::Exited(0));
+        assert!(out.stdout.starts_with(&"x".repeat(OUTPUT_LIMIT)));
+        assert!(
+            out.stdout.ends_with(&format!(
+                "[{} more bytes not kept]",
+                1_000_000 - OUTPUT_LIMIT
+            )),
+            "{}",
+            &out.stdout[OUTPUT_LIMIT..]
+        );
+    }
+
+    #[test]
+    fn large_input_to_a_command_that_ignores_it_does_not_block() {
+        let out = run(&spec(&["/bin/true"], 10_000), &vec![b'x'; 1 << 20], &[]);
+        assert_eq!(out.outcome, Outcome::Exited(0));
+    }
+
+    #[test]
+    fn hook_sections_refuse_shell_strings_and_empty_commands() {
+        let ok: HookSection =
+            toml::from_str("name = \"a\"\ncommand = [\"/bin/x\", \"y z\"]\n").expect("valid");
+        assert_eq!(ok.spec().timeout, DEFAULT_TIMEOUT);
+        let e = toml::from_str::<HookSection>("name = \"a\"\ncommand = [\"/bin/x --flag\"]\n")
+            .expect_err("one string with spaces");
+        assert!(e.to_string().contains("without a shell"), "{e}");
+        let e = toml::from_str::<HookSection>("name = \"a\"\ncommand = []\n").expect_err("empty");
+        assert!(e.to_string().contains("command is empty"), "{e}");
+        let e =
+            toml::from_str::<HookSection>("name = \"a\"\ncommand = [\"/x\"]\ntimeout = \"0s\"\n")
+                .expect_err("zero");
+        assert!(e.to_string().contains("longer than zero"), "{e}");
+    }
+
+    /// Gone, or a zombie nobody reaps (this machine's init does not).
+    fn gone(pid: i32) -> bool {
+        for _ in 0..100 {
+            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                Err(_) => return true,
+                Ok(stat) => {
+                    let state = stat
+                        .rsplit(')')
+                        .next()
+                        .and_then(|r| r.split_whitespace().next());
+                    if matches!(state, Some("Z" | "X")) {
+                        return true;
+                    }
+                }
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
