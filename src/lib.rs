@@ -16,6 +16,7 @@
 //! - [`kubernetes`]: the kubelet pod-resources client (GPU → pod, namespace, container).
 //! - [`health`]: pure verdicts (agent readiness, per-GPU health and actions).
 //! - [`http`]: the axum router (`/metrics`, `/health*`, `/livez`, `/readyz`, `/`).
+//! - [`mig`]: MIG layouts (mig-parted compatible), the planner and the applier.
 //! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
 //! - Shared by everything that changes the node: [`audit`] (the fsynced JSON-lines log of
 //!   decisions), [`exec`] (hooks: argv, no shell, process group, timeout, bounded output),
@@ -38,6 +39,7 @@ pub mod http;
 pub mod kubernetes;
 pub mod logging;
 pub mod metrics;
+pub mod mig;
 pub mod poller;
 pub mod procs;
 pub mod snapshot;

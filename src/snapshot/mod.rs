@@ -4,6 +4,7 @@
 //! talks to NVML. Every telemetry value is an `Option`: `None` means NVML could not give it (not
 //! supported, failed, GPU lost), and renderers must leave such a series out rather than invent a 0.
 
+pub mod mig;
 mod nvml;
 mod process;
 
