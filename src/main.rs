@@ -23,6 +23,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Run(args) => run(args),
+        Command::Mig(args) => ExitCode::from(gpu_steward::mig::cli::run(&args)),
         Command::Demo(mut args) => {
             if args.run.listen.is_none() {
                 args.run.listen = config::parse_listen("127.0.0.1:9400").ok();

@@ -30,6 +30,7 @@ pub struct FileConfig {
     pub health: HealthSection,
     pub processes: super::sections::ProcessesSection,
     pub kubernetes: super::sections::KubernetesSection,
+    pub mig: crate::mig::config::MigSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

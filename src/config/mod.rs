@@ -77,6 +77,8 @@ pub struct Config {
     pub processes: ProcessesConfig,
     /// `[kubernetes]`: pod labels from the kubelet's pod-resources API.
     pub kubernetes: KubernetesConfig,
+    /// `[mig]`: layouts, the layout to converge to, hooks and the reset command.
+    pub mig: crate::mig::config::MigConfig,
 }
 
 /// A configuration that cannot be used.
@@ -152,6 +154,7 @@ fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
     if let Some((span, message)) = labels::first_duplicate(&chosen) {
         return Err(invalid(span.start, message));
     }
+    f.mig.check().map_err(|(at, m)| invalid(at, m))?;
     Ok(f)
 }
 
@@ -216,6 +219,7 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
         health: f.health.into_config(),
         processes: f.processes.into_config(),
         kubernetes: f.kubernetes.into_config(),
+        mig: f.mig.into_config(),
     }
 }
 

@@ -70,8 +70,8 @@ impl MigConfig {
 pub const DEFAULT_RESET_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl MigSection {
-    /// Validates what needs the whole section; `Err((byte offset, message))`.
-    pub fn into_config(self) -> Result<MigConfig, (usize, String)> {
+    /// Checks what needs the whole section; `Err((byte offset, message))`.
+    pub fn check(&self) -> Result<(), (usize, String)> {
         if let Some(l) = &self.layout {
             let name = l.get_ref();
             if self.mig_config.is_none() && !self.layouts.contains_key(name) {
@@ -90,7 +90,11 @@ impl MigSection {
                 ));
             }
         }
-        Ok(MigConfig {
+        Ok(())
+    }
+
+    pub fn into_config(self) -> MigConfig {
+        MigConfig {
             layout: self.layout.map(toml::Spanned::into_inner),
             mig_config: self.mig_config,
             reset: self.reset_command.map(|argv| CommandSpec {
@@ -100,7 +104,7 @@ impl MigSection {
             }),
             hooks: self.hooks.iter().map(HookSection::spec).collect(),
             layouts: self.layouts,
-        })
+        }
     }
 }
 

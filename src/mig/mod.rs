@@ -9,6 +9,9 @@
 //! Only [`apply`] changes anything, and only through `gpu::MigControl`; nothing here runs unless
 //! a command, a configured `layout` or an authenticated API call asks for it.
 
+pub mod apply;
+pub mod cli;
 pub mod config;
 pub mod layout;
 pub mod plan;
+pub mod show;

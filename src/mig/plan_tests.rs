@@ -4,7 +4,9 @@ use crate::snapshot::mig::{ComputeInstance, GpuProcess, MigMode};
 
 /// The H100 80GB HBM3 table (nvml-mig-timeslicing.md §4.1-4.2): (index, id, name, slices,
 /// instances, starts, size).
-const H100: &[(u32, u32, &str, u32, u32, &[u32], u32)] = &[
+type Row = (u32, u32, &'static str, u32, u32, &'static [u32], u32);
+
+const H100: &[Row] = &[
     (0, 19, "1g.10gb", 1, 7, &[0, 1, 2, 3, 4, 5, 6], 1),
     (1, 14, "2g.20gb", 2, 3, &[0, 2, 4], 2),
     (2, 9, "3g.40gb", 3, 2, &[0, 4], 4),
