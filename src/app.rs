@@ -17,6 +17,7 @@ use crate::health::{Journal, NodeHealth};
 use crate::kubernetes::{self, KubeletFeed};
 use crate::logging::LogHandle;
 use crate::metrics::{self, RenderConfig};
+use crate::mig::service::MigService;
 use crate::poller::{self, Control, PollerConfig, Published};
 use crate::snapshot::Snapshot;
 use crate::{http, AgentCounters};
@@ -77,6 +78,29 @@ fn poller_config(c: &Config, kubelet: Option<KubeletFeed>) -> PollerConfig {
     }
 }
 
+/// Applies the configured `[mig] layout`, if any, and logs how it went.
+async fn converge(mig: &Arc<MigService>, when: &'static str) {
+    let Some(layout) = mig.configured_layout() else {
+        return;
+    };
+    let service = mig.clone();
+    let name = layout.clone();
+    match tokio::task::spawn_blocking(move || service.apply(&name, false, false)).await {
+        Ok(r) if r.ok() => {
+            tracing::info!(layout = %layout, outcome = r.outcome, steps = r.steps, when, "MIG layout in place")
+        }
+        Ok(r) => tracing::error!(
+            layout = %layout,
+            outcome = r.outcome,
+            error = r.error.as_deref().unwrap_or(""),
+            pending = ?r.pending,
+            when,
+            "MIG layout not reached"
+        ),
+        Err(e) => tracing::error!(error = %e, "the MIG apply task failed"),
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result<(), AppError> {
     let counters = Arc::new(AgentCounters::new());
@@ -105,7 +129,6 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             addr: config.listen,
             source,
         })?;
-    let poller = poller::spawn(pconfig, counters.clone(), journal, tx)?;
     let local = listener.local_addr()?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -123,12 +146,14 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             Err(e) => tracing::error!("{e}"),
         }
     }
+    let mig = Arc::new(MigService::new(&config));
     let app = http::router(http::AppState {
         published: rx,
         api: Arc::new(http::api::ApiConfig {
             enabled: config.api_enabled,
             token_file: config.api_token_file.clone(),
         }),
+        mig: Some(mig.clone()),
     });
     let limits = http::server::Limits {
         max_connections: config.max_connections,
@@ -136,9 +161,13 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         drain: DRAIN,
     };
     let server = tokio::spawn(http::server::serve(listener, app, limits, stop_rx));
+    // The configured MIG layout is in place before the first snapshot: until then /readyz
+    // answers 503 (a reboot loses every instance; the kubelet must not see the GPUs first).
+    converge(&mig, "start").await;
+    let poller = poller::spawn(pconfig, counters.clone(), journal, tx)?;
 
     let control = poller.control.clone();
-    wait_for_signals(config, &source, &log, &counters, &control, kubelet).await?;
+    wait_for_signals(config, &source, &log, &counters, &control, kubelet, &mig).await?;
 
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
@@ -163,6 +192,7 @@ async fn wait_for_signals(
     counters: &AgentCounters,
     control: &std::sync::mpsc::Sender<Control>,
     kubelet: Option<KubeletFeed>,
+    mig: &Arc<MigService>,
 ) -> Result<(), AppError> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -192,6 +222,10 @@ async fn wait_for_signals(
                         let _ = control.send(Control::Reconfigure(Box::new(poller_config(&new, kubelet.clone()))));
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
+                        mig.reconfigure(&new);
+                        let m = mig.clone();
+                        // In the background: the signal loop must keep answering SIGTERM.
+                        tokio::spawn(async move { converge(&m, "reload").await });
                         current = new;
                     }
                     Err(e) => {

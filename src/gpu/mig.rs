@@ -57,6 +57,38 @@ pub struct MigControl {
     nvml: Arc<Nvml>,
 }
 
+/// The poller's read of the layout (slow tier): only while MIG is enabled; the profile table
+/// is read once per board and kept.
+pub(super) fn poll_layout(
+    nvml: &Arc<Nvml>,
+    profiles: &mut Option<Vec<GiProfile>>,
+    dev: &Device,
+    enabled: bool,
+    errors: &mut Vec<(&'static str, NvmlCode)>,
+) -> Option<Vec<GpuInstance>> {
+    if !enabled {
+        return None;
+    }
+    let ctl = MigControl::new(nvml.clone());
+    if profiles.is_none() {
+        match ctl.device_profiles(dev) {
+            Ok(p) => *profiles = Some(p),
+            Err(e) => {
+                errors.push((e.call, e.code));
+                return None;
+            }
+        }
+    }
+    let table = profiles.as_deref().unwrap_or_default();
+    match ctl.layout(dev, table) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            errors.push((e.call, e.code));
+            None
+        }
+    }
+}
+
 /// The handles of one live GPU instance, for this call only.
 struct GiHandle {
     raw: nvmlGpuInstance_t,
@@ -114,18 +146,34 @@ impl MigControl {
             / (1024 * 1024);
         gpu.profiles = self.profiles(&dev, total_mib)?;
         if mig.is_some_and(|m| m.current) {
-            gpu.instances = self.instances(&dev, &gpu.profiles)?;
-            let uuids = self.mig_uuids(&dev)?;
-            for gi in &mut gpu.instances {
-                for ci in &mut gi.compute_instances {
-                    ci.uuid = uuids
-                        .iter()
-                        .find(|(g, c, _)| *g == gi.gpu_instance_id && *c == ci.compute_instance_id)
-                        .map(|(_, _, u)| u.clone());
-                }
-            }
+            gpu.instances = self.layout(&dev, &gpu.profiles)?;
         }
         Ok(gpu)
+    }
+
+    /// The GPU instances of a MIG-enabled device, with their compute instances and MIG UUIDs.
+    pub(super) fn layout(&self, dev: &Device, profiles: &[GiProfile]) -> R<Vec<GpuInstance>> {
+        let mut instances = self.instances(dev, profiles)?;
+        let uuids = self.mig_uuids(dev)?;
+        for gi in &mut instances {
+            for ci in &mut gi.compute_instances {
+                ci.uuid = uuids
+                    .iter()
+                    .find(|(g, c, _)| *g == gi.gpu_instance_id && *c == ci.compute_instance_id)
+                    .map(|(_, _, u)| u.clone());
+            }
+        }
+        Ok(instances)
+    }
+
+    /// The GPU-instance profiles of a device (for [`MigControl::layout`]).
+    pub(super) fn device_profiles(&self, dev: &Device) -> R<Vec<GiProfile>> {
+        let total_mib = dev
+            .memory_info()
+            .map_err(fail("nvmlDeviceGetMemoryInfo_v2"))?
+            .total
+            / (1024 * 1024);
+        self.profiles(dev, total_mib)
     }
 
     fn profiles(&self, dev: &Device, total_mib: u64) -> R<Vec<GiProfile>> {

@@ -10,6 +10,7 @@ mod connection;
 mod events;
 mod health;
 mod metered;
+mod mig;
 mod prior_knowledge;
 pub mod server;
 
@@ -32,6 +33,8 @@ pub struct AppState {
     pub published: watch::Receiver<Arc<Published>>,
     /// `[api]`: whether routes that change the node are on, and where their token is.
     pub api: Arc<api::ApiConfig>,
+    /// MIG layouts applied through `POST /api/v1/mig/apply`; `None` in tests that need none.
+    pub mig: Option<Arc<crate::mig::service::MigService>>,
 }
 
 impl AppState {
@@ -51,6 +54,10 @@ pub fn router(state: AppState) -> Router {
         .route("/health/gpus", get(health::gpus))
         .route("/health/gpus/{gpu}", get(health::gpu))
         .route("/api/v1/events", get(events::events))
+        .route("/api/v1/mig", get(mig::state))
+        .merge(api::mutating(
+            Router::new().route("/api/v1/mig/apply", axum::routing::post(mig::apply)),
+        ))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::Extension(state.api.clone()))
@@ -124,6 +131,7 @@ async fn landing() -> Html<String> {
          <li><a href=\"/health\">/health</a>: agent and per-GPU health (application/health+json)</li>\
          <li><a href=\"/health/gpus\">/health/gpus</a>: per-GPU health, 503 when a GPU fails</li>\
          <li><a href=\"/api/v1/events\">/api/v1/events</a>: health events, newest first (?since=)</li>\
+         <li><a href=\"/api/v1/mig\">/api/v1/mig</a>: MIG mode and instances per GPU</li>\
          <li><a href=\"/readyz\">/readyz</a>: readiness</li>\
          <li><a href=\"/livez\">/livez</a>: liveness</li>\
          </ul></body></html>\n",

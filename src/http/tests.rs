@@ -62,6 +62,7 @@ fn state(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppState {
     AppState {
         published: rx,
         api: api::ApiConfig::disabled(),
+        mig: None,
     }
 }
 

@@ -76,6 +76,8 @@ pub enum ApplyError {
     Failed {
         reason: String,
         restored: String,
+        /// Whether every change was undone.
+        undone: bool,
         left: Option<Vec<MigGpu>>,
     },
 }
@@ -404,6 +406,7 @@ pub fn apply(
         return Err(ApplyError::Failed {
             reason,
             restored,
+            undone: problems.is_empty(),
             left,
         });
     }

@@ -47,18 +47,12 @@ fn load_config(args: &MigArgs) -> Result<Config, Failure> {
     config::load(&path, required, &overrides).map_err(|e| (2, e.to_string()))
 }
 
-/// The layouts: `--mig-config` alone when given, else `[mig.layouts]` plus the configured
-/// `mig_config` file (the TOML ones win on a name clash).
+/// The layouts: `--mig-config` alone when given, else the config's.
 fn layouts(args: &MigArgs, cfg: &Config) -> Result<Layouts, Failure> {
-    if let Some(f) = &args.mig_config {
-        return read_mig_parted(f).map_err(|e| (2, e));
+    match &args.mig_config {
+        Some(f) => read_mig_parted(f).map_err(|e| (2, e)),
+        None => cfg.mig.all_layouts().map_err(|e| (2, e)),
     }
-    let mut all = match &cfg.mig.mig_config {
-        Some(f) => read_mig_parted(f).map_err(|e| (2, e))?,
-        None => Layouts::new(),
-    };
-    all.extend(cfg.mig.layouts.clone());
-    Ok(all)
 }
 
 fn run_inner(args: &MigArgs) -> Result<(), Failure> {

@@ -64,6 +64,17 @@ impl MigConfig {
     pub fn hook(&self, name: &str) -> Option<&CommandSpec> {
         self.hooks.iter().find(|h| h.name == name)
     }
+
+    /// Every layout: the `mig_config` file's (read now) and `[mig.layouts]` (which win on a
+    /// name clash).
+    pub fn all_layouts(&self) -> Result<Layouts, String> {
+        let mut all = match &self.mig_config {
+            Some(f) => read_mig_parted(f)?,
+            None => Layouts::new(),
+        };
+        all.extend(self.layouts.clone());
+        Ok(all)
+    }
 }
 
 /// Default time a reset command may take.

@@ -14,4 +14,5 @@ pub mod cli;
 pub mod config;
 pub mod layout;
 pub mod plan;
+pub mod service;
 pub mod show;

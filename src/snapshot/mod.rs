@@ -170,6 +170,8 @@ pub struct GpuReading {
     pub clock_event_reasons: Option<u64>,
     pub mig_mode_current: Option<bool>,
     pub mig_mode_pending: Option<bool>,
+    /// GPU instances (with compute instances and MIG UUIDs) while MIG is enabled.
+    pub mig_instances: Option<Vec<mig::GpuInstance>>,
     /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`: 0 none, 1 gpu reset, 2 node reboot, 3 drain P2P,
     /// 4 drain and reset.
     pub recovery_action: Option<u32>,
