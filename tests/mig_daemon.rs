@@ -129,3 +129,34 @@ fn the_configured_layout_is_in_place_when_ready_and_the_api_applies_others() {
         },
     );
 }
+
+#[test]
+fn each_gpu_instance_reports_its_own_activity() {
+    let scenario = "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nmig_mode = true\n\
+                    mig_devices = [\"3g.40gb\", \"2g.20gb\"]\n\
+                    gpm = { gr_engine_active = 0.8, sm_active = 0.7, tensor_active = 0.5, dram_active = 0.25 }\n\
+                    [[gpu.process]]\npid = 4242\nused_memory_mib = 1024\nmig_device = \"3g.40gb\"\n";
+    let agent = Agent::with_scenario(scenario).start();
+    let m = wait_for("per-instance GPM series", Duration::from_secs(30), || {
+        let m = agent.metrics();
+        (!m.find("gpu_steward_mig_sm_active_ratio", &[]).is_empty()).then_some(m)
+    });
+    // The busy 3g instance is as active as the scenario says; the idle 2g is at 0.
+    let busy = [("profile", "3g.40gb")];
+    let idle = [("profile", "2g.20gb")];
+    assert!((m.get("gpu_steward_mig_sm_active_ratio", &busy) - 0.7).abs() < 1e-9);
+    assert!((m.get("gpu_steward_mig_dram_active_ratio", &busy) - 0.25).abs() < 1e-9);
+    assert_eq!(m.get("gpu_steward_mig_sm_active_ratio", &idle), 0.0);
+    // dcgm-compatible: per instance with GPU_I_PROFILE and GPU_I_ID, no GPU-wide series.
+    let dcgm = m.find("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &[]);
+    assert_eq!(dcgm.len(), 2, "{dcgm:?}");
+    let v = m.get(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        &[("GPU_I_PROFILE", "3g.40gb"), ("GPU_I_ID", "1")],
+    );
+    assert!((v - 0.8).abs() < 1e-9);
+    // The MIG UUID of the instance the process runs in is joined to it.
+    let info = m.find("gpu_steward_mig_instance_info", &busy);
+    assert_eq!(info.len(), 1);
+    assert_eq!(m.get("gpu_steward_mig_mode", &[("state", "pending")]), 1.0);
+}

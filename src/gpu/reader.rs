@@ -231,6 +231,18 @@ impl GpuReader {
     fn gpm(&mut self, device: &Device, out: &mut GpuReading) {
         let mig = self.mig == Some(true);
         out.gpm = self.gpm.poll(&self.nvml, device, mig, &mut self.log);
+        let instances: Vec<u32> = out
+            .mig_instances
+            .iter()
+            .flatten()
+            .map(|gi| gi.gpu_instance_id)
+            .collect();
+        out.mig_gpm = if mig {
+            self.gpm
+                .poll_mig(&self.nvml, device, &instances, &mut self.log)
+        } else {
+            Vec::new()
+        };
         let rates = out
             .gpm
             .as_ref()

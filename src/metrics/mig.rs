@@ -1,11 +1,24 @@
 //! MIG series: the mode per GPU (`gpu_steward_mig_mode{gpu,uuid,state}`, `state` = `current`
 //! or `pending`, 1 = enabled) and one identity series per compute instance
 //! (`gpu_steward_mig_instance_info{gpu,uuid,gpu_instance,compute_instance,profile,placement,
-//! mig_uuid} 1`) that joins MIG UUIDs (what the kubelet hands pods) to their instance. Absent
-//! where NVML gave nothing: a GPU without MIG has no `gpu_steward_mig_mode` series.
+//! mig_uuid} 1`) that joins MIG UUIDs (what the kubelet hands pods) to their instance, and the
+//! activity of each GPU instance from GPM MIG samples (`gpu_steward_mig_*_ratio{gpu,uuid,
+//! gpu_instance,profile}`), which dcgm-exporter cannot give. Absent where NVML gave nothing: a
+//! GPU without MIG has no `gpu_steward_mig_mode` series.
 
 use super::{flag, Families, Family};
-use crate::snapshot::{GpuStatus, Snapshot};
+use crate::snapshot::{GpmMetrics, GpuStatus, Snapshot};
+
+type Value = fn(&GpmMetrics) -> Option<f64>;
+
+/// Per GPU instance, from `nvmlGpmMigSampleGet` (Hopper and newer).
+const ACTIVITY: &[(&str, &str, Value)] = &[
+    ("gpu_steward_mig_graphics_engine_active_ratio", "Fraction of time the GPU instance's graphics or compute engine was active between two polls (GPM MIG sample, GRAPHICS_UTIL).", |m| m.graphics_active),
+    ("gpu_steward_mig_sm_active_ratio", "Fraction of cycles the GPU instance's SMs had at least one warp assigned (GPM MIG sample, SM_UTIL).", |m| m.sm_active),
+    ("gpu_steward_mig_sm_occupancy_ratio", "Resident warps as a fraction of the GPU instance's SMs' maximum (GPM MIG sample, SM_OCCUPANCY).", |m| m.sm_occupancy),
+    ("gpu_steward_mig_tensor_pipe_active_ratio", "Fraction of cycles any tensor pipe of the GPU instance was active (GPM MIG sample, ANY_TENSOR_UTIL).", |m| m.tensor_active),
+    ("gpu_steward_mig_dram_active_ratio", "Fraction of cycles the GPU instance's memory interface was busy (GPM MIG sample, DRAM_BW_UTIL).", |m| m.dram_active),
+];
 
 pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
     let mut mode = Family::gauge(
@@ -49,4 +62,28 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
     }
     out.push(mode);
     out.push(info);
+    for (name, help, value) in ACTIVITY {
+        let mut f = Family::gauge(name, help);
+        for g in snapshot.gpus.iter().filter(|g| g.status == GpuStatus::Up) {
+            for (gi, m) in &g.reading.mig_gpm {
+                let Some(inst) = g
+                    .reading
+                    .mig_instances
+                    .iter()
+                    .flatten()
+                    .find(|i| i.gpu_instance_id == *gi)
+                else {
+                    continue;
+                };
+                let labels = [
+                    ("gpu", g.index.to_string()),
+                    ("uuid", g.uuid().to_string()),
+                    ("gpu_instance", gi.to_string()),
+                    ("profile", inst.profile.clone()),
+                ];
+                f.add_opt(&labels, value(m));
+            }
+        }
+        out.push(f);
+    }
 }

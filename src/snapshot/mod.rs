@@ -172,6 +172,8 @@ pub struct GpuReading {
     pub mig_mode_pending: Option<bool>,
     /// GPU instances (with compute instances and MIG UUIDs) while MIG is enabled.
     pub mig_instances: Option<Vec<mig::GpuInstance>>,
+    /// GPM metrics per GPU instance id while MIG is enabled (Hopper and newer).
+    pub mig_gpm: Vec<(u32, GpmMetrics)>,
     /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`: 0 none, 1 gpu reset, 2 node reboot, 3 drain P2P,
     /// 4 drain and reset.
     pub recovery_action: Option<u32>,
