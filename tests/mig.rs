@@ -573,6 +573,20 @@ fn bad_layouts_and_files_are_rejected_with_positions() {
         assert!(err.contains(want), "{err} should contain {want}");
         assert!(err.starts_with(&format!("{}:", p.display())), "{err}");
     }
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, format!("[mig]\nlayout = \"balanced\"\n{LAYOUTS}")).expect("write");
+    let out = Command::new(bin())
+        .arg("check-config")
+        .arg(&good)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("MIG: converge to layout 'balanced'"),
+        "{said}"
+    );
+
     let yaml = dir.path().join("bad.yaml");
     std::fs::write(
         &yaml,

@@ -248,7 +248,8 @@ impl Config {
              log: level {level}, format {format:?}\n\
              {health}\
              {processes}\
-             {kubernetes}",
+             {kubernetes}\
+             {mig}",
             listen = self.listen,
             max_connections = self.max_connections,
             header_timeout = humantime::format_duration(self.header_timeout),
@@ -272,6 +273,7 @@ impl Config {
             health = self.health.describe(),
             processes = self.processes.describe(),
             kubernetes = self.kubernetes.describe(),
+            mig = self.mig.describe(),
         )
     }
 }

@@ -65,6 +65,30 @@ impl MigConfig {
         self.hooks.iter().find(|h| h.name == name)
     }
 
+    /// One line for `check-config`.
+    pub fn describe(&self) -> String {
+        let mut names: Vec<&str> = self.layouts.keys().map(String::as_str).collect();
+        if let Some(f) = &self.mig_config {
+            names.push("(and the layouts of");
+            names.push(f.to_str().unwrap_or("the mig_config file"));
+            names.push(")");
+        }
+        let layouts = if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(" ")
+        };
+        match &self.layout {
+            Some(l) => format!(
+                "MIG: converge to layout '{l}' at start and on SIGHUP; layouts: {layouts}; \
+                 hooks: {}; reset command: {}\n",
+                self.hooks.len(),
+                if self.reset.is_some() { "yes" } else { "none" }
+            ),
+            None => format!("MIG: never changed on its own; layouts: {layouts}\n"),
+        }
+    }
+
     /// Every layout: the `mig_config` file's (read now) and `[mig.layouts]` (which win on a
     /// name clash).
     pub fn all_layouts(&self) -> Result<Layouts, String> {

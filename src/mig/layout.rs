@@ -213,6 +213,9 @@ fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<LayoutEntry>, D::Err
 /// What one GPU should look like under a layout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuTarget {
+    /// The entry named this GPU by index (`devices: [..]`), not `all`: a GPU without MIG is
+    /// then an error instead of skipped (mig-parted's rule).
+    pub explicit: bool,
     pub mig_enabled: bool,
     /// Profile name → count.
     pub mig_devices: BTreeMap<String, u32>,
@@ -226,6 +229,7 @@ impl Layout {
             .rev()
             .find(|e| e.selects(gpu))
             .map(|e| GpuTarget {
+                explicit: matches!(e.devices, Devices::Indices(_)),
                 mig_enabled: e.mig_enabled,
                 mig_devices: e.mig_devices.clone(),
             })

@@ -326,9 +326,12 @@ fn plan_gpu(gpu: &MigGpu, t: &GpuTarget) -> Result<GpuPlan, String> {
         blocking_pids: Vec::new(),
     };
     let Some(mode) = gpu.mig else {
-        if t.mig_enabled {
+        // mig-parted: a GPU without MIG is skipped under `devices: all` and an error only when
+        // named by index with `mig-enabled: true`.
+        if t.mig_enabled && t.explicit {
             return Err(format!("{} does not support MIG", gpu.name));
         }
+        plan.selected = false;
         return Ok(plan);
     };
     if !t.mig_enabled {

@@ -348,7 +348,12 @@ fn enabling_comes_first_and_mig_less_gpus_are_refused() {
     let mut l4 = h100(1, false);
     l4.mig = None;
     l4.name = "NVIDIA L4".into();
-    let e = plan(&[l4.clone()], &layout(&[])).expect_err("no MIG");
+    // Under `devices: all` a GPU without MIG is skipped; named by index it is an error.
+    let p = plan(&[l4.clone()], &layout(&[])).expect("skipped");
+    assert!(!p.gpus[0].selected && p.is_noop());
+    let mut named = layout(&[]);
+    named.entries[0].devices = Devices::Indices(vec![1]);
+    let e = plan(&[l4.clone()], &named).expect_err("no MIG");
     assert!(e.reason.contains("does not support MIG"));
     let mut off = layout(&[]);
     off.entries[0].mig_enabled = false;
