@@ -62,6 +62,16 @@ pub struct GpuProcess {
     pub compute_instance_id: Option<u32>,
 }
 
+/// A Kubernetes container allocated a MIG device (the kubelet hands out `MIG-…` ids), joined
+/// to the instance behind it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigPod {
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+    pub mig_uuid: String,
+    pub pod: super::PodRef,
+}
+
 /// One GPU as MIG sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MigGpu {

@@ -174,6 +174,8 @@ pub struct GpuReading {
     pub mig_instances: Option<Vec<mig::GpuInstance>>,
     /// GPM metrics per GPU instance id while MIG is enabled (Hopper and newer).
     pub mig_gpm: Vec<(u32, GpmMetrics)>,
+    /// Containers the kubelet allocated this GPU's MIG devices to.
+    pub mig_pods: Vec<mig::MigPod>,
     /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`: 0 none, 1 gpu reset, 2 node reboot, 3 drain P2P,
     /// 4 drain and reset.
     pub recovery_action: Option<u32>,
