@@ -155,6 +155,11 @@ fn each_gpu_instance_reports_its_own_activity() {
         &[("GPU_I_PROFILE", "3g.40gb"), ("GPU_I_ID", "1")],
     );
     assert!((v - 0.8).abs() < 1e-9);
+    // Per-instance framebuffer use, as dcgm-exporter labels it: the process's 1024 MiB.
+    let fb = |p: &str| m.get("DCGM_FI_DEV_FB_USED", &[("GPU_I_PROFILE", p)]);
+    assert_eq!((fb("3g.40gb"), fb("2g.20gb")), (1024.0, 0.0));
+    let free = m.get("DCGM_FI_DEV_FB_FREE", &[("GPU_I_PROFILE", "3g.40gb")]);
+    assert_eq!(free, 40448.0 - 1024.0);
     // The MIG UUID of the instance the process runs in is joined to it.
     let info = m.find("gpu_steward_mig_instance_info", &busy);
     assert_eq!(info.len(), 1);

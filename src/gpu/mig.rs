@@ -89,6 +89,15 @@ pub(super) fn poll_layout(
     }
 }
 
+/// One MIG device as `mig_uuids` reads it.
+struct MigDevice {
+    gi: u32,
+    ci: u32,
+    uuid: String,
+    /// (used, free) bytes.
+    memory: Option<(u64, u64)>,
+}
+
 /// The handles of one live GPU instance, for this call only.
 struct GiHandle {
     raw: nvmlGpuInstance_t,
@@ -154,13 +163,18 @@ impl MigControl {
     /// The GPU instances of a MIG-enabled device, with their compute instances and MIG UUIDs.
     pub(super) fn layout(&self, dev: &Device, profiles: &[GiProfile]) -> R<Vec<GpuInstance>> {
         let mut instances = self.instances(dev, profiles)?;
-        let uuids = self.mig_uuids(dev)?;
+        let devices = self.mig_uuids(dev)?;
         for gi in &mut instances {
             for ci in &mut gi.compute_instances {
-                ci.uuid = uuids
+                let found = devices
                     .iter()
-                    .find(|(g, c, _)| *g == gi.gpu_instance_id && *c == ci.compute_instance_id)
-                    .map(|(_, _, u)| u.clone());
+                    .find(|d| d.gi == gi.gpu_instance_id && d.ci == ci.compute_instance_id);
+                ci.uuid = found.map(|d| d.uuid.clone());
+                // Every MIG device of a GPU instance reports the instance's memory.
+                if let Some((used, free)) = found.and_then(|d| d.memory) {
+                    gi.memory_used_bytes = Some(used);
+                    gi.memory_free_bytes = Some(free);
+                }
             }
         }
         Ok(instances)
@@ -256,6 +270,8 @@ impl MigControl {
                     start: info.placement.start,
                     size: info.placement.size,
                     memory_mib: p.memory_mib,
+                    memory_used_bytes: None,
+                    memory_free_bytes: None,
                     compute_instances: self.compute_instances(GiHandle { raw: h }, p)?,
                 });
             }
@@ -315,8 +331,8 @@ impl MigControl {
         Ok(out)
     }
 
-    /// (GI id, CI id, `MIG-…` UUID) of every MIG device.
-    fn mig_uuids(&self, dev: &Device) -> R<Vec<(u32, u32, String)>> {
+    /// Every MIG device: ids, `MIG-…` UUID and memory.
+    fn mig_uuids(&self, dev: &Device) -> R<Vec<MigDevice>> {
         let lib = self.nvml.lib();
         let gi_id = nvml_sym(lib.nvmlDeviceGetGpuInstanceId.as_ref())
             .map_err(fail("nvmlDeviceGetGpuInstanceId"))?;
@@ -339,7 +355,14 @@ impl MigControl {
             // SAFETY: as above.
             let ret = unsafe { ci_id(m.handle(), &mut c) };
             nvml_try(ret).map_err(fail("nvmlDeviceGetComputeInstanceId"))?;
-            out.push((g, c, m.uuid().map_err(fail("nvmlDeviceGetUUID"))?));
+            // Memory is optional: a driver that cannot say leaves it absent.
+            let memory = m.memory_info().ok().map(|i| (i.used, i.free));
+            out.push(MigDevice {
+                gi: g,
+                ci: c,
+                uuid: m.uuid().map_err(fail("nvmlDeviceGetUUID"))?,
+                memory,
+            });
         }
         Ok(out)
     }

@@ -87,3 +87,31 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
         out.push(f);
     }
 }
+
+/// dcgm-exporter's per-instance framebuffer series on MIG GPUs: for `name`, the extra labels
+/// (`GPU_I_PROFILE`, `GPU_I_ID`) and value (MiB) of each GPU instance of `g`.
+pub(super) fn dcgm_instance_series(
+    name: &str,
+    g: &crate::snapshot::GpuSnapshot,
+) -> Vec<([(&'static str, String); 2], f64)> {
+    let pick: fn(&crate::snapshot::mig::GpuInstance) -> Option<u64> = match name {
+        "DCGM_FI_DEV_FB_USED" => |gi| gi.memory_used_bytes,
+        "DCGM_FI_DEV_FB_FREE" => |gi| gi.memory_free_bytes,
+        _ => return Vec::new(),
+    };
+    g.reading
+        .mig_instances
+        .iter()
+        .flatten()
+        .filter_map(|gi| {
+            let v = pick(gi)? as f64 / (1024.0 * 1024.0);
+            Some((
+                [
+                    ("GPU_I_PROFILE", gi.profile.clone()),
+                    ("GPU_I_ID", gi.gpu_instance_id.to_string()),
+                ],
+                v,
+            ))
+        })
+        .collect()
+}

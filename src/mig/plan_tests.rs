@@ -57,6 +57,8 @@ fn with(mut gpu: MigGpu, name: &str, start: u32) -> MigGpu {
         start,
         size: p.placements[0].1,
         memory_mib: p.memory_mib,
+        memory_used_bytes: None,
+        memory_free_bytes: None,
         compute_instances: vec![ComputeInstance {
             profile: p.name.clone(),
             profile_id: full_ci_profile(p.slices).expect("full CI"),

@@ -51,6 +51,11 @@ pub struct GpuInstance {
     pub start: u32,
     pub size: u32,
     pub memory_mib: u64,
+    /// Memory in use in the GPU instance (`nvmlDeviceGetMemoryInfo_v2` on its MIG device).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_used_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_free_bytes: Option<u64>,
     pub compute_instances: Vec<ComputeInstance>,
 }
 

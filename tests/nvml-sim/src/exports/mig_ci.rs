@@ -421,3 +421,27 @@ pub(crate) fn mig_uuid(h: nvmlDevice_t) -> Option<NvResult<String>> {
         Ok(records(f)?.1.uuid)
     }))
 }
+
+/// Memory of the GPU instance behind a MIG device handle, for `nvmlDeviceGetMemoryInfo*`:
+/// (total, used) in bytes. CHOSEN: total is the GI profile's memory, used the sum of the
+/// scenario processes running in that GPU instance, nothing reserved.
+pub(crate) fn mig_memory(h: nvmlDevice_t) -> Option<NvResult<(u64, u64)>> {
+    let found = store::mig_of(h)?;
+    Some(found.and_then(|f| {
+        let g = gpu(handle_of(f.gpu as usize))?;
+        let (gi, _) = records(f)?;
+        let p = g
+            .model
+            .mig_profile_by_id(gi.profile_id)
+            .ok_or(ffi::UNKNOWN)?;
+        let total = p.memory_mb * 1024 * 1024;
+        let used: u64 = store::read(g.index, |m| {
+            Ok(g.processes
+                .iter()
+                .filter(|pr| store::process_instance(&g, m, pr).is_some_and(|(pg, _)| pg == f.gi))
+                .map(|pr| pr.used_memory_mib * 1024 * 1024)
+                .sum())
+        })?;
+        Ok((total, used.min(total)))
+    }))
+}
