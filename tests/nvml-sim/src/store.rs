@@ -16,7 +16,9 @@
 //!   destroyed instance's serial is found nowhere, so its stale handle answers INVALID_ARGUMENT.
 //! - **Persistence.** Every change is serialised under the lock and written (temporary file,
 //!   then rename) after it is released; a sequence number keeps an older snapshot from
-//!   overwriting a newer one.
+//!   overwriting a newer one. A state file another process wrote is read at this library's
+//!   next MIG call, so processes sharing `NVML_SIM_STATE` see one driver's state (handles of
+//!   instances that are still there stay valid).
 //!
 //! Lock order: the `state` lock may be held when this one is taken (scenario install), never
 //! the reverse.
@@ -41,6 +43,9 @@ struct World {
     gpus: Vec<MigGpu>,
     next_serial: u64,
     seq: u64,
+    /// The state file as last read or written here: another process's write (a different
+    /// identity) is read before the next call, as every process sees one driver's state.
+    seen: Option<FileId>,
 }
 
 static WORLD: Mutex<World> = Mutex::new(World {
@@ -48,10 +53,29 @@ static WORLD: Mutex<World> = Mutex::new(World {
     gpus: Vec::new(),
     next_serial: 1,
     seq: 0,
+    seen: None,
 });
 
 /// Serialises writes of the state file; holds the sequence number last written.
 static WRITER: Mutex<u64> = Mutex::new(0);
+
+/// Identity of the state file (a rename gives a new inode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    ino: u64,
+    len: u64,
+    mtime: Option<std::time::SystemTime>,
+}
+
+fn file_id(path: &Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(FileId {
+        ino: m.ino(),
+        len: m.len(),
+        mtime: m.modified().ok(),
+    })
+}
 
 fn lock() -> MutexGuard<'static, World> {
     WORLD.lock().unwrap_or_else(PoisonError::into_inner)
@@ -172,11 +196,51 @@ fn write(snapshot: Option<(u64, String)>) {
     let mut tmp = path.clone().into_os_string();
     tmp.push(format!(".tmp.{}", std::process::id()));
     match std::fs::write(&tmp, json).and_then(|()| std::fs::rename(&tmp, &path)) {
-        Ok(()) => *last = seq,
+        Ok(()) => {
+            *last = seq;
+            // Our own write is not news. (Lock order: WRITER then WORLD, only here.)
+            lock().seen = file_id(&path);
+        }
         Err(e) => eprintln!(
             "nvml-sim: cannot write the MIG state to '{}': {e}",
             path.display()
         ),
+    }
+}
+
+impl World {
+    /// Takes in a state file another process wrote since we last looked, keeping the serials
+    /// (so the handles) of instances that are still there.
+    fn refresh(&mut self) {
+        let Some(path) = state_path() else { return };
+        let id = file_id(&path);
+        if id.is_none() || id == self.seen {
+            return;
+        }
+        self.seen = id;
+        for theirs in read_state(&path) {
+            let Some(ours) = self.gpus.iter_mut().find(|g| g.uuid == theirs.uuid) else {
+                continue;
+            };
+            let mut next = theirs.clone();
+            next.calls = std::mem::take(&mut ours.calls);
+            for gi in &mut next.gpu_instances {
+                let old = ours
+                    .gpu_instances
+                    .iter()
+                    .find(|o| (o.id, o.profile_id, o.start) == (gi.id, gi.profile_id, gi.start));
+                if let Some(old) = old {
+                    gi.serial = old.serial;
+                    for ci in &mut gi.compute_instances {
+                        if let Some(oc) = old.compute_instances.iter().find(|c| c.uuid == ci.uuid) {
+                            ci.serial = oc.serial;
+                        }
+                    }
+                }
+            }
+            *ours = next;
+        }
+        self.assign_serials();
     }
 }
 
@@ -186,6 +250,7 @@ pub fn on_install(scenario: &Scenario, path: Option<&Path>, init: bool) {
     let mut w = lock();
     if init && w.scenario.as_deref() != path {
         let remembered = state_path().map(|p| read_state(&p)).unwrap_or_default();
+        w.seen = state_path().and_then(|p| file_id(&p));
         w.gpus = scenario
             .gpus
             .iter()
@@ -225,7 +290,8 @@ pub fn on_install(scenario: &Scenario, path: Option<&Path>, init: bool) {
 
 /// Runs `f` on GPU `index`'s MIG state, read-only.
 pub fn read<T>(index: u32, f: impl FnOnce(&MigGpu) -> NvResult<T>) -> NvResult<T> {
-    let w = lock();
+    let mut w = lock();
+    w.refresh();
     let m = w.gpus.get(index as usize).ok_or(ffi::UNKNOWN)?;
     f(m)
 }
@@ -234,6 +300,7 @@ pub fn read<T>(index: u32, f: impl FnOnce(&MigGpu) -> NvResult<T>) -> NvResult<T
 /// file is rewritten when `f` succeeds.
 pub fn change<T>(index: u32, f: impl FnOnce(&mut MigGpu, u64) -> NvResult<T>) -> NvResult<T> {
     let mut w = lock();
+    w.refresh();
     let serial = w.serial();
     let m = w.gpus.get_mut(index as usize).ok_or(ffi::UNKNOWN)?;
     let before = m.clone();
@@ -300,7 +367,8 @@ pub struct Found {
 }
 
 fn find_serial(serial: u64, want_ci: bool) -> NvResult<Found> {
-    let w = lock();
+    let mut w = lock();
+    w.refresh();
     for (i, m) in w.gpus.iter().enumerate() {
         for gi in &m.gpu_instances {
             if !want_ci && gi.serial == serial {

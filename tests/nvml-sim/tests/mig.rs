@@ -354,3 +354,28 @@ fn infeasible_initial_layouts_and_bad_fault_keys_are_rejected() {
         "4g@0 leaves 1g.20gb only starts 4 and 6"
     );
 }
+
+#[test]
+fn processes_sharing_the_state_file_see_one_driver() {
+    let sim = Sim::new(&format!("{ONE_H100}mig_mode = true\n"));
+    let state = sim.dir.path().join("mig-state.json");
+    std::env::set_var("NVML_SIM_STATE", &state);
+    let a = sim.init();
+    let lib2 = sim.dir.path().join("other.so");
+    std::fs::copy(&sim.lib, &lib2).expect("copy");
+    let b = Nvml::builder()
+        .lib_path(lib2.as_os_str())
+        .init()
+        .expect("init");
+    let (da, db) = (device(&a, 0), device(&b, 0));
+    let kept = create_gi(&a, da, 9, Some(0)).expect("3g at 0 from A");
+    let gone = create_gi(&a, da, 14, Some(4)).expect("2g at 4 from A");
+    // B sees A's instances without re-initialising, and destroys one of them.
+    assert_eq!(gis(&b, db, 9).len(), 1);
+    let theirs = gis(&b, db, 14)[0];
+    assert_eq!(call!(b, nvmlGpuInstanceDestroy(theirs)), 0);
+    // A sees it gone: its handle is stale, the other handle still works.
+    assert_eq!(gi_info(&a, gone).map(|i| i.id), Err(INVALID_ARGUMENT));
+    assert_eq!(gi_info(&a, kept).expect("still there").placement.start, 0);
+    std::env::remove_var("NVML_SIM_STATE");
+}
