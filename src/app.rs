@@ -36,6 +36,8 @@ pub enum AppError {
     },
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error("{0}; the agent does not start without the TLS or authentication it was asked for")]
+    WebConfig(String),
 }
 
 /// Where the configuration comes from, so that SIGHUP can read it again.
@@ -123,6 +125,16 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     };
     let (tx, rx) = watch::channel(Arc::new(initial));
 
+    // TLS or basic auth asked for and unusable: serving without them would expose what the
+    // operator meant to protect, so the agent does not start.
+    let web = match &config.web_config_file {
+        None => None,
+        Some(f) => {
+            let w = http::web_config::load(f).map_err(AppError::WebConfig)?;
+            tracing::info!(file = %f.display(), "web config: {}", w.describe());
+            Some(w)
+        }
+    };
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|source| AppError::Bind {
@@ -147,20 +159,39 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         }
     }
     let mig = Arc::new(MigService::new(&config));
-    let app = http::router(http::AppState {
-        published: rx,
-        api: Arc::new(http::api::ApiConfig {
-            enabled: config.api_enabled,
-            token_file: config.api_token_file.clone(),
-        }),
-        mig: Some(mig.clone()),
+    let api = Arc::new(http::api::ApiConfig {
+        enabled: config.api_enabled,
+        token_file: config.api_token_file.clone(),
+        tcp: config.api_tcp,
     });
+    let state = http::AppState {
+        published: rx,
+        api: api.clone(),
+        mig: Some(mig.clone()),
+    };
+    let unix = match (&config.api_socket, config.api_enabled) {
+        (Some(path), true) => {
+            let listener = http::unix::bind(path, config.api_socket_mode)?;
+            tracing::info!(socket = %path.display(), "API on the Unix socket");
+            Some(tokio::spawn(http::unix::serve(
+                listener,
+                path.clone(),
+                http::router(state.clone()),
+                config.header_timeout,
+                stop_rx.clone(),
+            )))
+        }
+        _ => None,
+    };
+    let app = http::router(state);
+    let app = http::protect(app, web.as_ref().map(|w| w.auth.clone()), api);
     let limits = http::server::Limits {
         max_connections: config.max_connections,
         header_timeout: config.header_timeout,
         drain: DRAIN,
     };
-    let server = tokio::spawn(http::server::serve(listener, app, limits, stop_rx));
+    let tls = web.and_then(|w| w.tls);
+    let server = tokio::spawn(http::server::serve(listener, app, limits, tls, stop_rx));
     // The configured MIG layout is in place before the first snapshot: until then /readyz
     // answers 503 (a reboot loses every instance; the kubelet must not see the GPUs first).
     converge(&mig, "start").await;
@@ -172,8 +203,16 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
     let _ = kubelet_stop.send(true);
-    // The server drains for at most DRAIN itself; the margin covers the task's own exit.
-    if tokio::time::timeout(DRAIN + Duration::from_millis(100), server)
+    // The servers drain for at most DRAIN each, side by side; the margin covers the tasks' exit.
+    let unix = async {
+        if let Some(unix) = unix {
+            let _ = unix.await;
+        }
+    };
+    let both = async {
+        let _ = tokio::join!(server, unix);
+    };
+    if tokio::time::timeout(DRAIN + Duration::from_millis(100), both)
         .await
         .is_err()
     {
@@ -214,6 +253,9 @@ async fn wait_for_signals(
                         }
                         if new.log_format != current.log_format {
                             tracing::warn!("the log format changes only on restart");
+                        }
+                        if new.web_config_file != current.web_config_file {
+                            tracing::warn!("[server] web_config_file changes only on restart");
                         }
                         if new.kubernetes != current.kubernetes {
                             tracing::warn!("[kubernetes] changes only on restart");

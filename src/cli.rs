@@ -55,6 +55,9 @@ pub struct RunArgs {
     /// Log format [default: text].
     #[arg(long, env = "GPU_STEWARD_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// TLS and basic auth from a Prometheus exporter-toolkit web config file.
+    #[arg(long, env = "GPU_STEWARD_WEB_CONFIG_FILE", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -120,6 +123,7 @@ impl RunArgs {
             interval: self.interval,
             log_level: self.log_level.clone(),
             log_format: self.log_format,
+            web_config_file: self.web_config_file.clone(),
         }
     }
 

@@ -14,6 +14,14 @@ fn main() -> ExitCode {
     match cli.command {
         Command::CheckConfig { file } => match config::load(&file, true, &Overrides::default()) {
             Ok(c) => {
+                let web = c
+                    .web_config_file
+                    .as_ref()
+                    .map(|f| gpu_steward::http::web_config::load(f));
+                if let Some(Err(e)) = web {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
                 print!("{}: valid\n{}", file.display(), c.describe());
                 ExitCode::SUCCESS
             }

@@ -300,3 +300,36 @@ fn sigterm_with_stalled_connections_exits_0_well_within_a_second() {
         "took {took:?}, the README says within a second"
     );
 }
+
+/// A client that asks and never reads its answers: once the socket buffers are full, the write
+/// waits at most `header_timeout` before the connection is dropped, and with it the request
+/// permit it held (hyper alone has no write timeout, so such a client held it forever).
+#[test]
+fn a_client_that_never_reads_gives_its_permit_back() {
+    let _t = timed();
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
+        .config("[server]\nmax_connections = 1\nheader_timeout = \"1s\"\n")
+        .start();
+    let mut greedy = TcpStream::connect(("127.0.0.1", agent.port)).expect("connect");
+    // ~150 KB per answer: 80 pipelined answers are far beyond both sockets' buffers.
+    let asks = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(80);
+    greedy
+        .write_all(asks.as_bytes())
+        .expect("pipelined requests");
+    wait_for(
+        "the greedy client's stalled answer to hold the only permit",
+        Duration::from_secs(10),
+        || (agent.get("/metrics").status == 503).then_some(()),
+    );
+    assert_eq!(
+        agent.get("/livez").status,
+        200,
+        "probes never wait for a permit"
+    );
+    wait_for(
+        "the stalled connection to be dropped and /metrics to answer again",
+        Duration::from_secs(10),
+        || (agent.get("/metrics").status == 200).then_some(()),
+    );
+    drop(greedy);
+}

@@ -389,9 +389,13 @@ fn gzip_and_plain_carry_the_same_exposition() {
         Some("text/plain; version=0.0.4; charset=utf-8")
     );
     assert_eq!(plain.header("content-encoding"), None);
+    // The body goes out in parts; its length is still announced, exactly.
+    let length = |r: &common::Response| r.header("content-length").map(str::to_string);
+    assert_eq!(length(&plain), Some(plain.body.len().to_string()));
     let gz = agent.get_with("/metrics", "Accept-Encoding: gzip");
     assert_eq!(gz.status, 200);
     assert_eq!(gz.header("content-encoding"), Some("gzip"));
+    assert_eq!(length(&gz), Some(gz.body.len().to_string()));
     assert!(gz.body.len() * 4 < plain.body.len(), "gzip is compressed");
     let mut text = String::new();
     std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz.body[..]), &mut text)

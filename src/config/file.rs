@@ -44,6 +44,8 @@ pub struct ServerSection {
     /// How long a client may take to send its request head, or stay idle between requests.
     #[serde(deserialize_with = "header_timeout")]
     pub header_timeout: Option<Duration>,
+    /// TLS and basic auth, in the format of the Prometheus exporter-toolkit's web config.
+    pub web_config_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -106,6 +108,14 @@ pub enum LogFormat {
 pub struct ApiSection {
     pub enabled: bool,
     pub token_file: PathBuf,
+    /// Also serve the HTTP API on this Unix socket; root and the agent's own user need no token
+    /// there (the kernel vouches for them), anyone else who can connect still needs it.
+    pub socket: Option<PathBuf>,
+    /// Permissions of the socket, octal.
+    #[serde(deserialize_with = "socket_mode")]
+    pub socket_mode: u32,
+    /// false: the mutating API answers only on the socket, never over TCP.
+    pub tcp: bool,
 }
 
 impl Default for ApiSection {
@@ -113,7 +123,23 @@ impl Default for ApiSection {
         ApiSection {
             enabled: false,
             token_file: PathBuf::from("/etc/gpu-steward/api-token"),
+            socket: None,
+            socket_mode: 0o660,
+            tcp: true,
         }
+    }
+}
+
+fn socket_mode<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let s = String::deserialize(d)?;
+    match u32::from_str_radix(s.trim_start_matches("0o"), 8) {
+        Ok(m) if m <= 0o777 && m & 0o007 == 0 => Ok(m),
+        Ok(m) if m <= 0o777 => Err(de::Error::custom(format!(
+            "socket_mode {s} lets every user on the node connect; use \"0660\" or \"0600\""
+        ))),
+        _ => Err(de::Error::custom(format!(
+            "socket_mode '{s}' is not an octal mode like \"0660\""
+        ))),
     }
 }
 

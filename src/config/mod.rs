@@ -43,6 +43,7 @@ pub struct Overrides {
     pub interval: Option<Duration>,
     pub log_level: Option<String>,
     pub log_format: Option<LogFormat>,
+    pub web_config_file: Option<PathBuf>,
 }
 
 /// The agent's whole configuration, validated.
@@ -51,6 +52,8 @@ pub struct Config {
     /// The file it came from, if one was read.
     pub file: Option<PathBuf>,
     pub listen: SocketAddr,
+    /// `[server] web_config_file` / `--web-config-file`: TLS and basic auth (exporter-toolkit).
+    pub web_config_file: Option<PathBuf>,
     pub max_connections: usize,
     pub header_timeout: Duration,
     pub nvml_lib: String,
@@ -69,6 +72,10 @@ pub struct Config {
     pub log_format: LogFormat,
     pub api_enabled: bool,
     pub api_token_file: PathBuf,
+    /// `[api] socket`, `socket_mode`, `tcp`: the API on a Unix socket, and whether TCP has it too.
+    pub api_socket: Option<PathBuf>,
+    pub api_socket_mode: u32,
+    pub api_tcp: bool,
     /// `[audit] file`: the JSON-lines log of every change the agent makes to the node.
     pub audit_file: PathBuf,
     /// `[health]`: thresholds, XID window and overrides.
@@ -194,6 +201,10 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
     Config {
         file,
         listen: o.listen.or(f.server.listen).unwrap_or(default_listen),
+        web_config_file: o
+            .web_config_file
+            .clone()
+            .or(f.server.web_config_file.clone()),
         max_connections: f.server.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
         header_timeout: f.server.header_timeout.unwrap_or(DEFAULT_HEADER_TIMEOUT),
         nvml_lib: o
@@ -215,6 +226,9 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
         log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Text),
         api_enabled: f.api.enabled,
         api_token_file: f.api.token_file,
+        api_socket: f.api.socket,
+        api_socket_mode: f.api.socket_mode,
+        api_tcp: f.api.tcp,
         audit_file: f.audit.file,
         health: f.health.into_config(),
         processes: f.processes.into_config(),
@@ -243,6 +257,7 @@ impl Config {
              load NVML from '{lib}' and poll every {interval}; slow-moving reads every {slow}, \
              expensive ones every {expensive}\n\
              metrics: dcgm-compatible {dcgm}, native {native}, hostname label {hostname_label}\n\
+             TLS and basic auth: {web}\n\
              mutating API (/api/v1): {api}\n\
              audit log: {audit}\n\
              log: level {level}, format {format:?}\n\
@@ -260,14 +275,30 @@ impl Config {
             dcgm = on(self.metrics_dcgm),
             native = on(self.metrics_native),
             api = if self.api_enabled {
+                let socket = match &self.api_socket {
+                    Some(p) => format!(
+                        "; on socket {} (mode {:04o}){}",
+                        p.display(),
+                        self.api_socket_mode,
+                        if self.api_tcp { "" } else { " only" }
+                    ),
+                    None => String::new(),
+                };
                 match crate::http::api::load_token(&self.api_token_file) {
-                    Ok(_) => format!("on, token from {}", self.api_token_file.display()),
-                    Err(e) => format!("on, but unusable: {e}"),
+                    Ok(_) => format!("on, token from {}{socket}", self.api_token_file.display()),
+                    Err(e) => format!("on, but the token is unusable: {e}{socket}"),
                 }
             } else {
                 "off".to_string()
             },
             audit = self.audit_file.display(),
+            web = match &self.web_config_file {
+                None => "off (no web_config_file)".to_string(),
+                Some(f) => match crate::http::web_config::load(f) {
+                    Ok(w) => format!("{} from {}", w.describe(), f.display()),
+                    Err(e) => format!("unusable: {e}"),
+                },
+            },
             level = self.log_level.as_deref().unwrap_or("info (or RUST_LOG)"),
             format = self.log_format,
             health = self.health.describe(),
@@ -340,6 +371,13 @@ mod tests {
         );
         let e = err("[log]\nformat = \"xml\"\n");
         assert!(e.starts_with("c.toml:2:10:"), "{e}");
+        let e = err("[api]\nsocket_mode = \"0666\"\n");
+        assert!(
+            e.starts_with("c.toml:2:15: socket_mode 0666 lets every user"),
+            "{e}"
+        );
+        let e = err("[api]\nsocket_mode = \"rw\"\n");
+        assert!(e.contains("not an octal mode"), "{e}");
         let e = err("[audit]\nfile = 3\n");
         assert!(e.starts_with("c.toml:2:8:"), "{e}");
         let e = err("[metrics]\nhostname_label = \"gpu\"\n");

@@ -5,6 +5,10 @@
 //! effect at once, and a file that became readable by other users stops the API at once too.
 //! While the API is off the routes answer 404; while the token file is unusable, 503 with the
 //! reason (and the agent logs it); a missing or wrong token gets 401.
+//!
+//! With `[api] socket`, the same routes are also served on a Unix socket, where root and the
+//! agent's own user (as the kernel reports the peer, SO_PEERCRED) need no token; other users who
+//! may connect still need it. `[api] tcp = false` keeps the mutating routes off TCP entirely.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -26,6 +30,8 @@ const MAX_TOKEN_FILE: u64 = 4096;
 pub struct ApiConfig {
     pub enabled: bool,
     pub token_file: PathBuf,
+    /// false: mutating routes answer only on the Unix socket (`[api] tcp = false`).
+    pub tcp: bool,
 }
 
 impl ApiConfig {
@@ -33,7 +39,21 @@ impl ApiConfig {
         Arc::new(ApiConfig {
             enabled: false,
             token_file: PathBuf::new(),
+            tcp: true,
         })
+    }
+}
+
+/// Put on every request that came over the API's Unix socket: who the kernel says connected.
+#[derive(Debug, Clone, Copy)]
+pub struct SocketPeer {
+    pub uid: u32,
+}
+
+impl SocketPeer {
+    /// Root and the agent's own user are trusted without a token: they could read it anyway.
+    fn trusted(&self) -> bool {
+        self.uid == 0 || self.uid == nix::unistd::geteuid().as_raw()
     }
 }
 
@@ -108,6 +128,19 @@ async fn guard(api: Option<Extension<Arc<ApiConfig>>>, request: Request, next: N
             "the mutating API is off; set [api] enabled = true and a token_file to use it\n",
         )
             .into_response();
+    }
+    let peer = request.extensions().get::<SocketPeer>().copied();
+    match peer {
+        Some(p) if p.trusted() => return next.run(request).await,
+        Some(_) => {}
+        None if !api.tcp => {
+            return (
+                StatusCode::NOT_FOUND,
+                "the mutating API is served on the Unix socket only ([api] tcp = false)\n",
+            )
+                .into_response()
+        }
+        None => {}
     }
     let file = api.token_file.clone();
     let token = match tokio::task::spawn_blocking(move || load_token(&file)).await {

@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt;
 
-use super::admission::{Registry, Serving, Ticket, Wake};
+use super::admission::{Registry, Serving, Slot, Ticket, Wake};
 use super::metered::Metered;
 use super::prior_knowledge;
 
@@ -39,6 +39,9 @@ pub struct Shared {
     pub requests: Arc<Semaphore>,
     pub max_requests: usize,
     pub first_byte: Duration,
+    /// TLS from the web config; the handshake must finish within the header timeout.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pub header_timeout: Duration,
 }
 
 /// Paths answered without a permit: cheap (no body to render) and what the kubelet acts on.
@@ -58,26 +61,69 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
         // Nothing asked yet: whether evicted or shutting down, closing loses no answer.
         _ = slot.woken(&registry) => return,
     };
-    match peeked {
+    let n = match peeked {
         // Silent for the first-byte timeout, closed by the client, or a failed socket.
         Err(_) | Ok(Ok(0) | Err(_)) => return,
-        Ok(Ok(n)) if prior_knowledge::is_preface(&first[..n]) => {
+        Ok(Ok(n)) => n,
+    };
+    let gate = Gate {
+        shared: shared.clone(),
+        registry: registry.clone(),
+        id: ticket.id(),
+    };
+    let Some(tls) = &shared.tls else {
+        if prior_knowledge::is_preface(&first[..n]) {
             tokio::select! {
                 _ = prior_knowledge::refuse(stream, Duration::from_secs(1)) => {}
                 _ = slot.woken(&registry) => {}
             }
             return;
         }
-        Ok(Ok(_)) => {}
-    }
-    let gate = Gate {
-        shared: shared.clone(),
-        registry: registry.clone(),
-        id: ticket.id(),
+        drive(stream, gate, &shared, &registry, &slot).await;
+        return;
     };
+    // A TLS connection opens with a handshake record (22); anything else is most likely plain
+    // HTTP sent to the TLS port: say so in plain HTTP, as Go's servers do, rather than reset.
+    if first[0] != 22 {
+        tokio::select! {
+            _ = plain_http_to_tls(stream) => {}
+            _ = slot.woken(&registry) => {}
+        }
+        return;
+    }
+    let handshake = tokio::time::timeout(shared.header_timeout, tls.accept(stream));
+    let stream = tokio::select! {
+        done = handshake => match done {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => return,
+        },
+        _ = slot.woken(&registry) => return,
+    };
+    drive(stream, gate, &shared, &registry, &slot).await;
+}
+
+/// Serves HTTP/1.1 on an established stream until it closes, is evicted, or shutdown drains it.
+async fn drive<S>(
+    stream: S,
+    gate: Gate,
+    shared: &Shared,
+    registry: &Arc<Registry>,
+    slot: &Arc<Slot>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     // Boxed so that a connection still waiting for its first byte does not carry hyper's state.
     let mut conn = Box::pin(shared.builder.serve_connection(
-        TokioIo::new(Metered::new(stream, registry.clone(), slot.clone())),
+        TokioIo::new(Metered::new(
+            stream,
+            registry.clone(),
+            slot.clone(),
+            shared.header_timeout,
+        )),
         gate,
     ));
     let wake = tokio::select! {
@@ -87,7 +133,7 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
             }
             return;
         }
-        wake = slot.woken(&registry) => wake,
+        wake = slot.woken(registry) => wake,
     };
     if wake == Wake::Evicted || !slot.has_served() {
         return;
@@ -96,6 +142,23 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
     // the response in flight; the server bounds the wait by its drain time.
     conn.as_mut().graceful_shutdown();
     let _ = conn.await;
+}
+
+/// The answer to plain HTTP on the TLS port.
+async fn plain_http_to_tls(mut stream: TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let body = "this port speaks HTTPS; use https://\n";
+    let response = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(
+        Duration::from_secs(1),
+        stream.write_all(response.as_bytes()),
+    )
+    .await;
+    let _ = stream.shutdown().await;
 }
 
 /// The hyper service of one connection: marks it serving, applies the request cap, routes.

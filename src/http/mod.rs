@@ -13,6 +13,8 @@ mod metered;
 mod mig;
 mod prior_knowledge;
 pub mod server;
+pub mod unix;
+pub mod web_config;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -64,32 +66,48 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Puts the web config's basic auth and response headers in front of a finished router (the
+/// API's configuration is handed down again, outside, because the guard may accept its token).
+pub fn protect(
+    router: Router,
+    auth: Option<Arc<web_config::WebAuth>>,
+    api: Arc<api::ApiConfig>,
+) -> Router {
+    match auth {
+        Some(auth) if !auth.is_noop() => router
+            .layer(axum::middleware::from_fn(web_config::guard))
+            .layer(axum::Extension(auth))
+            .layer(axum::Extension(api)),
+        _ => router,
+    }
+}
+
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let published = state.latest();
     let now = SystemTime::now();
     let mut gzip = accepts_gzip(&headers);
-    let body = if gzip && !published.metrics.gzip_ready() {
+    let parts = if gzip && !published.metrics.gzip_ready() {
         // The first gzip scrape of a publication compresses it (~0.4 ms for the 8-GPU page):
         // off the async workers, so that probes on the same runtime are never held up.
         let p = published.clone();
-        match tokio::task::spawn_blocking(move || p.metrics.gzip(now)).await {
-            Ok(body) => body,
+        match tokio::task::spawn_blocking(move || p.metrics.gzip_parts(now)).await {
+            Ok(parts) => parts,
             Err(_) => {
                 gzip = false;
-                published.metrics.plain(now)
+                published.metrics.plain_parts(now)
             }
         }
     } else if gzip {
-        published.metrics.gzip(now)
+        published.metrics.gzip_parts(now)
     } else {
-        published.metrics.plain(now)
+        published.metrics.plain_parts(now)
     };
     let mut response = (
         [
             (header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE)),
             (header::VARY, HeaderValue::from_static("Accept-Encoding")),
         ],
-        body,
+        axum::body::Body::new(Parts::new(parts)),
     )
         .into_response();
     if gzip {
@@ -98,6 +116,47 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
             .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
     response
+}
+
+/// A body of a few shared buffers with an exact length: the page rendered once per poll goes
+/// to the socket by reference (hyper writes the parts with one vectored write), never copied.
+struct Parts {
+    parts: std::collections::VecDeque<axum::body::Bytes>,
+    remaining: u64,
+}
+
+impl Parts {
+    fn new(parts: [axum::body::Bytes; 2]) -> Parts {
+        let remaining = parts.iter().map(|p| p.len() as u64).sum();
+        Parts {
+            parts: parts.into_iter().filter(|p| !p.is_empty()).collect(),
+            remaining,
+        }
+    }
+}
+
+impl http_body::Body for Parts {
+    type Data = axum::body::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let next = self.parts.pop_front();
+        if let Some(p) = &next {
+            self.remaining -= p.len() as u64;
+        }
+        std::task::Poll::Ready(next.map(|p| Ok(http_body::Frame::data(p))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.remaining)
+    }
 }
 
 /// True when `Accept-Encoding` lists gzip with a non-zero quality.

@@ -85,16 +85,18 @@ fn open_budget(nofile: u64) -> usize {
     usable.clamp(MIN_OPEN, MAX_OPEN)
 }
 
-/// Serves `app` on `listener` until `stop` turns true, then drains.
+/// Serves `app` on `listener` (over TLS when `tls` is given) until `stop` turns true, then
+/// drains.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
     stop: watch::Receiver<bool>,
 ) {
     let derived = Derived::new(&limits);
     tracing::debug!(open_budget = derived.open_budget, "connection limits");
-    serve_with(listener, app, limits, derived, stop).await;
+    serve_with(listener, app, limits, derived, tls, stop).await;
 }
 
 pub(super) async fn serve_with(
@@ -102,6 +104,7 @@ pub(super) async fn serve_with(
     app: Router,
     limits: Limits,
     derived: Derived,
+    tls: Option<Arc<rustls::ServerConfig>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -117,6 +120,8 @@ pub(super) async fn serve_with(
         requests: Arc::new(Semaphore::new(limits.max_connections)),
         max_requests: limits.max_connections,
         first_byte: derived.first_byte,
+        tls: tls.map(tokio_rustls::TlsAcceptor::from),
+        header_timeout: limits.header_timeout,
     });
     let registry = Registry::new(derived.open_budget, derived.head_budget);
     let mut tasks = JoinSet::new();

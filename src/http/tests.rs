@@ -203,6 +203,7 @@ async fn mutating_routes_need_the_api_switch_and_the_token() {
         let config = Arc::new(api::ApiConfig {
             enabled,
             token_file: token_file.clone(),
+            tcp: true,
         });
         let mut st = healthy();
         st.api = config.clone();
@@ -248,4 +249,59 @@ async fn mutating_routes_need_the_api_switch_and_the_token() {
     let (s, body, _) = ask(true, Some("Bearer 0123456789abcdef")).await;
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
     assert!(body.contains("chmod 600"), "{body}");
+}
+
+/// Over the Unix socket the kernel vouches for the peer: the agent's own user needs no token,
+/// another user still does; with `tcp = false` the mutating routes are not on TCP at all.
+#[tokio::test]
+async fn the_socket_peer_and_the_tcp_switch_decide_like_the_token() {
+    use axum::routing::post;
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "0123456789abcdef\n").expect("write");
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let me = nix::unistd::geteuid().as_raw();
+    let ask = |tcp: bool, peer: Option<u32>, auth: Option<&'static str>| {
+        let config = Arc::new(api::ApiConfig {
+            enabled: true,
+            token_file: token_file.clone(),
+            tcp,
+        });
+        let mut st = healthy();
+        st.api = config.clone();
+        let app = axum::Router::new()
+            .merge(api::mutating(
+                axum::Router::new().route("/api/v1/test/apply", post(|| async { "applied" })),
+            ))
+            .layer(axum::Extension(config))
+            .with_state(st);
+        async move {
+            let mut req = Request::builder().method("POST").uri("/api/v1/test/apply");
+            if let Some(a) = auth {
+                req = req.header("authorization", a);
+            }
+            let mut req = req.body(Body::empty()).expect("request");
+            if let Some(uid) = peer {
+                req.extensions_mut().insert(api::SocketPeer { uid });
+            }
+            app.oneshot(req).await.expect("response").status()
+        }
+    };
+    assert_eq!(ask(true, Some(me), None).await, StatusCode::OK);
+    let stranger = me.wrapping_add(4242).max(1);
+    assert_eq!(
+        ask(true, Some(stranger), None).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        ask(true, Some(stranger), Some("Bearer 0123456789abcdef")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        ask(false, None, Some("Bearer 0123456789abcdef")).await,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(ask(false, Some(me), None).await, StatusCode::OK);
 }

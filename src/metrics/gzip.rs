@@ -8,6 +8,7 @@
 
 use std::io::Write;
 
+use bytes::Bytes;
 use flate2::{Compress, Compression, FlushCompress};
 
 /// gzip member header: magic, deflate, no flags, no mtime, no extra flags, unknown OS.
@@ -16,7 +17,7 @@ const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
 #[derive(Debug, Clone)]
 pub struct GzipPrefix {
     /// gzip header and the deflated body ending with a full flush (no final block).
-    bytes: Vec<u8>,
+    bytes: Bytes,
     crc: crc32fast::Hasher,
     len: u64,
 }
@@ -28,29 +29,54 @@ impl GzipPrefix {
         let mut crc = crc32fast::Hasher::new();
         crc.update(body);
         GzipPrefix {
-            bytes,
+            bytes: Bytes::from(bytes),
             crc,
             len: body.len() as u64,
         }
     }
 
     /// The complete gzip stream of `body` followed by `tail`.
+    #[cfg(test)]
     pub fn finish(&self, tail: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.bytes.len() + tail.len() + 32);
-        out.extend_from_slice(&self.bytes);
-        deflate_into(tail, FlushCompress::Finish, &mut out);
+        self.finish_parts(tail).concat()
+    }
+
+    /// The same stream as two parts: the shared prefix, and the tail with the trailer.
+    ///
+    /// The tail (a line or two) goes in a final *stored* block rather than through deflate:
+    /// setting up a deflate stream allocates and clears ~270 KiB of zlib state, which cost more
+    /// per scrape than everything else a gzip scrape does, to save a few bytes.
+    pub fn finish_parts(&self, tail: &[u8]) -> [Bytes; 2] {
+        let mut out = Vec::with_capacity(tail.len() + 32);
+        for (i, chunk) in tail.chunks(usize::from(u16::MAX)).enumerate() {
+            let last = (i + 1) * usize::from(u16::MAX) >= tail.len();
+            stored_block(chunk, last, &mut out);
+        }
+        if tail.is_empty() {
+            stored_block(b"", true, &mut out);
+        }
         let mut crc = self.crc.clone();
         crc.update(tail);
         let _ = out.write_all(&crc.finalize().to_le_bytes());
         // ISIZE is the input length modulo 2^32 (RFC 1952).
         let _ = out.write_all(&((self.len + tail.len() as u64) as u32).to_le_bytes());
-        out
+        [self.bytes.clone(), Bytes::from(out)]
     }
 
     #[cfg(test)]
     pub fn prefix_len(&self) -> usize {
         self.bytes.len()
     }
+}
+
+/// A deflate stored block (RFC 1951 §3.2.4) at a byte boundary, which the full flush that ends
+/// the prefix guarantees: BFINAL and BTYPE 00 in the first byte, then LEN and its complement.
+fn stored_block(data: &[u8], last: bool, out: &mut Vec<u8>) {
+    let len = u16::try_from(data.len()).unwrap_or(u16::MAX);
+    out.push(u8::from(last));
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&(!len).to_le_bytes());
+    out.extend_from_slice(&data[..usize::from(len)]);
 }
 
 /// Raw-deflates all of `input` into `out` with the given final flush.
@@ -99,6 +125,15 @@ mod tests {
         assert_eq!(gunzip(&gz), expected);
         // The body was really compressed, not stored.
         assert!(prefix.prefix_len() < body.len() / 4);
+    }
+
+    #[test]
+    fn a_tail_longer_than_one_stored_block_is_split() {
+        let tail: Vec<u8> = (0..150_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        let gz = GzipPrefix::new(b"head\n").finish(&tail);
+        let mut expected = b"head\n".to_vec();
+        expected.extend_from_slice(&tail);
+        assert_eq!(gunzip(&gz), expected);
     }
 
     #[test]
