@@ -13,7 +13,7 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 
 echo "--- alerts: promtool check rules"
-promtool check rules alerts/gpu-steward.rules.yml
+promtool check rules alerts/gpu-steward.rules.yml alerts/gpu-steward-accounting.rules.yml
 echo "--- alerts: promtool test rules"
 promtool test rules alerts/tests/*.yml
 

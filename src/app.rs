@@ -19,6 +19,7 @@ use crate::logging::LogHandle;
 use crate::metrics::{self, RenderConfig};
 use crate::mig::service::MigService;
 use crate::poller::{self, Control, PollerConfig, Published};
+use crate::reclaim::cri::{self, PodLabelFeed};
 use crate::snapshot::Snapshot;
 use crate::{http, AgentCounters};
 
@@ -67,7 +68,15 @@ fn render_config(c: &Config) -> RenderConfig {
     }
 }
 
-fn poller_config(c: &Config, kubelet: Option<KubeletFeed>) -> PollerConfig {
+/// The background feeds the poller reads: the kubelet's pods, the container runtime's pod labels.
+#[derive(Clone)]
+struct Feeds {
+    kubelet: Option<KubeletFeed>,
+    pod_labels: Option<PodLabelFeed>,
+}
+
+fn poller_config(c: &Config, feeds: &Feeds) -> PollerConfig {
+    let kubelet = feeds.kubelet.clone();
     PollerConfig {
         nvml_lib: c.nvml_lib.clone(),
         interval: c.interval,
@@ -77,6 +86,10 @@ fn poller_config(c: &Config, kubelet: Option<KubeletFeed>) -> PollerConfig {
         health: c.health.clone(),
         processes: c.processes.clone(),
         kubelet,
+        reclaim: c.reclaim.clone(),
+        pod_labels: feeds.pod_labels.clone(),
+        accounting: c.accounting.clone(),
+        audit_file: c.audit_file.clone(),
     }
 }
 
@@ -111,8 +124,16 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let kubelet = config
         .kubernetes
         .enabled
-        .then(|| kubernetes::spawn(&config.kubernetes, kubelet_stop_rx));
-    let pconfig = poller_config(&config, kubelet.clone());
+        .then(|| kubernetes::spawn(&config.kubernetes, kubelet_stop_rx.clone()));
+    // Pod labels for reclaim exemptions, from the CRI socket; changes need a restart too.
+    let r = &config.reclaim;
+    let pod_labels = (r.enabled && !r.exempt.pod_labels.is_empty())
+        .then(|| cri::spawn(r.cri_socket.clone(), cri::REFRESH, kubelet_stop_rx));
+    let feeds = Feeds {
+        kubelet,
+        pod_labels,
+    };
+    let pconfig = poller_config(&config, &feeds);
     let first = Snapshot::starting(SystemTime::now());
     let health = Arc::new(NodeHealth::default());
     let journal = Arc::new(Mutex::new(Journal::default()));
@@ -122,6 +143,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         health,
         journal: journal.clone(),
         interval: pconfig.interval,
+        reclaim: None,
     };
     let (tx, rx) = watch::channel(Arc::new(initial));
 
@@ -198,7 +220,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let poller = poller::spawn(pconfig, counters.clone(), journal, tx)?;
 
     let control = poller.control.clone();
-    wait_for_signals(config, &source, &log, &counters, &control, kubelet, &mig).await?;
+    wait_for_signals(config, &source, &log, &counters, &control, feeds, &mig).await?;
 
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
@@ -230,7 +252,7 @@ async fn wait_for_signals(
     log: &LogHandle,
     counters: &AgentCounters,
     control: &std::sync::mpsc::Sender<Control>,
-    kubelet: Option<KubeletFeed>,
+    feeds: Feeds,
     mig: &Arc<MigService>,
 ) -> Result<(), AppError> {
     let mut term = signal(SignalKind::terminate())?;
@@ -260,8 +282,13 @@ async fn wait_for_signals(
                         if new.kubernetes != current.kubernetes {
                             tracing::warn!("[kubernetes] changes only on restart");
                         }
+                        if (&new.reclaim.exempt.pod_labels, &new.reclaim.cri_socket)
+                            != (&current.reclaim.exempt.pod_labels, &current.reclaim.cri_socket)
+                        {
+                            tracing::warn!("[reclaim] exempt_pod_labels and cri_socket change only on restart");
+                        }
                         log.set_config_level(new.log_level.as_deref());
-                        let _ = control.send(Control::Reconfigure(Box::new(poller_config(&new, kubelet.clone()))));
+                        let _ = control.send(Control::Reconfigure(Box::new(poller_config(&new, &feeds))));
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
                         mig.reconfigure(&new);

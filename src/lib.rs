@@ -15,6 +15,8 @@
 //! - [`attribution`]: process name, user and owner (container, pod, unit, Slurm job) from procfs.
 //! - [`kubernetes`]: the kubelet pod-resources client (GPU → pod, namespace, container).
 //! - [`health`]: pure verdicts (agent readiness, per-GPU health and actions).
+//! - [`reclaim`]: idle GPUs (pure idleness and ladder, the acting path) and per-owner accounting;
+//!   a stage of the poll between enrich and judge.
 //! - [`http`]: the axum router (`/metrics`, `/health*`, `/livez`, `/readyz`, `/`).
 //! - [`mig`]: MIG layouts (mig-parted compatible), the planner and the applier.
 //! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
@@ -42,6 +44,7 @@ pub mod metrics;
 pub mod mig;
 pub mod poller;
 pub mod procs;
+pub mod reclaim;
 pub mod snapshot;
 
 use std::sync::atomic::AtomicU64;

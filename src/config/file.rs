@@ -31,6 +31,8 @@ pub struct FileConfig {
     pub processes: super::sections::ProcessesSection,
     pub kubernetes: super::sections::KubernetesSection,
     pub mig: crate::mig::config::MigSection,
+    pub reclaim: crate::reclaim::config::ReclaimSection,
+    pub accounting: crate::reclaim::config::AccountingSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -86,6 +86,10 @@ pub struct Config {
     pub kubernetes: KubernetesConfig,
     /// `[mig]`: layouts, the layout to converge to, hooks and the reset command.
     pub mig: crate::mig::config::MigConfig,
+    /// `[reclaim]`: idle GPUs and what to do about them (off by default, dry run by default).
+    pub reclaim: crate::reclaim::ReclaimConfig,
+    /// `[accounting]`: per-owner GPU seconds and energy.
+    pub accounting: crate::reclaim::AccountingConfig,
 }
 
 /// A configuration that cannot be used.
@@ -162,6 +166,9 @@ fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
         return Err(invalid(span.start, message));
     }
     f.mig.check().map_err(|(at, m)| invalid(at, m))?;
+    if let Some((span, message)) = f.reclaim.check() {
+        return Err(invalid(span.start, message));
+    }
     Ok(f)
 }
 
@@ -234,6 +241,8 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
         processes: f.processes.into_config(),
         kubernetes: f.kubernetes.into_config(),
         mig: f.mig.into_config(),
+        reclaim: f.reclaim.into_config(),
+        accounting: f.accounting.into_config(),
     }
 }
 
@@ -264,6 +273,8 @@ impl Config {
              {health}\
              {processes}\
              {kubernetes}\
+             {reclaim}\
+             {accounting}\
              {mig}",
             listen = self.listen,
             max_connections = self.max_connections,
@@ -305,6 +316,8 @@ impl Config {
             processes = self.processes.describe(),
             kubernetes = self.kubernetes.describe(),
             mig = self.mig.describe(),
+            reclaim = self.reclaim.describe(),
+            accounting = self.accounting.describe(),
         )
     }
 }

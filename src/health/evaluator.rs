@@ -79,6 +79,17 @@ impl Evaluator {
         snapshot: &Snapshot,
         now: SystemTime,
     ) -> (NodeHealth, Vec<HealthEvent>) {
+        self.evaluate_with(snapshot, &BTreeMap::new(), now)
+    }
+
+    /// As `evaluate`, with findings other stages made about GPUs, by index (reclaim's
+    /// `idle_held`): they are raised, kept and cleared like the evaluator's own.
+    pub fn evaluate_with(
+        &mut self,
+        snapshot: &Snapshot,
+        extra: &BTreeMap<u32, Vec<Finding>>,
+        now: SystemTime,
+    ) -> (NodeHealth, Vec<HealthEvent>) {
         let mut health = NodeHealth {
             gpus: Vec::new(),
             xid_count_window_ms: self.config.xid_count_window.as_millis() as u64,
@@ -111,9 +122,10 @@ impl Evaluator {
             if !gpu.uuid().is_empty() {
                 state.uuid = gpu.uuid().to_string();
             }
+            let extra = extra.get(&gpu.index).map_or(&[][..], Vec::as_slice);
             health
                 .gpus
-                .push(state.evaluate(gpu, &self.config, now, &mut events));
+                .push(state.evaluate(gpu, extra, &self.config, now, &mut events));
         }
         (health, events)
     }
@@ -123,11 +135,13 @@ impl GpuState {
     fn evaluate(
         &mut self,
         gpu: &GpuSnapshot,
+        extra: &[Finding],
         config: &HealthConfig,
         now: SystemTime,
         events: &mut Vec<HealthEvent>,
     ) -> GpuHealth {
         let mut findings = conditions::check(gpu, config);
+        findings.extend_from_slice(extra);
         for new in self.xids.ingest(&gpu.xids) {
             let (severity, action) = match catalog::verdict(new.xid, &config.xid_overrides) {
                 catalog::Verdict::Ignore => (Status::Pass, super::Action::None),

@@ -12,6 +12,7 @@ mod health;
 mod metered;
 mod mig;
 mod prior_knowledge;
+mod reclaim;
 pub mod server;
 pub mod unix;
 pub mod web_config;
@@ -60,6 +61,7 @@ pub fn router(state: AppState) -> Router {
         .merge(api::mutating(
             Router::new().route("/api/v1/mig/apply", axum::routing::post(mig::apply)),
         ))
+        .route("/api/v1/reclaim", get(reclaim::reclaim))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::Extension(state.api.clone()))
@@ -191,6 +193,7 @@ async fn landing() -> Html<String> {
          <li><a href=\"/health/gpus\">/health/gpus</a>: per-GPU health, 503 when a GPU fails</li>\
          <li><a href=\"/api/v1/events\">/api/v1/events</a>: health events, newest first (?since=)</li>\
          <li><a href=\"/api/v1/mig\">/api/v1/mig</a>: MIG mode and instances per GPU</li>\
+         <li><a href=\"/api/v1/reclaim\">/api/v1/reclaim</a>: idle-GPU candidates and what happens when</li>\
          <li><a href=\"/readyz\">/readyz</a>: readiness</li>\
          <li><a href=\"/livez\">/livez</a>: liveness</li>\
          </ul></body></html>\n",

@@ -57,6 +57,7 @@ fn state(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppState {
         journal: Arc::new(Mutex::new(Journal::default())),
         metrics,
         interval: Duration::from_secs(5),
+        reclaim: None,
     };
     let (_tx, rx) = watch::channel(Arc::new(published));
     AppState {

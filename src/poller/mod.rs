@@ -8,16 +8,18 @@
 //! lost GPU is reported while the others keep reporting, and a changed device count triggers a
 //! re-enumeration. Only `Control::Shutdown` (or the control channel closing) stops it.
 //!
-//! A poll is five stages with one owner each:
+//! A poll is six stages with one owner each:
 //!
 //! 1. **observe** ([`observe`]): the NVML session, one worker thread per GPU ([`worker`]) that
 //!    owns its device's NVML state and reads it by tiers of cost ([`schedule`]), and the XID
 //!    watcher. GPUs are read in parallel; a hung one does not hold the others.
 //! 2. **enrich** ([`enrich`]): per-board accumulations ([`boards`]: XID and dropped-process
 //!    counts, by UUID), procfs attribution, kubelet pods. The result is a [`Snapshot`].
-//! 3. **judge**: the pure health evaluator, and the journal of its changes.
-//! 4. **render**: both metric families, once.
-//! 5. **publish**: one `Arc<Published>` on the watch channel.
+//! 3. **reclaim** ([`crate::reclaim::stage`]): idleness, accounting, the reclaim ladder (its
+//!    actions run on threads of their own); its findings (`idle_held`) go to judge.
+//! 4. **judge**: the pure health evaluator, and the journal of its changes.
+//! 5. **render**: both metric families, once, with reclaim's series appended.
+//! 6. **publish**: one `Arc<Published>` on the watch channel.
 
 mod boards;
 mod enrich;
@@ -26,6 +28,8 @@ mod pool;
 mod schedule;
 mod worker;
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -34,9 +38,11 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 
 use crate::attribution::ProcessesConfig;
+use crate::health::conditions::Finding;
 use crate::health::{self, Evaluator, HealthConfig, Journal, NodeHealth};
 use crate::kubernetes::KubeletFeed;
 use crate::metrics::{self, RenderConfig, Rendered};
+use crate::reclaim::{self, AccountingConfig, ReclaimConfig};
 use crate::snapshot::{NvmlStatus, Snapshot};
 use crate::AgentCounters;
 
@@ -59,6 +65,25 @@ pub struct PollerConfig {
     pub processes: ProcessesConfig,
     /// The kubelet client's latest mapping, when `[kubernetes] enabled`.
     pub kubelet: Option<KubeletFeed>,
+    /// `[reclaim]`, `[accounting]` and `[audit] file`: the reclaim stage's settings.
+    pub reclaim: ReclaimConfig,
+    /// The container runtime's pod labels, when `[reclaim] exempt_pod_labels` needs them.
+    pub pod_labels: Option<reclaim::cri::PodLabelFeed>,
+    pub accounting: AccountingConfig,
+    pub audit_file: PathBuf,
+}
+
+impl PollerConfig {
+    fn reclaim_settings(&self) -> reclaim::stage::Settings {
+        reclaim::stage::Settings {
+            reclaim: self.reclaim.clone(),
+            pod_labels: self.pod_labels.clone(),
+            accounting: self.accounting.clone(),
+            audit_file: self.audit_file.clone(),
+            procfs: self.processes.procfs.clone(),
+            interval: self.interval,
+        }
+    }
 }
 
 /// Messages to the poller thread.
@@ -81,6 +106,8 @@ pub struct Published {
     pub metrics: Rendered,
     /// The poll interval in force when this was published (readiness uses it).
     pub interval: Duration,
+    /// Idleness, reclaim candidates and accounting (`None` before the first poll).
+    pub reclaim: Option<Arc<reclaim::stage::View>>,
 }
 
 /// Handle to the running poller thread.
@@ -123,6 +150,7 @@ struct Poller {
     observer: Observer,
     enricher: Enricher,
     evaluator: Evaluator,
+    reclaim: reclaim::stage::Stage,
     journal: Arc<Mutex<Journal>>,
     polls: u64,
 }
@@ -137,6 +165,7 @@ impl Poller {
             observer: Observer::new(),
             enricher: Enricher::new(&config),
             evaluator: Evaluator::new(config.health.clone()),
+            reclaim: reclaim::stage::Stage::new(&config.reclaim_settings()),
             journal,
             config,
             counters,
@@ -151,14 +180,27 @@ impl Poller {
             let slow_gpus = observation.slow_gpus;
             self.polls += 1;
             let snapshot = Arc::new(self.enricher.enrich(observation, &self.config, self.polls));
-            let health = Arc::new(self.judge(&snapshot));
-            let metrics = metrics::render(&snapshot, &health, &self.config.render, &self.counters);
+            let (reclaim, findings) = self
+                .reclaim
+                .observe(&snapshot, &self.config.reclaim_settings());
+            let health = Arc::new(self.judge(&snapshot, &findings));
+            let mut metrics =
+                metrics::render(&snapshot, &health, &self.config.render, &self.counters);
+            if self.config.render.native {
+                // Before the page is first served (or compressed): one copy per poll.
+                let extra = reclaim::metrics::render(&reclaim, &snapshot);
+                let mut page = Vec::with_capacity(metrics.text.len() + extra.len());
+                page.extend_from_slice(&metrics.text);
+                page.extend_from_slice(extra.as_bytes());
+                metrics.text = page.into();
+            }
             out.send_replace(Arc::new(Published {
                 snapshot: snapshot.clone(),
                 health,
                 journal: self.journal.clone(),
                 metrics,
                 interval: self.config.interval,
+                reclaim: Some(reclaim),
             }));
             tracing::debug!(
                 poll = self.polls,
@@ -177,6 +219,7 @@ impl Poller {
                 Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
             }
         }
+        self.reclaim.shutdown(&self.config.reclaim_settings());
         self.observer.shutdown();
     }
 
@@ -187,12 +230,15 @@ impl Poller {
         }
         self.evaluator.set_config(config.health.clone());
         self.enricher.reconfigure(&config);
+        self.reclaim.reconfigure(&config.reclaim_settings());
         self.config = config;
     }
 
     /// Judges the snapshot, logs each condition change once and journals it.
-    fn judge(&mut self, snapshot: &Snapshot) -> NodeHealth {
-        let (health, events) = self.evaluator.evaluate(snapshot, SystemTime::now());
+    fn judge(&mut self, snapshot: &Snapshot, extra: &BTreeMap<u32, Vec<Finding>>) -> NodeHealth {
+        let (health, events) = self
+            .evaluator
+            .evaluate_with(snapshot, extra, SystemTime::now());
         if !events.is_empty() {
             events.iter().for_each(health::journal::log);
             self.journal

@@ -78,7 +78,7 @@ pub struct LabelNames {
 }
 
 /// One container that was allocated a GPU, a MIG device or a time-slicing replica of a GPU.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub struct PodRef {
     pub namespace: String,
     pub pod: String,

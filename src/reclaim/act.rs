@@ -1,0 +1,242 @@
+//! Carrying out the ladder's decisions: audit records, hooks, signals. The only part of
+//! `reclaim` that changes the node.
+//!
+//! Each warn or reclaim runs on a thread of its own so that a hook's timeout or a signal's
+//! grace never holds the poller. Safety rules, all enforced here:
+//!
+//! - only the [`ProcessIdentity`] (pid and start time) recorded when the process was seen
+//!   holding the GPU is ever signalled, and `procs::signal_verified` re-reads the start time
+//!   immediately before each `kill(2)`: a pid now naming another process is left alone;
+//! - a zombie is gone: it is never signalled again and counts as reclaimed;
+//! - in dry run nothing is executed: the decision is audited and counted as `dry_run`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::{json, Value};
+
+use super::config::{ActionKind, HookCommand, ReclaimConfig};
+use super::idle::{Holder, UnitState, UnitStatus};
+use crate::audit::AuditLog;
+use crate::exec::{self, CommandSpec};
+use crate::procs::{self, ProcessIdentity, SignalResult};
+
+/// `gpu_steward_reclaim_actions_total{action,result}`.
+pub type ActionCounts = Arc<Mutex<BTreeMap<(&'static str, &'static str), u64>>>;
+
+/// How often a signalled process is looked at during the grace period.
+const CHECK_EVERY: Duration = Duration::from_millis(50);
+/// How long a SIGKILLed process gets to disappear before it counts as surviving.
+const AFTER_KILL: Duration = Duration::from_secs(2);
+
+/// Carries out decisions; cheap to clone into the threads it starts.
+#[derive(Clone, Debug)]
+pub struct Actor {
+    pub procfs: PathBuf,
+    pub audit: Option<AuditLog>,
+    pub counts: ActionCounts,
+}
+
+impl Actor {
+    pub fn count(&self, action: &'static str, result: &'static str) {
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((action, result))
+            .or_default() += 1;
+    }
+
+    /// Appends to the audit log; a failure is logged (the decision stands, and was logged).
+    pub fn audit(&self, event: &str, fields: Value) {
+        if let Some(log) = &self.audit {
+            if let Err(e) = log.record("reclaim", event, fields) {
+                tracing::error!(error = %e, file = %log.path().display(), "cannot write the audit log");
+            }
+        }
+    }
+
+    /// The warn step: the hook, if one is configured, with the unit as JSON on stdin.
+    pub fn warn(&self, unit: &UnitStatus, targets: &[Holder], config: &ReclaimConfig) {
+        let hook = config.warn.as_ref().and_then(|w| w.hook.clone());
+        let doc = describe(unit, targets, "warn", config.dry_run);
+        self.audit("warn", doc.clone());
+        tracing::warn!(gpu = unit.gpu, unit = %unit.key, pids = ?pids(targets), dry_run = config.dry_run, "idle GPU: warning its holders");
+        match hook {
+            None => self.count("warn", "logged"),
+            Some(_) if config.dry_run => self.count("warn", "dry_run"),
+            Some(hook) => {
+                let me = self.clone();
+                spawn("reclaim-warn", move || me.run_hook("warn", &hook, &doc));
+            }
+        }
+    }
+
+    /// The reclaim step: signal the targets, or run the hook.
+    pub fn reclaim(&self, unit: &UnitStatus, targets: &[Holder], config: &ReclaimConfig) {
+        let action = config.action.as_str();
+        let doc = describe(unit, targets, "reclaim", config.dry_run);
+        self.audit("reclaim", doc.clone());
+        tracing::warn!(gpu = unit.gpu, unit = %unit.key, pids = ?pids(targets), action, dry_run = config.dry_run, "idle GPU: reclaiming");
+        if config.dry_run {
+            self.count(action, "dry_run");
+            return;
+        }
+        let me = self.clone();
+        match (config.action, config.hook.clone()) {
+            (ActionKind::Hook, Some(hook)) => {
+                spawn("reclaim-hook", move || me.run_hook("hook", &hook, &doc))
+            }
+            (ActionKind::Hook, None) => self.count("hook", "error"),
+            (ActionKind::Signal, _) => {
+                let who: Vec<ProcessIdentity> = identities(targets);
+                let grace = config.grace;
+                spawn("reclaim-signal", move || {
+                    let report = terminate(&me.procfs, &who, grace);
+                    let result = if report.iter().all(|r| r.gone) {
+                        "success"
+                    } else {
+                        "failure"
+                    };
+                    me.count("signal", result);
+                    me.audit(
+                        "reclaim.result",
+                        json!({"action": "signal", "result": result, "gpu": doc["gpu"],
+                               "uuid": doc["uuid"], "processes": report.iter().map(PidReport::json).collect::<Vec<_>>()}),
+                    );
+                });
+            }
+        }
+    }
+
+    fn run_hook(&self, step: &'static str, hook: &HookCommand, doc: &Value) {
+        let spec = CommandSpec {
+            name: format!("reclaim.{step}"),
+            argv: hook.command.clone(),
+            timeout: hook.timeout,
+        };
+        let out = exec::run(&spec, doc.to_string().as_bytes(), &[]);
+        let result = out.outcome.result_label();
+        self.count(step, result);
+        if !out.outcome.success() {
+            tracing::error!(hook = %spec.name, outcome = %out.outcome, stderr = %out.stderr.trim(), "reclaim hook failed");
+        }
+        self.audit(
+            &format!("{step}.result"),
+            json!({"action": step, "result": result, "outcome": out.outcome.to_string(),
+                   "duration_ms": out.duration.as_millis() as u64, "gpu": doc["gpu"], "uuid": doc["uuid"],
+                   "stdout": out.stdout, "stderr": out.stderr}),
+        );
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {
+    if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(f) {
+        tracing::error!(error = %e, "cannot start the {name} thread");
+    }
+}
+
+fn pids(targets: &[Holder]) -> Vec<u32> {
+    targets.iter().map(|h| h.pid).collect()
+}
+
+/// The identities recorded when the holders were observed (holders without one are gone).
+pub fn identities(targets: &[Holder]) -> Vec<ProcessIdentity> {
+    targets
+        .iter()
+        .filter_map(|h| {
+            Some(ProcessIdentity {
+                pid: h.pid,
+                start_time: h.start_time?,
+            })
+        })
+        .collect()
+}
+
+/// What became of one process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PidReport {
+    pub who: ProcessIdentity,
+    pub term: SignalResult,
+    pub kill: Option<SignalResult>,
+    /// Gone (exited, or a zombie) or replaced (the process we saw is gone) at the end.
+    pub gone: bool,
+}
+
+impl PidReport {
+    fn json(&self) -> Value {
+        json!({"pid": self.who.pid, "start_time": self.who.start_time,
+               "sigterm": self.term.label(), "sigkill": self.kill.as_ref().map(SignalResult::label),
+               "gone": self.gone})
+    }
+}
+
+/// SIGTERM to each, SIGKILL after `grace` to those still alive; blocking.
+pub fn terminate(procfs: &Path, who: &[ProcessIdentity], grace: Duration) -> Vec<PidReport> {
+    let mut reports: Vec<PidReport> = who
+        .iter()
+        .map(|w| PidReport {
+            who: *w,
+            term: procs::signal_verified(procfs, w, Signal::SIGTERM),
+            kill: None,
+            gone: false,
+        })
+        .collect();
+    let alive = |r: &PidReport| r.term == SignalResult::Sent && procs::is_alive(procfs, &r.who);
+    wait_until(grace, || !reports.iter().any(alive));
+    for r in &mut reports {
+        if alive(r) {
+            r.kill = Some(procs::signal_verified(procfs, &r.who, Signal::SIGKILL));
+        }
+    }
+    wait_until(AFTER_KILL, || {
+        !reports
+            .iter()
+            .any(|r| r.kill == Some(SignalResult::Sent) && procs::is_alive(procfs, &r.who))
+    });
+    for r in &mut reports {
+        // Failed leaves the process as it was; anything else means the process we saw is
+        // no more, or it is checked once more here.
+        r.gone = !procs::is_alive(procfs, &r.who);
+    }
+    reports
+}
+
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() && Instant::now() < deadline {
+        std::thread::sleep(CHECK_EVERY);
+    }
+}
+
+/// The unit as hooks read it on stdin and the audit log records it.
+pub fn describe(unit: &UnitStatus, targets: &[Holder], step: &str, dry_run: bool) -> Value {
+    let since = match unit.state {
+        UnitState::Idle { since } | UnitState::AllocatedUnused { since } => {
+            Some(humantime::format_rfc3339_millis(since).to_string())
+        }
+        _ => None,
+    };
+    json!({
+        "step": step,
+        "dry_run": dry_run,
+        "gpu": unit.gpu,
+        "uuid": unit.key.uuid,
+        "gpu_instance": unit.key.gpu_instance,
+        "idle_since": since,
+        "held_memory_bytes": unit.held_memory_bytes,
+        "processes": targets.iter().map(|h| json!({
+            "pid": h.pid, "start_time": h.start_time, "name": h.name, "user": h.user,
+            "memory_bytes": h.memory_bytes, "pod_uid": h.pod_uid,
+            "systemd_unit": h.systemd_unit, "slurm_job": h.slurm_job,
+        })).collect::<Vec<_>>(),
+        "pods": unit.pods,
+    })
+}
+
+#[cfg(test)]
+#[path = "act_tests.rs"]
+mod tests;

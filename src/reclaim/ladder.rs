@@ -1,0 +1,300 @@
+//! The ladder: report → warn → reclaim, decided from the idleness verdicts. Pure: time is the
+//! snapshot's, nothing is executed here; the caller audits and carries out the decisions.
+//!
+//! Per idle episode of a unit (it ends when the unit is active, unknown or released):
+//!
+//! - at `idle_after`: **report** (`Detected`: audit, health condition `idle_held`);
+//! - then, with `[reclaim.warn]`: **warn** once (`Warn`), and wait its `grace`;
+//! - then **reclaim** once (`Reclaim`), unless `max_reclaims_per_hour` were reached in the last
+//!   hour (`RateLimited`, once; retried at each later snapshot).
+//!
+//! Targets are the holders that can be acted on: alive when observed (a zombie or vanished
+//! process is gone), holding the unit since the episode began, and not exempt. A unit with
+//! none is reported and never warned nor reclaimed.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use super::config::{Exemptions, ReclaimConfig};
+use super::idle::{Holder, UnitKey, UnitState, UnitStatus};
+
+/// Why a holder is left alone, if it is.
+pub fn exemption(holder: &Holder, unit: &UnitStatus, exempt: &Exemptions) -> Option<String> {
+    let gpu = unit.gpu.to_string();
+    if exempt
+        .gpus
+        .iter()
+        .any(|g| *g == gpu || g.eq_ignore_ascii_case(&unit.key.uuid))
+    {
+        return Some(format!("GPU {gpu} is exempt"));
+    }
+    if let Some(name) = &holder.name {
+        if let Some(p) = exempt.process_names.matches(name) {
+            return Some(format!("process name '{name}' matches '{p}'"));
+        }
+    }
+    if let Some(user) = holder.user.as_ref().filter(|u| exempt.users.contains(u)) {
+        return Some(format!("user '{user}' is exempt"));
+    }
+    if let (Some(_), false) = (&holder.pod_uid, exempt.pod_labels.is_empty()) {
+        let Some(labels) = &holder.pod_labels else {
+            // Safety first: a pod whose labels cannot be read may be one that is exempt.
+            return Some(
+                "its pod's labels are not known (the container runtime has not listed it); \
+                 exempt until they are"
+                    .into(),
+            );
+        };
+        if let Some(s) = exempt.pod_labels.iter().find(|s| s.matches(labels)) {
+            return Some(format!("pod label '{s}' is exempt"));
+        }
+    }
+    // The kubelet names the pods allocated the GPU, not which pod a process is in (that is the
+    // process's pod UID): a process in any pod, on a GPU allocated to a pod in an exempt
+    // namespace, is left alone.
+    if holder.pod_uid.is_some() {
+        if let Some(p) = unit
+            .pods
+            .iter()
+            .find(|p| exempt.namespaces.contains(&p.namespace))
+        {
+            return Some(format!("namespace '{}' is exempt", p.namespace));
+        }
+    }
+    None
+}
+
+/// The holders that would be acted on.
+pub fn targets<'a>(unit: &'a UnitStatus, exempt: &Exemptions) -> Vec<&'a Holder> {
+    let UnitState::Idle { since } = unit.state else {
+        return Vec::new();
+    };
+    unit.holders
+        .iter()
+        .filter(|h| h.start_time.is_some() && h.since <= since)
+        .filter(|h| exemption(h, unit, exempt).is_none())
+        .collect()
+}
+
+/// One step decided for one unit.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Idle for `idle_after`: reported.
+    Detected {
+        unit: UnitStatus,
+    },
+    /// Allocated to a pod with no process for `idle_after` (report only).
+    AllocatedUnused {
+        unit: UnitStatus,
+    },
+    /// A reported episode ended.
+    Cleared {
+        key: UnitKey,
+        gpu: u32,
+        reason: String,
+    },
+    Warn {
+        unit: UnitStatus,
+        targets: Vec<Holder>,
+    },
+    Reclaim {
+        unit: UnitStatus,
+        targets: Vec<Holder>,
+    },
+    RateLimited {
+        unit: UnitStatus,
+    },
+}
+
+/// What happens next to a unit, for `GET /api/v1/reclaim`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Next {
+    pub step: &'static str,
+    #[serde(serialize_with = "crate::health::rfc3339")]
+    pub at: SystemTime,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Episode {
+    gpu: u32,
+    since: Option<SystemTime>,
+    reported: bool,
+    warned_at: Option<SystemTime>,
+    reclaimed: bool,
+    rate_limited: bool,
+}
+
+/// The ladder's memory across snapshots.
+#[derive(Debug, Default)]
+pub struct Ladder {
+    episodes: BTreeMap<UnitKey, Episode>,
+    /// When reclaims were decided, over the last hour.
+    reclaims: VecDeque<SystemTime>,
+}
+
+impl Ladder {
+    /// Decides the steps due at `now` for `units` (every unit the tracker reported).
+    pub fn decide(
+        &mut self,
+        units: &[UnitStatus],
+        config: &ReclaimConfig,
+        now: SystemTime,
+    ) -> Vec<Decision> {
+        let hour = Duration::from_secs(3600);
+        while self
+            .reclaims
+            .front()
+            .is_some_and(|t| now.duration_since(*t).unwrap_or_default() >= hour)
+        {
+            self.reclaims.pop_front();
+        }
+        let mut out = Vec::new();
+        let mut next = BTreeMap::new();
+        for unit in units {
+            let mut ep = self.episodes.remove(&unit.key).unwrap_or_default();
+            let since = match unit.state {
+                UnitState::Idle { since } | UnitState::AllocatedUnused { since } => since,
+                _ => {
+                    if ep.reported {
+                        out.push(cleared(unit.key.clone(), unit.gpu, &unit.state));
+                    }
+                    continue;
+                }
+            };
+            if ep.since != Some(since) {
+                if ep.reported {
+                    out.push(cleared(unit.key.clone(), unit.gpu, &unit.state));
+                }
+                ep = Episode {
+                    gpu: unit.gpu,
+                    since: Some(since),
+                    ..Episode::default()
+                };
+            }
+            self.step(unit, since, &mut ep, config, now, &mut out);
+            next.insert(unit.key.clone(), ep);
+        }
+        for (key, ep) in std::mem::take(&mut self.episodes) {
+            if ep.reported {
+                out.push(Decision::Cleared {
+                    key,
+                    gpu: ep.gpu,
+                    reason: "released: no process holds it any more".into(),
+                });
+            }
+        }
+        self.episodes = next;
+        out
+    }
+
+    fn step(
+        &mut self,
+        unit: &UnitStatus,
+        since: SystemTime,
+        ep: &mut Episode,
+        config: &ReclaimConfig,
+        now: SystemTime,
+        out: &mut Vec<Decision>,
+    ) {
+        let idle_for = now.duration_since(since).unwrap_or_default();
+        if idle_for < config.idle_after {
+            return;
+        }
+        if !ep.reported {
+            ep.reported = true;
+            out.push(match unit.state {
+                UnitState::AllocatedUnused { .. } => {
+                    Decision::AllocatedUnused { unit: unit.clone() }
+                }
+                _ => Decision::Detected { unit: unit.clone() },
+            });
+        }
+        let targets: Vec<Holder> = targets(unit, &config.exempt).into_iter().cloned().collect();
+        if targets.is_empty() || ep.reclaimed {
+            return;
+        }
+        if let Some(warn) = &config.warn {
+            let Some(warned) = ep.warned_at else {
+                ep.warned_at = Some(now);
+                out.push(Decision::Warn {
+                    unit: unit.clone(),
+                    targets,
+                });
+                return;
+            };
+            if now.duration_since(warned).unwrap_or_default() < warn.grace {
+                return;
+            }
+        }
+        if self.reclaims.len() >= config.max_reclaims_per_hour as usize {
+            if !ep.rate_limited {
+                ep.rate_limited = true;
+                out.push(Decision::RateLimited { unit: unit.clone() });
+            }
+            return;
+        }
+        self.reclaims.push_back(now);
+        ep.reclaimed = true;
+        out.push(Decision::Reclaim {
+            unit: unit.clone(),
+            targets,
+        });
+    }
+
+    /// The next step due for `unit`, if any.
+    pub fn next(&self, unit: &UnitStatus, config: &ReclaimConfig) -> Option<Next> {
+        let UnitState::Idle { since } = unit.state else {
+            return None;
+        };
+        let ep = self.episodes.get(&unit.key).cloned().unwrap_or_default();
+        let due = since + config.idle_after;
+        if !ep.reported {
+            return Some(Next {
+                step: "report",
+                at: due,
+            });
+        }
+        if ep.reclaimed || targets(unit, &config.exempt).is_empty() {
+            return None;
+        }
+        let reclaim = match (&config.warn, ep.warned_at) {
+            (Some(_), None) => {
+                return Some(Next {
+                    step: "warn",
+                    at: due,
+                })
+            }
+            (Some(w), Some(warned)) => warned + w.grace,
+            (None, _) => due,
+        };
+        Some(Next {
+            step: if ep.rate_limited {
+                "reclaim (rate limited)"
+            } else {
+                "reclaim"
+            },
+            at: reclaim,
+        })
+    }
+
+    /// Reclaims decided in the hour before the last decision.
+    pub fn reclaims_last_hour(&self) -> usize {
+        self.reclaims.len()
+    }
+}
+
+fn cleared(key: UnitKey, gpu: u32, state: &UnitState) -> Decision {
+    let reason = match state {
+        UnitState::Active { reason } => format!("active: {reason}"),
+        UnitState::Unknown { reason } => format!("activity unknown: {reason}"),
+        UnitState::Idle { .. } => "a new idle episode began (holders changed)".into(),
+        UnitState::AllocatedUnused { .. } => "no process holds it any more".into(),
+    };
+    Decision::Cleared { key, gpu, reason }
+}
+
+#[cfg(test)]
+#[path = "ladder_tests.rs"]
+mod tests;

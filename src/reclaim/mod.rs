@@ -1,0 +1,22 @@
+//! Idle GPUs: detection, the report → warn → reclaim ladder, and per-owner accounting.
+//!
+//! - [`idle`]: idleness per GPU and MIG instance, a pure function over successive snapshots;
+//! - [`ladder`]: which step is due for which unit, pure, with exemptions and the hourly limit;
+//! - [`config`]: `[reclaim]` and `[accounting]`.
+//!
+//! Decisions are pure; everything that touches the node (hooks, signals) is elsewhere and is
+//! off unless `[reclaim] enabled = true` and `dry_run = false`.
+
+pub mod accounting;
+pub mod act;
+pub mod config;
+pub mod cri;
+pub mod idle;
+pub mod ladder;
+pub mod metrics;
+pub mod stage;
+
+#[cfg(test)]
+mod testkit;
+
+pub use config::{AccountingConfig, ActionKind, ReclaimConfig};

@@ -1,0 +1,455 @@
+//! The reclaim stage of the poll, between enrich and judge: idleness, accounting, the ladder,
+//! and the dispatch of its decisions. It owns everything reclaim keeps across polls and
+//! publishes a [`View`] with each snapshot for `/metrics`, `/health` and `/api/v1/reclaim`.
+//!
+//! It runs on the poller thread and never blocks it: procfs reads are one `stat` per holder,
+//! audit records are rare, and hooks and signals run on threads of their own ([`super::act`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::json;
+
+use super::accounting::{Accounts, OwnerKey, Totals};
+use super::act::{ActionCounts, Actor};
+use super::config::{AccountingConfig, ReclaimConfig};
+use super::idle::{IdleConfig, IdleTracker, UnitState, UnitStatus};
+use super::ladder::{self, Decision, Ladder, Next};
+use crate::audit::AuditLog;
+use crate::health::conditions::{finding, Finding};
+use crate::health::{Action, Status};
+use crate::snapshot::Snapshot;
+
+/// Health condition of a GPU held idle for `idle_after`.
+pub const IDLE_HELD: &str = "idle_held";
+/// Health condition of a GPU allocated to a pod that runs nothing on it for `idle_after`.
+pub const ALLOCATED_UNUSED: &str = "allocated_unused";
+
+/// What the stage needs from the configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub reclaim: ReclaimConfig,
+    /// Pod labels from the container runtime, when `exempt_pod_labels` needs them.
+    pub pod_labels: Option<super::cri::PodLabelFeed>,
+    pub accounting: AccountingConfig,
+    pub audit_file: PathBuf,
+    pub procfs: PathBuf,
+    pub interval: Duration,
+}
+
+/// One unit as `/api/v1/reclaim` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Candidate {
+    #[serde(flatten)]
+    pub unit: UnitStatus,
+    pub idle_seconds: f64,
+    /// Per holder: why it is exempt (`null` when it is not).
+    pub exempt: Vec<Option<String>>,
+    /// The pids the next warn or reclaim would act on.
+    pub targets: Vec<u32>,
+    pub next: Option<Next>,
+}
+
+/// What the stage publishes with each snapshot.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub taken_at: SystemTime,
+    pub config: ReclaimConfig,
+    /// Dry run in force: configured, or forced because the audit log cannot be written.
+    pub dry_run: bool,
+    pub audit: Result<PathBuf, String>,
+    pub units: Vec<UnitStatus>,
+    pub candidates: Vec<Candidate>,
+    pub reclaims_last_hour: usize,
+    /// The container runtime's pod labels: (answering, failed reads, socket).
+    pub pod_labels: Option<(bool, u64, PathBuf)>,
+    pub actions: BTreeMap<(&'static str, &'static str), u64>,
+    pub accounting: bool,
+    pub owners: BTreeMap<OwnerKey, Totals>,
+    pub idle_held: BTreeMap<(u32, String), f64>,
+    pub state_write_errors: u64,
+}
+
+pub struct Stage {
+    tracker: IdleTracker,
+    ladder: Ladder,
+    accounts: Accounts,
+    actor: Actor,
+    audit: Result<PathBuf, String>,
+    last_persist: Option<Instant>,
+    state_write_errors: u64,
+}
+
+impl Stage {
+    pub fn new(s: &Settings) -> Stage {
+        let accounts = match (&s.accounting.state_dir, s.accounting.enabled) {
+            (Some(dir), true) => Accounts::load(dir).unwrap_or_else(|e| {
+                // Kept aside, not overwritten by the next write: the totals may be recoverable.
+                let path = dir.join(super::accounting::STATE_FILE);
+                let aside = path.with_extension("json.unreadable");
+                let kept = std::fs::rename(&path, &aside).is_ok();
+                tracing::error!(error = %e, kept_as = %aside.display(), kept, "cannot read the accounting state; counting from 0");
+                Accounts::default()
+            }),
+            _ => Accounts::default(),
+        };
+        let mut stage = Stage {
+            tracker: IdleTracker::default(),
+            ladder: Ladder::default(),
+            accounts,
+            actor: Actor {
+                procfs: s.procfs.clone(),
+                audit: None,
+                counts: ActionCounts::default(),
+            },
+            audit: Err("not opened".into()),
+            last_persist: None,
+            state_write_errors: 0,
+        };
+        stage.reconfigure(s);
+        stage
+    }
+
+    /// Follows a reload: history is kept; the audit log is (re)opened when reclaim is on.
+    pub fn reconfigure(&mut self, s: &Settings) {
+        self.actor.procfs = s.procfs.clone();
+        if !s.reclaim.enabled {
+            self.actor.audit = None;
+            self.audit = Err("reclaim is off".into());
+            return;
+        }
+        if self.actor.audit.as_ref().map(|a| a.path()) == Some(s.audit_file.as_path()) {
+            return;
+        }
+        match AuditLog::open(&s.audit_file) {
+            Ok(log) => {
+                self.actor.audit = Some(log);
+                self.audit = Ok(s.audit_file.clone());
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot open the audit log; reclaim stays in dry run until it can be written");
+                self.actor.audit = None;
+                self.audit = Err(e.to_string());
+            }
+        }
+    }
+
+    /// Runs the stage on `snapshot`: the view to publish and the health findings per GPU.
+    pub fn observe(
+        &mut self,
+        snapshot: &Snapshot,
+        s: &Settings,
+    ) -> (Arc<View>, BTreeMap<u32, Vec<Finding>>) {
+        let r = &s.reclaim;
+        let idle = IdleConfig {
+            threshold: r.utilization_threshold,
+            min_memory_bytes: r.min_memory_mib * 1024 * 1024,
+        };
+        let starts = if r.enabled {
+            start_times(snapshot, s)
+        } else {
+            HashMap::new()
+        };
+        let mut units = self.tracker.observe(snapshot, &starts, &idle);
+        let labels = s
+            .pod_labels
+            .as_ref()
+            .filter(|_| r.enabled)
+            .map(|f| f.latest());
+        if let Some(l) = &labels {
+            for h in units.iter_mut().flat_map(|u| u.holders.iter_mut()) {
+                h.pod_labels = h
+                    .pod_uid
+                    .as_ref()
+                    .and_then(|uid| l.by_uid.get(uid).cloned());
+            }
+        }
+        if s.accounting.enabled {
+            self.accounts
+                .add(snapshot, &units, s.interval, s.accounting.forget_after);
+            self.persist(s, false);
+        }
+        let dry_run = r.dry_run || self.audit.is_err();
+        let mut findings = BTreeMap::new();
+        let mut candidates = Vec::new();
+        if r.enabled {
+            let mut effective = r.clone();
+            effective.dry_run = dry_run;
+            let decisions = self.ladder.decide(&units, &effective, snapshot.taken_at);
+            for d in decisions {
+                self.carry_out(d, &effective);
+            }
+            findings = health_findings(&units, r, snapshot.taken_at);
+            candidates = units
+                .iter()
+                .map(|u| Candidate {
+                    unit: u.clone(),
+                    idle_seconds: u.idle_for(snapshot.taken_at).as_secs_f64(),
+                    exempt: u
+                        .holders
+                        .iter()
+                        .map(|h| ladder::exemption(h, u, &r.exempt))
+                        .collect(),
+                    targets: ladder::targets(u, &r.exempt)
+                        .iter()
+                        .map(|h| h.pid)
+                        .collect(),
+                    next: self.ladder.next(u, r),
+                })
+                .collect();
+        }
+        let view = View {
+            taken_at: snapshot.taken_at,
+            config: r.clone(),
+            dry_run,
+            audit: self.audit.clone(),
+            units,
+            candidates,
+            reclaims_last_hour: self.ladder.reclaims_last_hour(),
+            pod_labels: labels.map(|l| (l.up, l.errors, l.socket)),
+            actions: self
+                .actor
+                .counts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            accounting: s.accounting.enabled,
+            owners: self.accounts.owners.clone(),
+            idle_held: self.accounts.idle_held.clone(),
+            state_write_errors: self.state_write_errors,
+        };
+        (Arc::new(view), findings)
+    }
+
+    fn carry_out(&mut self, d: Decision, config: &ReclaimConfig) {
+        let a = &self.actor;
+        match d {
+            Decision::Detected { unit } => {
+                tracing::warn!(gpu = unit.gpu, unit = %unit.key, held_bytes = unit.held_memory_bytes, "GPU held idle");
+                a.audit(
+                    "idle_detected",
+                    super::act::describe(&unit, &unit.holders, "report", config.dry_run),
+                );
+            }
+            Decision::AllocatedUnused { unit } => {
+                tracing::warn!(gpu = unit.gpu, pods = ?unit.pods, "GPU allocated to a pod that runs nothing on it");
+                a.audit(
+                    "allocated_unused",
+                    super::act::describe(&unit, &[], "report", config.dry_run),
+                );
+            }
+            Decision::Cleared { key, gpu, reason } => {
+                tracing::info!(gpu, unit = %key, %reason, "idle episode over");
+                a.audit("idle_cleared", json!({"gpu": gpu, "uuid": key.uuid, "gpu_instance": key.gpu_instance, "reason": reason}));
+            }
+            Decision::Warn { unit, targets } => a.warn(&unit, &targets, config),
+            Decision::Reclaim { unit, targets } => a.reclaim(&unit, &targets, config),
+            Decision::RateLimited { unit } => {
+                tracing::warn!(gpu = unit.gpu, unit = %unit.key, max = config.max_reclaims_per_hour, "reclaim held back by max_reclaims_per_hour");
+                a.count(config.action.as_str(), "rate_limited");
+                a.audit("rate_limited", json!({"gpu": unit.gpu, "uuid": unit.key.uuid, "gpu_instance": unit.key.gpu_instance, "max_reclaims_per_hour": config.max_reclaims_per_hour}));
+            }
+        }
+    }
+
+    /// Writes the accounting state when due (or now, at shutdown).
+    fn persist(&mut self, s: &Settings, now: bool) {
+        let Some(dir) = &s.accounting.state_dir else {
+            return;
+        };
+        let due = self
+            .last_persist
+            .is_none_or(|t| t.elapsed() >= s.accounting.persist_every);
+        if !(now || due) {
+            return;
+        }
+        self.last_persist = Some(Instant::now());
+        if let Err(e) = self.accounts.save(dir) {
+            self.state_write_errors += 1;
+            tracing::error!(error = %e, dir = %dir.display(), "cannot write the accounting state");
+        }
+    }
+
+    /// At shutdown: the accounting state is written one last time.
+    pub fn shutdown(&mut self, s: &Settings) {
+        if s.accounting.enabled {
+            self.persist(s, true);
+        }
+    }
+}
+
+/// Start times of the live processes of the snapshot (one `stat` read each).
+fn start_times(snapshot: &Snapshot, s: &Settings) -> HashMap<u32, u64> {
+    snapshot
+        .gpus
+        .iter()
+        .flat_map(|g| g.reading.processes.iter().flatten())
+        .filter_map(|p| {
+            let who = crate::procs::identify(&s.procfs, p.pid)?;
+            Some((p.pid, who.start_time))
+        })
+        .collect()
+}
+
+/// `idle_held` and `allocated_unused`, per GPU, once the window is reached.
+fn health_findings(
+    units: &[UnitStatus],
+    r: &ReclaimConfig,
+    now: SystemTime,
+) -> BTreeMap<u32, Vec<Finding>> {
+    let mut out: BTreeMap<u32, Vec<Finding>> = BTreeMap::new();
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    for u in units {
+        let f = match u.state {
+            UnitState::Idle { since }
+                if now.duration_since(since).unwrap_or_default() >= r.idle_after =>
+            {
+                let who: Vec<String> = u
+                    .holders
+                    .iter()
+                    .map(|h| {
+                        format!(
+                            "{} ({}, {})",
+                            h.pid,
+                            h.name.as_deref().unwrap_or("?"),
+                            h.user.as_deref().unwrap_or("?")
+                        )
+                    })
+                    .collect();
+                finding(
+                    IDLE_HELD,
+                    Status::Warn,
+                    Action::None,
+                    format!(
+                        "{} held by {} process(es) ({:.1} GiB) at <= {}% utilization for {}: {}; \
+                         see /api/v1/reclaim",
+                        u.key,
+                        u.holders.len(),
+                        gib(u.held_memory_bytes),
+                        r.utilization_threshold * 100.0,
+                        humantime::format_duration(Duration::from_secs(
+                            now.duration_since(since).unwrap_or_default().as_secs()
+                        )),
+                        who.join(", ")
+                    ),
+                )
+            }
+            UnitState::AllocatedUnused { since }
+                if now.duration_since(since).unwrap_or_default() >= r.idle_after =>
+            {
+                let pods: Vec<String> = u
+                    .pods
+                    .iter()
+                    .map(|p| format!("{}/{}", p.namespace, p.pod))
+                    .collect();
+                finding(
+                    ALLOCATED_UNUSED,
+                    Status::Warn,
+                    Action::None,
+                    format!(
+                        "allocated to {} for {} with no process on the GPU",
+                        pods.join(", "),
+                        humantime::format_duration(Duration::from_secs(
+                            now.duration_since(since).unwrap_or_default().as_secs()
+                        ))
+                    ),
+                )
+            }
+            _ => continue,
+        };
+        out.entry(u.gpu).or_default().push(f);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reclaim::testkit::{gpu, proc, snap};
+
+    fn settings(audit_file: PathBuf) -> Settings {
+        Settings {
+            reclaim: ReclaimConfig {
+                enabled: true,
+                dry_run: false,
+                idle_after: Duration::from_secs(60),
+                grace: Duration::from_millis(100),
+                ..ReclaimConfig::default()
+            },
+            accounting: AccountingConfig::default(),
+            audit_file,
+            pod_labels: None,
+            procfs: PathBuf::from("/proc"),
+            interval: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn without_a_writable_audit_log_nothing_is_done_to_the_node() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("300")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        // A file under a regular file cannot be created.
+        let tmp = tempfile::NamedTempFile::new().expect("tempfile");
+        let s = settings(tmp.path().join("audit.jsonl"));
+        let mut stage = Stage::new(&s);
+        let idle = |t| snap(t, vec![gpu(0, Some(0), vec![proc(pid, 4096, Some(0))])]);
+        let (view, findings) = stage.observe(&idle(0), &s);
+        assert!(view.dry_run && view.audit.is_err());
+        assert!(findings.is_empty());
+        let (view, findings) = stage.observe(&idle(60), &s);
+        assert_eq!(view.actions.get(&("signal", "dry_run")), Some(&1));
+        assert_eq!(findings[&0][0].name, IDLE_HELD);
+        assert!(findings[&0][0].reason.contains(&pid.to_string()));
+        assert_eq!(view.candidates[0].targets, [pid]);
+        assert_eq!(
+            view.candidates[0].next, None,
+            "reclaimed (in dry run): nothing more"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(child.try_wait().expect("try_wait").is_none(), "untouched");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn an_unreadable_state_file_is_kept_aside_not_overwritten() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = settings(dir.path().join("audit.jsonl"));
+        s.accounting.state_dir = Some(dir.path().to_path_buf());
+        std::fs::write(dir.path().join("accounting.json"), "{not json").expect("write");
+        let mut stage = Stage::new(&s);
+        stage.observe(
+            &snap(0, vec![gpu(0, Some(0), vec![proc(1, 4096, Some(0))])]),
+            &s,
+        );
+        let aside = std::fs::read_to_string(dir.path().join("accounting.json.unreadable"));
+        assert_eq!(aside.expect("kept aside"), "{not json");
+        let fresh = std::fs::read_to_string(dir.path().join("accounting.json")).expect("new");
+        assert!(fresh.starts_with("{\"version\":1"), "{fresh}");
+    }
+
+    #[test]
+    fn off_measures_idleness_but_reports_and_decides_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = settings(dir.path().join("audit.jsonl"));
+        s.reclaim.enabled = false;
+        let mut stage = Stage::new(&s);
+        let idle = |t| snap(t, vec![gpu(0, Some(0), vec![proc(1, 4096, Some(0))])]);
+        stage.observe(&idle(0), &s);
+        let (view, findings) = stage.observe(&idle(600), &s);
+        assert!(findings.is_empty() && view.candidates.is_empty() && view.actions.is_empty());
+        assert_eq!(
+            view.units[0].idle_for(view.taken_at),
+            Duration::from_secs(600)
+        );
+        assert!(
+            !dir.path().join("audit.jsonl").exists(),
+            "no audit log opened"
+        );
+    }
+}
