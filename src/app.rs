@@ -20,6 +20,7 @@ use crate::metrics::{self, RenderConfig};
 use crate::mig::service::MigService;
 use crate::poller::{self, Control, PollerConfig, Published};
 use crate::reclaim::cri::{self, PodLabelFeed};
+use crate::sharing::Sharing;
 use crate::snapshot::Snapshot;
 use crate::{http, AgentCounters};
 
@@ -75,7 +76,7 @@ struct Feeds {
     pod_labels: Option<PodLabelFeed>,
 }
 
-fn poller_config(c: &Config, feeds: &Feeds) -> PollerConfig {
+fn poller_config(c: &Config, feeds: &Feeds, sharing: &Sharing) -> PollerConfig {
     let kubelet = feeds.kubelet.clone();
     PollerConfig {
         nvml_lib: c.nvml_lib.clone(),
@@ -90,6 +91,7 @@ fn poller_config(c: &Config, feeds: &Feeds) -> PollerConfig {
         pod_labels: feeds.pod_labels.clone(),
         accounting: c.accounting.clone(),
         audit_file: c.audit_file.clone(),
+        sharing: Some(sharing.feed()),
     }
 }
 
@@ -133,7 +135,12 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         kubelet,
         pod_labels,
     };
-    let pconfig = poller_config(&config, &feeds);
+    let sharing = Sharing::new(
+        config.sharing.clone(),
+        config.nvml_lib.clone(),
+        config.audit_file.clone(),
+    );
+    let pconfig = poller_config(&config, &feeds, &sharing);
     let first = Snapshot::starting(SystemTime::now());
     let health = Arc::new(NodeHealth::default());
     let journal = Arc::new(Mutex::new(Journal::default()));
@@ -181,6 +188,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         }
     }
     let mig = Arc::new(MigService::new(&config));
+    let published = rx.clone();
     let api = Arc::new(http::api::ApiConfig {
         enabled: config.api_enabled,
         token_file: config.api_token_file.clone(),
@@ -190,6 +198,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         published: rx,
         api: api.clone(),
         mig: Some(mig.clone()),
+        sharing: Some(sharing.clone()),
     };
     let unix = match (&config.api_socket, config.api_enabled) {
         (Some(path), true) => {
@@ -219,12 +228,22 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     converge(&mig, "start").await;
     let poller = poller::spawn(pconfig, counters.clone(), journal, tx)?;
 
+    // The device plugin and the memory guard live as long as the daemon.
+    let (sharing_stop, sharing_stop_rx) = watch::channel(false);
+    sharing.start(&config, published, sharing_stop_rx);
     let control = poller.control.clone();
-    wait_for_signals(config, &source, &log, &counters, &control, feeds, &mig).await?;
+    let handles = Handles {
+        control: &control,
+        feeds,
+        sharing: &sharing,
+        mig: &mig,
+    };
+    wait_for_signals(config, &source, &log, &counters, handles).await?;
 
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
     let _ = kubelet_stop.send(true);
+    let _ = sharing_stop.send(true);
     // The servers drain for at most DRAIN each, side by side; the margin covers the tasks' exit.
     let unix = async {
         if let Some(unix) = unix {
@@ -246,14 +265,20 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     Ok(())
 }
 
+/// What a reload hands the new configuration to.
+struct Handles<'a> {
+    control: &'a std::sync::mpsc::Sender<Control>,
+    feeds: Feeds,
+    sharing: &'a Arc<Sharing>,
+    mig: &'a Arc<MigService>,
+}
+
 async fn wait_for_signals(
     mut current: Config,
     source: &ConfigSource,
     log: &LogHandle,
     counters: &AgentCounters,
-    control: &std::sync::mpsc::Sender<Control>,
-    feeds: Feeds,
-    mig: &Arc<MigService>,
+    h: Handles<'_>,
 ) -> Result<(), AppError> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -288,11 +313,12 @@ async fn wait_for_signals(
                             tracing::warn!("[reclaim] exempt_pod_labels and cri_socket change only on restart");
                         }
                         log.set_config_level(new.log_level.as_deref());
-                        let _ = control.send(Control::Reconfigure(Box::new(poller_config(&new, &feeds))));
+                        let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(&new, &h.feeds, h.sharing))));
+                        h.sharing.reload(&current, &new);
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
-                        mig.reconfigure(&new);
-                        let m = mig.clone();
+                        h.mig.reconfigure(&new);
+                        let m = h.mig.clone();
                         // In the background: the signal loop must keep answering SIGTERM.
                         tokio::spawn(async move { converge(&m, "reload").await });
                         current = new;

@@ -33,6 +33,38 @@ pub enum Command {
         /// The file to check.
         file: PathBuf,
     },
+    /// Show or apply the [sharing] settings: compute mode and time-slice per GPU.
+    Sharing {
+        #[command(subcommand)]
+        action: SharingAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SharingAction {
+    /// Observe the GPUs and print what `apply` would change (changes nothing).
+    Show(SharingArgs),
+    /// Observe, diff and apply; audited. Exit 1 when the node does not match afterwards.
+    Apply {
+        /// Print the plan, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        args: SharingArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SharingArgs {
+    /// Configuration file (absent default file = built-in defaults).
+    #[arg(long, env = "GPU_STEWARD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// NVML library to load [default: libnvidia-ml.so.1].
+    #[arg(long, env = "GPU_STEWARD_NVML_LIB", value_name = "PATH")]
+    pub nvml_lib: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

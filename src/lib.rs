@@ -19,6 +19,8 @@
 //!   a stage of the poll between enrich and judge.
 //! - [`http`]: the axum router (`/metrics`, `/health*`, `/livez`, `/readyz`, `/`).
 //! - [`mig`]: MIG layouts (mig-parted compatible), the planner and the applier.
+//! - [`sharing`]: time-slicing (compute mode, time-slice length) and the Kubernetes device
+//!   plugin.
 //! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
 //! - Shared by everything that changes the node: [`audit`] (the fsynced JSON-lines log of
 //!   decisions), [`exec`] (hooks: argv, no shell, process group, timeout, bounded output),
@@ -45,6 +47,7 @@ pub mod mig;
 pub mod poller;
 pub mod procs;
 pub mod reclaim;
+pub mod sharing;
 pub mod snapshot;
 
 use std::sync::atomic::AtomicU64;

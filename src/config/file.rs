@@ -33,6 +33,7 @@ pub struct FileConfig {
     pub mig: crate::mig::config::MigSection,
     pub reclaim: crate::reclaim::config::ReclaimSection,
     pub accounting: crate::reclaim::config::AccountingSection,
+    pub sharing: crate::sharing::config::SharingSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

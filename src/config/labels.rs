@@ -51,6 +51,10 @@ pub const RESERVED: &[&str] = &[
     "slurm_job",
     "gpu_instance",
     "replica",
+    // sharing
+    "mode",
+    "resource",
+    "trigger",
     // agent self-metrics
     "source",
     "function",

@@ -19,6 +19,7 @@ use file::FileConfig;
 use crate::attribution::ProcessesConfig;
 use crate::health::HealthConfig;
 use crate::kubernetes::KubernetesConfig;
+use crate::sharing::SharingConfig;
 
 pub const DEFAULT_CONFIG: &str = "/etc/gpu-steward/config.toml";
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9400";
@@ -90,6 +91,8 @@ pub struct Config {
     pub reclaim: crate::reclaim::ReclaimConfig,
     /// `[accounting]`: per-owner GPU seconds and energy.
     pub accounting: crate::reclaim::AccountingConfig,
+    /// `[sharing]`: compute mode, time-slice, shared resources and the device plugin.
+    pub sharing: SharingConfig,
 }
 
 /// A configuration that cannot be used.
@@ -118,7 +121,7 @@ pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config
             parse(&path.display().to_string(), &text)?,
         ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
-            (None, FileConfig::default())
+            (None, Parsed::default())
         }
         Err(source) => {
             return Err(ConfigError::Read {
@@ -140,8 +143,16 @@ pub fn from_text(name: &str, text: &str, overrides: &Overrides) -> Result<Config
     ))
 }
 
+/// The file's sections, and those that needed more than the TOML parser (`[sharing]` may
+/// read k8s-device-plugin's YAML file).
+#[derive(Debug, Default)]
+struct Parsed {
+    file: FileConfig,
+    sharing: SharingConfig,
+}
+
 /// Parses config text; `name` is used in error messages.
-fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
+fn parse(name: &str, text: &str) -> Result<Parsed, ConfigError> {
     let invalid = |offset: usize, message: String| {
         let (line, column) = line_col(text, offset);
         ConfigError::Invalid {
@@ -169,7 +180,23 @@ fn parse(name: &str, text: &str) -> Result<FileConfig, ConfigError> {
     if let Some((span, message)) = f.reclaim.check() {
         return Err(invalid(span.start, message));
     }
-    Ok(f)
+    let mut f = f;
+    let section = std::mem::take(&mut f.sharing);
+    let yaml = match &section.device_plugin_config {
+        Some(path) => crate::sharing::yaml::read(Path::new(path.get_ref())).map_err(|e| {
+            ConfigError::Invalid {
+                file: e.file,
+                line: e.line,
+                column: e.column,
+                message: e.message,
+            }
+        })?,
+        None => None,
+    };
+    let sharing = section
+        .into_config(yaml)
+        .map_err(|m| invalid(m.span.start, m.message))?;
+    Ok(Parsed { file: f, sharing })
 }
 
 /// The TOML parser's message, or, where it has none (a control character in a comment, found by
@@ -201,7 +228,8 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
-fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
+fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
+    let Parsed { file: f, sharing } = parsed;
     let default_listen: SocketAddr = DEFAULT_LISTEN
         .parse()
         .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 9400)));
@@ -243,6 +271,7 @@ fn merge(file: Option<PathBuf>, f: FileConfig, o: &Overrides) -> Config {
         mig: f.mig.into_config(),
         reclaim: f.reclaim.into_config(),
         accounting: f.accounting.into_config(),
+        sharing,
     }
 }
 
@@ -275,6 +304,7 @@ impl Config {
              {kubernetes}\
              {reclaim}\
              {accounting}\
+             {sharing}\
              {mig}",
             listen = self.listen,
             max_connections = self.max_connections,
@@ -318,6 +348,7 @@ impl Config {
             mig = self.mig.describe(),
             reclaim = self.reclaim.describe(),
             accounting = self.accounting.describe(),
+            sharing = self.sharing.describe(),
         )
     }
 }

@@ -10,6 +10,7 @@
 //! with a `// SAFETY:` comment.
 
 mod calls;
+mod control;
 mod error;
 mod events;
 mod gpm;
@@ -20,6 +21,7 @@ mod reader;
 mod telemetry;
 
 pub use calls::CallLog;
+pub use control::{ComputeMode, GpuControl};
 pub use error::InitError;
 pub use events::{Coverage, XidEvent, XidWatcher};
 pub use identity::IdentityRead;

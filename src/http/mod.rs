@@ -14,6 +14,7 @@ mod mig;
 mod prior_knowledge;
 mod reclaim;
 pub mod server;
+mod sharing;
 pub mod unix;
 pub mod web_config;
 
@@ -38,6 +39,8 @@ pub struct AppState {
     pub api: Arc<api::ApiConfig>,
     /// MIG layouts applied through `POST /api/v1/mig/apply`; `None` in tests that need none.
     pub mig: Option<Arc<crate::mig::service::MigService>>,
+    /// The sharing subsystem (`/api/v1/sharing`); `None` in router tests.
+    pub sharing: Option<Arc<crate::sharing::Sharing>>,
 }
 
 impl AppState {
@@ -62,6 +65,11 @@ pub fn router(state: AppState) -> Router {
             Router::new().route("/api/v1/mig/apply", axum::routing::post(mig::apply)),
         ))
         .route("/api/v1/reclaim", get(reclaim::reclaim))
+        .route("/api/v1/sharing", get(sharing::show))
+        .merge(api::mutating(Router::new().route(
+            "/api/v1/sharing/apply",
+            axum::routing::post(sharing::apply),
+        )))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::Extension(state.api.clone()))

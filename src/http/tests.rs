@@ -64,6 +64,7 @@ fn state(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppState {
         published: rx,
         api: api::ApiConfig::disabled(),
         mig: None,
+        sharing: None,
     }
 }
 

@@ -21,6 +21,7 @@ mod kubelet;
 mod mig;
 mod native;
 mod processes;
+mod sharing;
 
 use std::sync::OnceLock;
 use std::time::SystemTime;
@@ -121,6 +122,7 @@ pub fn render(
         processes::render(snapshot, &mut families);
         health::render(snapshot, health, &mut families);
         mig::render(snapshot, &mut families);
+        sharing::render(snapshot, &mut families);
     }
     agent::render(snapshot, counters, &mut families);
     kubelet::render(snapshot, &mut families);

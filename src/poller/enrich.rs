@@ -93,6 +93,10 @@ impl Enricher {
             nvml_calls: obs.nvml_calls,
             polls,
             kubernetes: kubelet,
+            sharing: config
+                .sharing
+                .as_ref()
+                .map(crate::sharing::SharingFeed::latest),
         }
     }
 

@@ -71,6 +71,8 @@ pub struct PollerConfig {
     pub pod_labels: Option<reclaim::cri::PodLabelFeed>,
     pub accounting: AccountingConfig,
     pub audit_file: PathBuf,
+    /// The sharing subsystem's latest status, when `[sharing]` configures anything.
+    pub sharing: Option<crate::sharing::SharingFeed>,
 }
 
 impl PollerConfig {

@@ -7,12 +7,14 @@
 pub mod mig;
 mod nvml;
 mod process;
+mod sharing;
 
 pub use nvml::NvmlCode;
 pub use process::{
     Attribution, GpuProcess, KubeletStatus, LabelNames, PodMapping, PodRef, ProcessInfo,
     ProcessKind,
 };
+pub use sharing::{ComputeMode, OverLimit, PluginResource, ReplicaCount, SharingStatus};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -189,6 +191,8 @@ pub struct GpuReading {
     pub gpm: Option<GpmMetrics>,
     /// Kubernetes containers the kubelet allocated this GPU (or a replica of it) to.
     pub pods: Vec<PodRef>,
+    /// `nvmlDeviceGetComputeMode` (slow tier, with the MIG mode).
+    pub compute_mode: Option<ComputeMode>,
 }
 
 /// GPM metrics (`nvmlGpmMetricsGet` between two samples), ratios 0-1 and bytes per second.
@@ -295,6 +299,8 @@ pub struct Snapshot {
     pub polls: u64,
     /// The kubelet pod-resources client, when `[kubernetes] enabled`.
     pub kubernetes: Option<KubeletStatus>,
+    /// The sharing subsystem (device plugin, replicas, memory guard), when configured.
+    pub sharing: Option<Arc<SharingStatus>>,
 }
 
 impl Snapshot {
@@ -313,6 +319,7 @@ impl Snapshot {
             nvml_calls: BTreeMap::new(),
             polls: 0,
             kubernetes: None,
+            sharing: None,
         }
     }
 

@@ -18,6 +18,7 @@
 //! - [`instances`]: one GPU's MIG lifecycle as plain data (mode, GPU and compute instances,
 //!   placement and capacity rules); [`store`]: every GPU's MIG state, its handles and
 //!   `NVML_SIM_STATE`.
+//! - [`modes`]: settings the driver keeps while loaded (the compute mode).
 //! - [`stats`]: the `NVML_SIM_STATS` call-count file.
 //! - [`cost`]: the `NVML_SIM_COST` cost model (wall and CPU time per call, spent outside locks).
 //! - `exports/*`: the `extern "C"` functions, grouped like nvml.h.
@@ -28,6 +29,7 @@ pub mod ffi;
 pub mod handles;
 pub mod instances;
 pub mod models;
+pub mod modes;
 pub mod pci;
 pub mod resolve;
 pub mod scenario;

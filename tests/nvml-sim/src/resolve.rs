@@ -94,6 +94,8 @@ pub struct Gpu {
     pub serial: String,
     pub pci: PciAddr,
     pub mig_mode: bool,
+    /// `nvmlComputeMode_t` before any change (see [`crate::modes`]).
+    pub compute_mode: u32,
     pub mig_devices: Vec<String>,
     /// Simulated resets so far (`reset_count`).
     pub reset_count: u64,
@@ -241,6 +243,7 @@ impl Gpu {
                     function: 0,
                 }),
             mig_mode: g.mig_mode.as_ref().is_some_and(|m| *m.get_ref()),
+            compute_mode: g.compute_mode.unwrap_or_default() as u32,
             mig_devices: mig_devices.clone(),
             reset_count: g.reset_count.unwrap_or(0),
             mig_reset_required: g.mig_reset_required.unwrap_or(false),

@@ -64,6 +64,17 @@ struct RawDriver {
     init_error: Option<Spanned<String>>,
 }
 
+/// `nvmlComputeMode_t` by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ComputeModeName {
+    #[default]
+    Default = 0,
+    ExclusiveThread = 1,
+    Prohibited = 2,
+    ExclusiveProcess = 3,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum RecoveryAction {
@@ -144,6 +155,8 @@ pub(crate) struct RawGpu {
     pub pci_bus_id: Option<Spanned<String>>,
     pub serial: Option<Spanned<String>>,
     pub mig_mode: Option<Spanned<bool>>,
+    /// The compute mode before any `nvmlDeviceSetComputeMode`.
+    pub compute_mode: Option<ComputeModeName>,
     pub mig_devices: Option<Vec<Spanned<String>>>,
     /// Simulated GPU resets so far: raising it resets the GPU (see `store`).
     pub reset_count: Option<u64>,

@@ -208,3 +208,12 @@ fn shared_scenarios_parse() {
     }
     assert!(n >= 3, "expected the three shared scenarios, found {n}");
 }
+
+#[test]
+fn compute_mode_is_read_by_name_and_defaults_to_default() {
+    let s = ok("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\ncompute_mode = \"exclusive_process\"\n[[gpu]]\nmodel = \"L4\"\n");
+    assert_eq!(s.gpus[0].compute_mode, 3);
+    assert_eq!(s.gpus[1].compute_mode, 0);
+    let e = bad("version = 1\n[[gpu]]\nmodel = \"L4\"\ncompute_mode = \"shared\"\n");
+    assert_eq!((e.line, e.col), (4, 16), "{e:?}");
+}

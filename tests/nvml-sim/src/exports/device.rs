@@ -153,10 +153,29 @@ export!(
 );
 
 export!(
-    /// Always NVML_COMPUTEMODE_DEFAULT (0).
+    /// The scenario's `compute_mode` (DEFAULT when absent) until `nvmlDeviceSetComputeMode`
+    /// changes it.
     fn nvmlDeviceGetComputeMode(device: nvmlDevice_t, mode: *mut nvmlComputeMode_t) {
-        gpu(device)?;
-        put(mode, 0)
+        let g = gpu(device)?;
+        put(mode, crate::modes::compute_mode(&g.uuid, g.compute_mode))
+    }
+);
+
+export!(
+    /// nvml.h: "Requires root/admin permissions"; EXCLUSIVE_THREAD (1) was removed (CUDA 8)
+    /// and answers NOT_SUPPORTED; with MIG enabled a full-GPU handle cannot take a compute
+    /// mode (`reference/nvml-mig-timeslicing.md` §6.3), NOT_SUPPORTED. Fault injection through
+    /// the scenario's `errors = { nvmlDeviceSetComputeMode = "NO_PERMISSION" }`.
+    fn nvmlDeviceSetComputeMode(device: nvmlDevice_t, mode: nvmlComputeMode_t) {
+        let g = gpu(device)?;
+        match mode {
+            0 | 2 | 3 if !g.mig_mode => {
+                crate::modes::set_compute_mode(&g.uuid, mode);
+                Ok(())
+            }
+            0..=3 => Err(ffi::NOT_SUPPORTED),
+            _ => Err(ffi::INVALID_ARGUMENT),
+        }
     }
 );
 

@@ -52,6 +52,7 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetCudaComputeCapability",
     "nvmlDeviceGetBrand",
     "nvmlDeviceGetComputeMode",
+    "nvmlDeviceSetComputeMode",
     "nvmlDeviceGetMigMode",
     "nvmlDeviceGetMaxMigDeviceCount",
     // telemetry.rs

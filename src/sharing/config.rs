@@ -1,0 +1,404 @@
+//! The TOML shape of `[sharing]`, validated while parsing so that every error carries the
+//! position of the offending key or value. The meaning of `[sharing.time_slicing]` is that of
+//! k8s-device-plugin's `sharing.timeSlicing` (`reference/nvml-mig-timeslicing.md` §6.1), in the
+//! agent's snake_case; NVIDIA's own YAML is read by [`super::yaml`] into the same types.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::de;
+use serde::{Deserialize, Deserializer};
+use toml::Spanned;
+
+use super::settings::{
+    DevicePluginConfig, Devices, GpuOverride, GuardAction, MemoryGuardConfig, NodeSettings,
+    SharedResource, SharingConfig, TimeSlicing, Timeslice,
+};
+use super::spec::parse_memory_size;
+pub use super::spec::{DevicesSpec, SelectorSpec};
+use crate::gpu::ComputeMode;
+
+/// `[sharing]`: every key optional; an absent section manages nothing.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SharingSection {
+    #[serde(deserialize_with = "compute_mode")]
+    pub compute_mode: Option<ComputeMode>,
+    #[serde(deserialize_with = "timeslice")]
+    pub timeslice: Option<Timeslice>,
+    #[serde(deserialize_with = "absolute_path")]
+    pub nvidia_smi: Option<PathBuf>,
+    #[serde(deserialize_with = "command_timeout")]
+    pub nvidia_smi_timeout: Option<Duration>,
+    /// NVIDIA's device plugin config file, read for its `sharing.timeSlicing`.
+    pub device_plugin_config: Option<Spanned<String>>,
+    pub time_slicing: Option<TimeSlicingSection>,
+    pub gpu: Vec<GpuSection>,
+    pub device_plugin: DevicePluginSection,
+    pub memory_guard: MemoryGuardSection,
+}
+
+/// `[sharing.time_slicing]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeSlicingSection {
+    #[serde(default)]
+    pub rename_by_default: bool,
+    #[serde(default)]
+    pub fail_requests_greater_than_one: bool,
+    #[serde(deserialize_with = "resources")]
+    pub resources: Vec<SharedResource>,
+}
+
+/// `[[sharing.time_slicing.resources]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResourceSection {
+    name: Spanned<String>,
+    #[serde(deserialize_with = "replicas")]
+    replicas: u32,
+    #[serde(default)]
+    devices: Option<DevicesSpec>,
+    #[serde(default, deserialize_with = "memory_size")]
+    memory_per_replica: Option<u64>,
+}
+
+/// `[[sharing.gpu]]`: settings for one GPU over the node-wide ones.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSection {
+    pub id: Spanned<SelectorSpec>,
+    #[serde(default, deserialize_with = "compute_mode")]
+    pub compute_mode: Option<ComputeMode>,
+    #[serde(default, deserialize_with = "timeslice")]
+    pub timeslice: Option<Timeslice>,
+}
+
+/// `[sharing.device_plugin]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DevicePluginSection {
+    pub enabled: bool,
+    #[serde(deserialize_with = "absolute_dir")]
+    pub directory: PathBuf,
+}
+
+impl Default for DevicePluginSection {
+    fn default() -> Self {
+        let d = DevicePluginConfig::default();
+        DevicePluginSection {
+            enabled: d.enabled,
+            directory: d.directory,
+        }
+    }
+}
+
+/// `[sharing.memory_guard]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryGuardSection {
+    #[serde(deserialize_with = "guard_action")]
+    pub action: GuardAction,
+    #[serde(deserialize_with = "signal_name")]
+    pub signal: String,
+    #[serde(deserialize_with = "grace")]
+    pub grace: Duration,
+    pub dry_run: bool,
+    pub exempt_processes: Vec<String>,
+}
+
+impl Default for MemoryGuardSection {
+    fn default() -> Self {
+        let d = MemoryGuardConfig::default();
+        MemoryGuardSection {
+            action: d.action,
+            signal: d.signal,
+            grace: d.grace,
+            dry_run: d.dry_run,
+            exempt_processes: d.exempt_processes,
+        }
+    }
+}
+
+/// A problem found after parsing, at a byte range of the file.
+pub struct Misplaced {
+    pub span: std::ops::Range<usize>,
+    pub message: String,
+}
+
+impl SharingSection {
+    /// Checks what parsing could not (overrides that set nothing, a YAML file and a TOML table
+    /// both giving the resources) and builds the validated config. `time_slicing_yaml` is
+    /// what [`super::yaml`] read from `device_plugin_config`, when given.
+    pub fn into_config(
+        self,
+        time_slicing_yaml: Option<TimeSlicing>,
+    ) -> Result<SharingConfig, Misplaced> {
+        let d = SharingConfig::default();
+        let mut gpus = Vec::new();
+        for g in self.gpu {
+            if g.compute_mode.is_none() && g.timeslice.is_none() {
+                return Err(Misplaced {
+                    span: g.id.span(),
+                    message: format!(
+                        "[[sharing.gpu]] for GPU '{}' sets nothing; add compute_mode or \
+                         timeslice, or remove it",
+                        g.id.get_ref().0
+                    ),
+                });
+            }
+            gpus.push(GpuOverride {
+                gpu: g.id.into_inner().0,
+                settings: NodeSettings {
+                    compute_mode: g.compute_mode,
+                    timeslice: g.timeslice,
+                },
+            });
+        }
+        let (time_slicing, time_slicing_file) =
+            match (self.time_slicing, &self.device_plugin_config) {
+                (Some(_), Some(file)) => {
+                    return Err(Misplaced {
+                        span: file.span(),
+                        message:
+                            "give the shared resources either in [sharing.time_slicing] or in \
+                              device_plugin_config, not both; remove one"
+                                .into(),
+                    })
+                }
+                (Some(t), None) => (
+                    Some(TimeSlicing {
+                        rename_by_default: t.rename_by_default,
+                        fail_requests_greater_than_one: t.fail_requests_greater_than_one,
+                        resources: t.resources,
+                    }),
+                    None,
+                ),
+                (None, Some(file)) => (
+                    time_slicing_yaml,
+                    Some(PathBuf::from(file.get_ref().as_str())),
+                ),
+                (None, None) => (None, None),
+            };
+        Ok(SharingConfig {
+            node: NodeSettings {
+                compute_mode: self.compute_mode,
+                timeslice: self.timeslice,
+            },
+            gpus,
+            nvidia_smi: self.nvidia_smi.unwrap_or(d.nvidia_smi),
+            nvidia_smi_timeout: self.nvidia_smi_timeout.unwrap_or(d.nvidia_smi_timeout),
+            time_slicing,
+            time_slicing_file,
+            device_plugin: DevicePluginConfig {
+                enabled: self.device_plugin.enabled,
+                directory: self.device_plugin.directory,
+            },
+            memory_guard: MemoryGuardConfig {
+                action: self.memory_guard.action,
+                signal: self.memory_guard.signal,
+                grace: self.memory_guard.grace,
+                dry_run: self.memory_guard.dry_run,
+                exempt_processes: self.memory_guard.exempt_processes,
+            },
+        })
+    }
+}
+
+const MODES: &str = "use \"default\", \"exclusive_process\" or \"prohibited\"";
+
+fn compute_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ComputeMode>, D::Error> {
+    let s = String::deserialize(d)?;
+    ComputeMode::parse(&s).map(Some).ok_or_else(|| {
+        let hint = if s == "exclusive_thread" {
+            " (NVIDIA removed exclusive_thread)"
+        } else {
+            ""
+        };
+        de::Error::custom(format!("unknown compute mode '{s}'{hint}; {MODES}"))
+    })
+}
+
+fn timeslice<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timeslice>, D::Error> {
+    let s = String::deserialize(d)?;
+    Timeslice::parse(&s).map(Some).ok_or_else(|| {
+        de::Error::custom(format!(
+            "unknown time-slice '{s}'; use \"default\", \"short\", \"medium\" or \"long\""
+        ))
+    })
+}
+
+fn absolute_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.starts_with('/') {
+        Ok(Some(PathBuf::from(s)))
+    } else {
+        Err(de::Error::custom(format!(
+            "path '{s}' is not absolute; commands run without a shell or PATH search, so write \
+             the full path, e.g. '/usr/bin/nvidia-smi'"
+        )))
+    }
+}
+
+fn absolute_dir<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.starts_with('/') {
+        Ok(PathBuf::from(s))
+    } else {
+        Err(de::Error::custom(format!(
+            "path '{s}' is not absolute; write it from the root, e.g. \
+             '/var/lib/kubelet/device-plugins'"
+        )))
+    }
+}
+
+fn command_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s = String::deserialize(d)?;
+    match humantime::parse_duration(&s) {
+        Ok(v) if v >= Duration::from_secs(1) && v <= Duration::from_secs(600) => Ok(Some(v)),
+        Ok(_) => Err(de::Error::custom(format!(
+            "nvidia_smi_timeout '{s}' is out of range; use 1s to 10m (default 30s)"
+        ))),
+        Err(e) => Err(de::Error::custom(format!(
+            "invalid duration '{s}': {e}; write it like '30s' or '1m'"
+        ))),
+    }
+}
+
+fn grace<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(&s).map_err(|e| {
+        de::Error::custom(format!(
+            "invalid duration '{s}': {e}; write it like '30s' or '5m'"
+        ))
+    })
+}
+
+fn guard_action<'de, D: Deserializer<'de>>(d: D) -> Result<GuardAction, D::Error> {
+    match String::deserialize(d)?.as_str() {
+        "none" => Ok(GuardAction::None),
+        "signal" => Ok(GuardAction::Signal),
+        other => Err(de::Error::custom(format!(
+            "unknown memory guard action '{other}'; use \"none\" (report only) or \"signal\""
+        ))),
+    }
+}
+
+fn signal_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    let full = if s.starts_with("SIG") {
+        s.clone()
+    } else {
+        format!("SIG{s}")
+    };
+    match full.parse::<nix::sys::signal::Signal>() {
+        Ok(_) => Ok(full),
+        Err(_) => Err(de::Error::custom(format!(
+            "unknown signal '{s}'; use a name like \"SIGTERM\" or \"SIGKILL\""
+        ))),
+    }
+}
+
+/// Checks a resource name: `nvidia.com/gpu` or `nvidia.com/mig-<profile>`.
+pub fn check_resource_name(name: &str) -> Result<(), String> {
+    let ok = name == "nvidia.com/gpu"
+        || name.strip_prefix("nvidia.com/mig-").is_some_and(|p| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '+' || c == '-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "unknown resource '{name}'; use \"nvidia.com/gpu\" or \"nvidia.com/mig-<profile>\" \
+             (e.g. \"nvidia.com/mig-1g.10gb\")"
+        ))
+    }
+}
+
+/// Checks a replica count as k8s-device-plugin does (2 or more), with an upper bound that keeps
+/// the kubelet's device list small.
+pub fn check_replicas(n: i64) -> Result<u32, String> {
+    if (2..=256).contains(&n) {
+        Ok(n as u32)
+    } else {
+        Err(format!(
+            "replicas {n} is out of range; use 2 to 256 (a GPU that is not shared needs no \
+             entry)"
+        ))
+    }
+}
+
+pub(super) fn replicas<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    check_replicas(i64::deserialize(d)?).map_err(de::Error::custom)
+}
+
+fn resources<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<SharedResource>, D::Error> {
+    let raw = Vec::<ResourceSection>::deserialize(d)?;
+    checked_resources(raw.into_iter().map(|r| SharedResource {
+        name: r.name.into_inner(),
+        replicas: r.replicas,
+        devices: r.devices.map_or(Devices::All, |d| d.0),
+        memory_per_replica: r.memory_per_replica,
+    }))
+    .map_err(de::Error::custom)
+}
+
+/// Checks a list of shared resources: not empty, known names, each name once.
+pub fn checked_resources(
+    raw: impl IntoIterator<Item = SharedResource>,
+) -> Result<Vec<SharedResource>, String> {
+    let mut out: Vec<SharedResource> = Vec::new();
+    for r in raw {
+        check_resource_name(&r.name)?;
+        if out.iter().any(|o| o.name == r.name) {
+            return Err(format!(
+                "resource '{}' is listed twice; keep one entry per resource",
+                r.name
+            ));
+        }
+        out.push(r);
+    }
+    if out.is_empty() {
+        return Err(
+            "resources is empty; list at least one, e.g. { name = \"nvidia.com/gpu\", replicas = 4 }"
+                .into(),
+        );
+    }
+    Ok(out)
+}
+
+pub(super) fn memory_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_memory_size(&s).map(Some).map_err(de::Error::custom)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_sizes() {
+        assert_eq!(parse_memory_size("10GiB"), Ok(10 << 30));
+        assert_eq!(parse_memory_size("512Mi"), Ok(512 << 20));
+        assert_eq!(parse_memory_size("1.5GB"), Ok(1_500_000_000));
+        assert!(parse_memory_size("ten").is_err());
+        assert!(parse_memory_size("0GiB").is_err());
+        assert!(parse_memory_size("5 parsecs").is_err());
+    }
+
+    #[test]
+    fn resource_names() {
+        assert!(check_resource_name("nvidia.com/gpu").is_ok());
+        assert!(check_resource_name("nvidia.com/mig-1g.10gb").is_ok());
+        assert!(check_resource_name("nvidia.com/mig-1g.10gb+me").is_ok());
+        assert!(check_resource_name("nvidia.com/gpu.shared").is_err());
+        assert!(check_resource_name("amd.com/gpu").is_err());
+        assert!(check_replicas(1).is_err() && check_replicas(4) == Ok(4));
+    }
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod config_tests;

@@ -1,0 +1,31 @@
+//! Sharing GPUs: time-slicing on the node (compute mode through NVML, time-slice length through
+//! `nvidia-smi compute-policy`) and in Kubernetes (a device plugin that advertises replicas,
+//! fed by the agent's own health verdicts).
+//!
+//! - [`settings`]: the validated configuration (plain data); [`config`]: its TOML shape;
+//!   [`yaml`]: k8s-device-plugin's own YAML.
+//! - [`plan`]: observe → diff (pure); [`apply`]: the steps, with undo on failure and audit;
+//!   [`timeslice`]: the `nvidia-smi compute-policy` backend; [`spec`]: values TOML and YAML
+//!   share.
+//! - [`service`]: the daemon's handle (applies at start, SIGHUP and API; status for metrics).
+//! - [`plugin`]: the Kubernetes device plugin; [`guard`]: the replica memory guard.
+//!
+//! Nothing here runs unless `[sharing]` asks for it: without compute mode or time-slice keys
+//! the node is left as it is, and the device plugin is off until
+//! `[sharing.device_plugin] enabled = true`.
+
+pub mod apply;
+pub mod config;
+pub mod guard;
+pub mod plan;
+pub mod plugin;
+pub mod service;
+pub mod settings;
+pub mod spec;
+pub mod timeslice;
+pub mod yaml;
+
+pub use service::{Sharing, SharingFeed};
+pub use settings::{
+    Devices, GpuSelector, NodeSettings, SharedResource, SharingConfig, TimeSlicing, Timeslice,
+};
