@@ -17,6 +17,7 @@ use crate::health::{Journal, NodeHealth};
 use crate::kubernetes::{self, KubeletFeed};
 use crate::logging::LogHandle;
 use crate::metrics::{self, RenderConfig};
+use crate::mig::service::MigService;
 use crate::poller::{self, Control, PollerConfig, Published};
 use crate::reclaim::cri::{self, PodLabelFeed};
 use crate::sharing::Sharing;
@@ -94,6 +95,29 @@ fn poller_config(c: &Config, feeds: &Feeds, sharing: &Sharing) -> PollerConfig {
     }
 }
 
+/// Applies the configured `[mig] layout`, if any, and logs how it went.
+async fn converge(mig: &Arc<MigService>, when: &'static str) {
+    let Some(layout) = mig.configured_layout() else {
+        return;
+    };
+    let service = mig.clone();
+    let name = layout.clone();
+    match tokio::task::spawn_blocking(move || service.apply(&name, false, false)).await {
+        Ok(r) if r.ok() => {
+            tracing::info!(layout = %layout, outcome = r.outcome, steps = r.steps, when, "MIG layout in place")
+        }
+        Ok(r) => tracing::error!(
+            layout = %layout,
+            outcome = r.outcome,
+            error = r.error.as_deref().unwrap_or(""),
+            pending = ?r.pending,
+            when,
+            "MIG layout not reached"
+        ),
+        Err(e) => tracing::error!(error = %e, "the MIG apply task failed"),
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result<(), AppError> {
     let counters = Arc::new(AgentCounters::new());
@@ -146,7 +170,6 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             addr: config.listen,
             source,
         })?;
-    let poller = poller::spawn(pconfig, counters.clone(), journal, tx)?;
     let local = listener.local_addr()?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -164,6 +187,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             Err(e) => tracing::error!("{e}"),
         }
     }
+    let mig = Arc::new(MigService::new(&config));
     let published = rx.clone();
     let audit = if config.remediation.routes.is_empty() {
         None
@@ -212,6 +236,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let state = http::AppState {
         published: rx,
         api: api.clone(),
+        mig: Some(mig.clone()),
         sharing: Some(sharing.clone()),
         rules,
         remediation: Some(remediation),
@@ -239,6 +264,10 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     };
     let tls = web.and_then(|w| w.tls);
     let server = tokio::spawn(http::server::serve(listener, app, limits, tls, stop_rx));
+    // The configured MIG layout is in place before the first snapshot: until then /readyz
+    // answers 503 (a reboot loses every instance; the kubelet must not see the GPUs first).
+    converge(&mig, "start").await;
+    let poller = poller::spawn(pconfig, counters.clone(), journal, tx)?;
 
     // The device plugin and the memory guard live as long as the daemon.
     let (sharing_stop, sharing_stop_rx) = watch::channel(false);
@@ -248,6 +277,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         control: &control,
         feeds,
         sharing: &sharing,
+        mig: &mig,
     };
     wait_for_signals(config, &source, &log, &counters, handles).await?;
 
@@ -281,6 +311,7 @@ struct Handles<'a> {
     control: &'a std::sync::mpsc::Sender<Control>,
     feeds: Feeds,
     sharing: &'a Arc<Sharing>,
+    mig: &'a Arc<MigService>,
 }
 
 async fn wait_for_signals(
@@ -332,6 +363,10 @@ async fn wait_for_signals(
                         h.sharing.reload(&current, &new);
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
+                        h.mig.reconfigure(&new);
+                        let m = h.mig.clone();
+                        // In the background: the signal loop must keep answering SIGTERM.
+                        tokio::spawn(async move { converge(&m, "reload").await });
                         current = new;
                     }
                     Err(e) => {

@@ -26,6 +26,8 @@ pub enum Command {
     Run(RunArgs),
     /// Run the daemon against the simulated NVML with a bundled 8×H100 node.
     Demo(DemoArgs),
+    /// Show, plan and apply MIG layouts (mig-parted compatible).
+    Mig(MigArgs),
     /// Validate a configuration file and print what it would do.
     CheckConfig {
         /// The file to check.
@@ -88,6 +90,52 @@ pub struct RunArgs {
     /// TLS and basic auth from a Prometheus exporter-toolkit web config file.
     #[arg(long, env = "GPU_STEWARD_WEB_CONFIG_FILE", value_name = "FILE")]
     pub web_config_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct MigArgs {
+    #[command(subcommand)]
+    pub command: MigCommand,
+    /// Configuration file (absent default file = built-in defaults).
+    #[arg(long, env = "GPU_STEWARD_CONFIG", value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+    /// NVML library to load [default: libnvidia-ml.so.1].
+    #[arg(long, env = "GPU_STEWARD_NVML_LIB", value_name = "PATH", global = true)]
+    pub nvml_lib: Option<String>,
+    /// Take the layouts from this mig-parted YAML file instead of the config.
+    #[arg(
+        long,
+        env = "GPU_STEWARD_MIG_CONFIG",
+        value_name = "FILE",
+        global = true
+    )]
+    pub mig_config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MigCommand {
+    /// Per GPU: MIG mode (current, pending), GPU and compute instances, UUIDs, processes.
+    Show {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the steps that would reach a layout; change nothing.
+    Plan {
+        #[arg(long, value_name = "NAME")]
+        layout: String,
+    },
+    /// Reach a layout with the fewest changes; restore the found layout if a step fails.
+    Apply {
+        #[arg(long, value_name = "NAME")]
+        layout: String,
+        /// Print the plan; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Apply even where processes run in instances the layout removes.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Args)]

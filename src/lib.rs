@@ -18,6 +18,7 @@
 //! - [`reclaim`]: idle GPUs (pure idleness and ladder, the acting path) and per-owner accounting;
 //!   a stage of the poll between enrich and judge.
 //! - [`http`]: the axum router (`/metrics`, `/health*`, `/livez`, `/readyz`, `/`).
+//! - [`mig`]: MIG layouts (mig-parted compatible), the planner and the applier.
 //! - [`sharing`]: time-slicing (compute mode, time-slice length) and the Kubernetes device
 //!   plugin.
 //! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
@@ -46,6 +47,7 @@ pub mod http;
 pub mod kubernetes;
 pub mod logging;
 pub mod metrics;
+pub mod mig;
 pub mod poller;
 pub mod procs;
 pub mod reclaim;

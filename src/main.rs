@@ -31,6 +31,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Run(args) => run(args),
+        Command::Mig(args) => ExitCode::from(gpu_steward::mig::cli::run(&args)),
         Command::Sharing { action } => match action {
             SharingAction::Show(args) => sharing(args, true),
             SharingAction::Apply { dry_run, args } => sharing(args, dry_run),

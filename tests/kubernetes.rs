@@ -240,3 +240,58 @@ fn a_kubelet_that_is_down_then_comes_up() {
         .then_some(())
     });
 }
+
+#[test]
+fn a_container_on_a_mig_device_is_joined_to_its_instance() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = socket_in(&dir);
+    let scenario = format!(
+        "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"{GPU0}\"\nmig_mode = true\n\
+         mig_devices = [\"3g.40gb\", \"2g.20gb\"]\n"
+    );
+    // The MIG UUIDs the simulated driver gives this layout, as `mig show` reads them.
+    let path = dir.path().join("probe.toml");
+    std::fs::write(&path, &scenario).expect("scenario");
+    let out = std::process::Command::new(common::bin())
+        .args(["mig", "show", "--json", "--nvml-lib"])
+        .arg(common::sim_lib())
+        .env("NVML_SIM_SCENARIO", &path)
+        .env_remove("NVML_SIM_STATE")
+        .output()
+        .expect("mig show");
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let gi = shown["gpus"][0]["instances"]
+        .as_array()
+        .expect("instances")
+        .iter()
+        .find(|gi| gi["profile"] == "3g.40gb")
+        .expect("the 3g instance")
+        .clone();
+    let mig_uuid = gi["compute_instances"][0]["uuid"]
+        .as_str()
+        .expect("MIG UUID");
+    fake_kubelet(
+        &socket,
+        ListPodResourcesResponse {
+            pod_resources: vec![pod("ml", "mig-0", "worker", &[mig_uuid])],
+        },
+    );
+    let agent = Agent::with_scenario(&scenario)
+        .config(&config(&socket, ""))
+        .start();
+    let m = wait_for("MIG pod labels", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        (!m.find("gpu_steward_mig_pod_info", &[("pod", "mig-0")])
+            .is_empty())
+        .then_some(m)
+    });
+    let s = &m.find("gpu_steward_mig_pod_info", &[("pod", "mig-0")])[0];
+    assert_eq!(s.labels["mig_uuid"], mig_uuid);
+    assert_eq!(s.labels["gpu_instance"], gi["gpu_instance_id"].to_string());
+    assert_eq!(s.labels["namespace"], "ml");
+    assert_eq!(s.labels["container"], "worker");
+    assert!(
+        m.find("gpu_steward_gpu_pod_info", &[]).is_empty(),
+        "not the whole GPU"
+    );
+}

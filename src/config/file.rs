@@ -32,6 +32,7 @@ pub struct FileConfig {
     pub kubernetes: super::sections::KubernetesSection,
     pub rules: crate::remediation::config::RulesSection,
     pub remediation: crate::remediation::config::RemediationSection,
+    pub mig: crate::mig::config::MigSection,
     pub reclaim: crate::reclaim::config::ReclaimSection,
     pub accounting: crate::reclaim::config::AccountingSection,
     pub sharing: crate::sharing::config::SharingSection,

@@ -93,6 +93,8 @@ pub struct Config {
     pub rules: Arc<RuleSet>,
     /// `[remediation]`: hooks, routes and their safety rails.
     pub remediation: RemediationConfig,
+    /// `[mig]`: layouts, the layout to converge to, hooks and the reset command.
+    pub mig: crate::mig::config::MigConfig,
     /// `[reclaim]`: idle GPUs and what to do about them (off by default, dry run by default).
     pub reclaim: crate::reclaim::ReclaimConfig,
     /// `[accounting]`: per-owner GPU seconds and energy.
@@ -225,6 +227,7 @@ fn parse(name: &str, text: &str) -> Result<Parsed, ConfigError> {
         let at = text.find("[[remediation.").unwrap_or(0);
         return Err(invalid(at, message));
     }
+    f.mig.check().map_err(|(at, m)| invalid(at, m))?;
     if let Some((span, message)) = f.reclaim.check() {
         return Err(invalid(span.start, message));
     }
@@ -319,6 +322,7 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
         rule_files: f.rules.files,
         rules: Arc::new(RuleSet::default()),
         remediation: f.remediation.into_config(),
+        mig: f.mig.into_config(),
         reclaim: f.reclaim.into_config(),
         accounting: f.accounting.into_config(),
         sharing,
@@ -356,7 +360,8 @@ impl Config {
              {remediation}\
              {reclaim}\
              {accounting}\
-             {sharing}",
+             {sharing}\
+             {mig}",
             listen = self.listen,
             max_connections = self.max_connections,
             header_timeout = humantime::format_duration(self.header_timeout),
@@ -407,6 +412,7 @@ impl Config {
                 )
             },
             remediation = self.remediation.describe(),
+            mig = self.mig.describe(),
             reclaim = self.reclaim.describe(),
             accounting = self.accounting.describe(),
             sharing = self.sharing.describe(),

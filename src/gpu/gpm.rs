@@ -54,6 +54,8 @@ pub struct GpmSampler {
     /// `Some(false)` once NVML said the GPU has no GPM: never asked again.
     supported: Option<bool>,
     samples: Option<Samples>,
+    /// Per GPU instance (by id), while MIG is enabled: `nvmlGpmMigSampleGet` samples.
+    mig: std::collections::BTreeMap<u32, Samples>,
 }
 
 /// Two sample buffers of one NVML session; freed (before that session can shut down, since
@@ -115,6 +117,7 @@ impl GpmSampler {
             self.samples = None;
             return None;
         }
+        self.mig.clear();
         if !self
             .samples
             .as_ref()
@@ -139,6 +142,53 @@ impl GpmSampler {
         std::mem::swap(&mut samples.previous, &mut samples.current);
         samples.primed = true;
         metrics
+    }
+}
+
+impl GpmSampler {
+    /// One poll of a MIG-enabled GPU: samples each of `gpu_instances` (`nvmlGpmMigSampleGet`)
+    /// and returns, per GPU instance id, the metrics since the previous poll (an instance seen
+    /// for the first time has none yet). Instances gone are forgotten. This is the activity per
+    /// instance dcgm-exporter cannot give (NVIDIA/dcgm-exporter#105, #430).
+    pub fn poll_mig(
+        &mut self,
+        nvml: &Arc<Nvml>,
+        device: &Device,
+        gpu_instances: &[u32],
+        log: &mut CallLog,
+    ) -> Vec<(u32, GpmMetrics)> {
+        if self.supported != Some(true) {
+            return Vec::new();
+        }
+        self.mig
+            .retain(|gi, s| gpu_instances.contains(gi) && Arc::ptr_eq(&s.nvml, nvml));
+        let mut out = Vec::new();
+        for &gi in gpu_instances {
+            let samples = match self.mig.entry(gi) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    match log.read("nvmlGpmSampleAlloc", || Samples::alloc(nvml)) {
+                        Some(s) => e.insert(s),
+                        None => continue,
+                    }
+                }
+            };
+            if log
+                .read("nvmlGpmMigSampleGet", || samples.take_mig(device, gi))
+                .is_none()
+            {
+                samples.primed = false;
+                continue;
+            }
+            if samples.primed {
+                if let Some(m) = log.read("nvmlGpmMetricsGet", || samples.compare()) {
+                    out.push((gi, m));
+                }
+            }
+            std::mem::swap(&mut samples.previous, &mut samples.current);
+            samples.primed = true;
+        }
+        out
     }
 }
 
@@ -179,6 +229,13 @@ impl Samples {
         // SAFETY: the handle is live for the call and `current` is a sample allocated by this
         // library and owned by `self`.
         unsafe { nvml_try(get(device.handle(), self.current)) }
+    }
+
+    fn take_mig(&mut self, device: &Device, gpu_instance: u32) -> Result<(), NvmlError> {
+        let get = nvml_sym(self.nvml.lib().nvmlGpmMigSampleGet.as_ref())?;
+        // SAFETY: the handle is live for the call, `gpu_instance` is a plain id, and `current`
+        // is a sample allocated by this library and owned by `self`.
+        unsafe { nvml_try(get(device.handle(), gpu_instance, self.current)) }
     }
 
     fn compare(&self) -> Result<GpmMetrics, NvmlError> {

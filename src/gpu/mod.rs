@@ -16,6 +16,7 @@ mod error;
 mod events;
 mod gpm;
 mod identity;
+mod mig;
 mod processes;
 mod reader;
 mod telemetry;
@@ -25,6 +26,7 @@ pub use control::{ComputeMode, GpuControl};
 pub use error::InitError;
 pub use events::{Coverage, XidEvent, XidWatcher};
 pub use identity::IdentityRead;
+pub use mig::{MigCallError, MigControl};
 pub use reader::{GpuReader, Handle, Library, Read, ReadOutcome, Tier, READS};
 
 pub(crate) use error::code;
@@ -72,6 +74,11 @@ impl Session {
     pub fn device_count(&self, log: &mut CallLog) -> Result<u32, NvmlCode> {
         let nvml = &self.nvml;
         log.call("nvmlDeviceGetCount_v2", || nvml.device_count())
+    }
+
+    /// MIG control (read and change layouts) over this session.
+    pub fn mig(&self) -> MigControl {
+        MigControl::new(self.nvml.clone())
     }
 
     /// A reader for the GPU at `index`, with nothing learned about it yet.

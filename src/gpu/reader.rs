@@ -91,6 +91,7 @@ pub static READS: &[Read] = &[
     ),
     read("ecc", "ecc", Tier::Slow, telemetry::ecc),
     read("mig", "mig_mode", Tier::Slow, telemetry::mig_mode),
+    read("mig", "mig_layout", Tier::Slow, GpuReader::mig_layout),
     read("processes", "process_list", Tier::Fast, processes::list),
     read(
         "processes",
@@ -133,6 +134,8 @@ pub struct GpuReader {
     pub(super) fans: Option<u32>,
     /// The MIG mode last read: what the GPU supports changes with it.
     pub(super) mig: Option<bool>,
+    /// The board's GPU-instance profiles, read once while MIG is enabled.
+    mig_profiles: Option<Vec<crate::snapshot::mig::GiProfile>>,
     /// The published PCIe rates came from GPM.
     pcie_from_gpm: bool,
 }
@@ -147,6 +150,7 @@ impl GpuReader {
             gpm: GpmSampler::default(),
             fans: None,
             mig: None,
+            mig_profiles: None,
             pcie_from_gpm: false,
         }
     }
@@ -190,6 +194,18 @@ impl GpuReader {
         identity::read(&device.0, self.index, &mut self.log)
     }
 
+    /// The MIG layout (GPU and compute instances, MIG UUIDs) while MIG is enabled.
+    fn mig_layout(&mut self, d: &Device, out: &mut GpuReading) {
+        let enabled = out.mig_mode_current == Some(true);
+        out.mig_instances = super::mig::poll_layout(
+            &self.nvml,
+            &mut self.mig_profiles,
+            d,
+            enabled,
+            &mut self.log.errors,
+        );
+    }
+
     /// Runs one read into `out`.
     pub fn run(&mut self, read: &Read, device: &Handle, out: &mut GpuReading) -> ReadOutcome {
         let started = Instant::now();
@@ -215,6 +231,18 @@ impl GpuReader {
     fn gpm(&mut self, device: &Device, out: &mut GpuReading) {
         let mig = self.mig == Some(true);
         out.gpm = self.gpm.poll(&self.nvml, device, mig, &mut self.log);
+        let instances: Vec<u32> = out
+            .mig_instances
+            .iter()
+            .flatten()
+            .map(|gi| gi.gpu_instance_id)
+            .collect();
+        out.mig_gpm = if mig {
+            self.gpm
+                .poll_mig(&self.nvml, device, &instances, &mut self.log)
+        } else {
+            Vec::new()
+        };
         let rates = out
             .gpm
             .as_ref()

@@ -23,6 +23,7 @@ pub const TEMPERATURE_MARGIN: &str = "temperature_margin";
 pub const POWER_BRAKE: &str = "power_brake_slowdown";
 pub const PCIE_REPLAY_RATE: &str = "pcie_replay_rate";
 pub const NVML_CALLS_FAILING: &str = "nvml_calls_failing";
+pub const MIG_MODE_PENDING: &str = "mig_mode_pending";
 
 /// `nvmlClocksEventReasonHwThermalSlowdown`.
 const HW_THERMAL_SLOWDOWN: u64 = 0x40;
@@ -77,7 +78,53 @@ pub fn check(gpu: &GpuSnapshot, config: &HealthConfig) -> Vec<Finding> {
     memory(gpu, config, &mut out);
     recovery_action(gpu, &mut out);
     thermal(gpu, config, &mut out);
+    mig_pending(gpu, &mut out);
     out
+}
+
+/// A MIG mode change waiting for a GPU reset (nodes stuck "pending" advertise no GPUs:
+/// NVIDIA/mig-parted#18, gpu-operator#118): what blocks the reset and what to do.
+fn mig_pending(gpu: &GpuSnapshot, out: &mut Vec<Finding>) {
+    let r = &gpu.reading;
+    let (Some(current), Some(pending)) = (r.mig_mode_current, r.mig_mode_pending) else {
+        return;
+    };
+    if current == pending {
+        return;
+    }
+    let word = |on: bool| if on { "enabled" } else { "disabled" };
+    let holders: Vec<String> = r
+        .processes
+        .iter()
+        .flatten()
+        .map(|p| match &p.info {
+            Some(i) => format!("{} ({})", p.pid, i.name),
+            None => p.pid.to_string(),
+        })
+        .collect();
+    let blocked = if holders.is_empty() {
+        "no process holds the GPU now".to_string()
+    } else {
+        format!("processes hold the GPU: {}", holders.join(", "))
+    };
+    out.push(finding(
+        MIG_MODE_PENDING,
+        Status::Warn,
+        if holders.is_empty() {
+            Action::ResetGpu
+        } else {
+            Action::DrainAndReset
+        },
+        format!(
+            "MIG mode is {} and {} is pending until the GPU is reset; {blocked}; a reset also \
+             needs nvidia-persistenced, dcgm/nv-hostengine and the nvidia_drm module out of the \
+             way; stop them, then reset the GPU (nvidia-smi -r -i {}) or apply the layout with \
+             [mig] reset_command configured",
+            word(current),
+            word(pending),
+            gpu.index
+        ),
+    ));
 }
 
 fn memory(gpu: &GpuSnapshot, config: &HealthConfig, out: &mut Vec<Finding>) {

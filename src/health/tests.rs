@@ -115,6 +115,37 @@ fn lost_gpu_fails_with_reboot() {
 }
 
 #[test]
+fn a_pending_mig_mode_warns_with_what_blocks_the_reset() {
+    let mut e = Evaluator::default();
+    let mut g = gpu();
+    g.reading.mig_mode_current = Some(false);
+    g.reading.mig_mode_pending = Some(false);
+    let (h, _) = e.evaluate(&snap(&g, 0), at(0));
+    assert!(names(&h).is_empty());
+    g.reading.mig_mode_pending = Some(true);
+    g.reading.processes = Some(vec![crate::snapshot::GpuProcess {
+        pid: 4242,
+        kind: crate::snapshot::ProcessKind::Compute,
+        used_memory_bytes: None,
+        sm_util_percent: None,
+        mem_util_percent: None,
+        gpu_instance_id: None,
+        compute_instance_id: None,
+        info: None,
+    }]);
+    let (h, _) = e.evaluate(&snap(&g, 1), at(1));
+    assert_eq!(names(&h), vec!["mig_mode_pending".to_string()]);
+    let v = &h.gpus[0].verdict;
+    assert_eq!(v.status, Status::Warn);
+    assert_eq!(v.action, Action::DrainAndReset);
+    let reason = &v.conditions[0].reason;
+    assert!(
+        reason.contains("disabled and enabled is pending") && reason.contains("4242"),
+        "{reason}"
+    );
+}
+
+#[test]
 fn the_drivers_recovery_action_wins() {
     let mut e = Evaluator::default();
     let mut g = gpu();

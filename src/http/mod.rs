@@ -11,6 +11,7 @@ mod connection;
 mod events;
 mod health;
 mod metered;
+mod mig;
 mod prior_knowledge;
 mod reclaim;
 pub mod server;
@@ -37,6 +38,8 @@ pub struct AppState {
     pub published: watch::Receiver<Arc<Published>>,
     /// `[api]`: whether routes that change the node are on, and where their token is.
     pub api: Arc<api::ApiConfig>,
+    /// MIG layouts applied through `POST /api/v1/mig/apply`; `None` in tests that need none.
+    pub mig: Option<Arc<crate::mig::service::MigService>>,
     /// The sharing subsystem (`/api/v1/sharing`); `None` in router tests.
     pub sharing: Option<Arc<crate::sharing::Sharing>>,
     /// Alert states and evaluation failures of the local rules, when rules are loaded.
@@ -62,6 +65,10 @@ pub fn router(state: AppState) -> Router {
         .route("/health/gpus", get(health::gpus))
         .route("/health/gpus/{gpu}", get(health::gpu))
         .route("/api/v1/events", get(events::events))
+        .route("/api/v1/mig", get(mig::state))
+        .merge(api::mutating(
+            Router::new().route("/api/v1/mig/apply", axum::routing::post(mig::apply)),
+        ))
         .route("/api/v1/reclaim", get(reclaim::reclaim))
         .route("/api/v1/sharing", get(sharing::show))
         .merge(api::mutating(Router::new().route(
@@ -213,6 +220,7 @@ async fn landing() -> Html<String> {
          <li><a href=\"/health\">/health</a>: agent and per-GPU health (application/health+json)</li>\
          <li><a href=\"/health/gpus\">/health/gpus</a>: per-GPU health, 503 when a GPU fails</li>\
          <li><a href=\"/api/v1/events\">/api/v1/events</a>: health events, newest first (?since=)</li>\
+         <li><a href=\"/api/v1/mig\">/api/v1/mig</a>: MIG mode and instances per GPU</li>\
          <li><a href=\"/api/v1/reclaim\">/api/v1/reclaim</a>: idle-GPU candidates and what happens when</li>\
          <li><a href=\"/readyz\">/readyz</a>: readiness</li>\
          <li><a href=\"/livez\">/livez</a>: liveness</li>\

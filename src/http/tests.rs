@@ -63,6 +63,7 @@ fn state(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppState {
     AppState {
         published: rx,
         api: api::ApiConfig::disabled(),
+        mig: None,
         sharing: None,
         rules: None,
         remediation: None,

@@ -231,6 +231,11 @@ pub(super) fn render(
             let mut f = Family::new(name, help, counter);
             for (labels, g) in &gpus {
                 f.add_opt(labels, value(g));
+                for (extra, v) in super::mig::dcgm_instance_series(name, g) {
+                    let mut l = labels.clone();
+                    l.extend(extra);
+                    f.add(&l, v);
+                }
             }
             out.push(f);
         }

@@ -1,8 +1,10 @@
 //! Profiling metrics from NVML GPM (Hopper and newer): dcgm-exporter's `DCGM_FI_PROF_*` names
 //! (ratios 0-1 and bytes per second, as dcgm-exporter prints them) and native equivalents.
 //!
-//! Absent, never 0, on GPUs without GPM (A100, L4, T4...), on MIG-enabled GPUs and on the
-//! first poll (a GPM metric needs two samples).
+//! Absent, never 0, on GPUs without GPM (A100, L4, T4...) and on the first poll (a GPM metric
+//! needs two samples). On MIG-enabled GPUs the dcgm family has one series per GPU instance
+//! (`GPU_I_PROFILE`, `GPU_I_ID`, as dcgm-exporter labels MIG series) and the GPU-wide ones are
+//! absent; the native per-instance series are in `mig.rs`.
 
 use super::{Families, Family};
 use crate::snapshot::{GpmMetrics, GpuSnapshot, GpuStatus, Snapshot};
@@ -39,6 +41,21 @@ pub(super) fn render_dcgm(gpus: &[(Vec<(&str, String)>, &GpuSnapshot)], out: &mu
         let mut f = Family::gauge(name, help);
         for (labels, g) in gpus {
             f.add_opt(labels, g.reading.gpm.as_ref().and_then(value));
+            // MIG: one series per GPU instance, labelled like dcgm-exporter's MIG series.
+            for (gi, m) in &g.reading.mig_gpm {
+                let profile = g
+                    .reading
+                    .mig_instances
+                    .iter()
+                    .flatten()
+                    .find(|i| i.gpu_instance_id == *gi)
+                    .map(|i| i.profile.clone());
+                let Some(profile) = profile else { continue };
+                let mut l = labels.clone();
+                l.push(("GPU_I_PROFILE", profile));
+                l.push(("GPU_I_ID", gi.to_string()));
+                f.add_opt(&l, value(m));
+            }
         }
         out.push(f);
     }

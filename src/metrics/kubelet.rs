@@ -1,7 +1,8 @@
 //! The kubelet pod-resources client's own series and the GPU → pod allocation, rendered only
 //! when `[kubernetes] enabled`: `gpu_steward_kubelet_up`, `_refresh_errors_total`,
 //! `_last_refresh_timestamp_seconds`, and `gpu_steward_gpu_pod_info` (one series per container
-//! allocated a GPU or a time-slicing replica of it, value 1, to join on `gpu` and `uuid`).
+//! allocated a GPU or a time-slicing replica of it, value 1, to join on `gpu` and `uuid`), and
+//! `gpu_steward_mig_pod_info` (the same for MIG devices, with their GPU and compute instance).
 
 use super::{unix_seconds, Families, Family};
 use crate::snapshot::Snapshot;
@@ -50,4 +51,27 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
         }
     }
     out.push(info);
+
+    let mut mig = Family::gauge(
+        "gpu_steward_mig_pod_info",
+        "1 per container the kubelet allocated a MIG device to, joined to its GPU and compute instance.",
+    );
+    for g in snapshot.gpus.iter().filter(|g| g.identity.is_some()) {
+        for m in &g.reading.mig_pods {
+            mig.add(
+                &[
+                    ("gpu", g.index.to_string()),
+                    ("uuid", g.uuid().to_string()),
+                    ("gpu_instance", m.gpu_instance_id.to_string()),
+                    ("compute_instance", m.compute_instance_id.to_string()),
+                    ("mig_uuid", m.mig_uuid.clone()),
+                    (n.pod.as_str(), m.pod.pod.clone()),
+                    (n.namespace.as_str(), m.pod.namespace.clone()),
+                    (n.container.as_str(), m.pod.container.clone()),
+                ],
+                1.0,
+            );
+        }
+    }
+    out.push(mig);
 }

@@ -18,6 +18,7 @@ mod gpm;
 mod gzip;
 mod health;
 mod kubelet;
+mod mig;
 mod native;
 mod processes;
 mod sharing;
@@ -135,6 +136,7 @@ pub fn render(
         gpm::render_native(snapshot, &mut families);
         processes::render(snapshot, &mut families);
         health::render(snapshot, health, &mut families);
+        mig::render(snapshot, &mut families);
         sharing::render(snapshot, &mut families);
     }
     agent::render(snapshot, counters, &mut families);

@@ -67,6 +67,7 @@ impl Enricher {
             }
             if let Some(k) = &kubelet {
                 g.reading.pods = k.mapping.get(g.uuid()).cloned().unwrap_or_default();
+                g.reading.mig_pods = mig_pods(&g.reading, &k.mapping);
             }
             gpus.push(g);
         }
@@ -125,4 +126,26 @@ impl Enricher {
             }
         }
     }
+}
+
+/// The containers allocated each MIG device of a GPU (kubelet ids are `MIG-…` UUIDs).
+fn mig_pods(
+    r: &crate::snapshot::GpuReading,
+    mapping: &crate::snapshot::PodMapping,
+) -> Vec<crate::snapshot::mig::MigPod> {
+    let mut out = Vec::new();
+    for gi in r.mig_instances.iter().flatten() {
+        for ci in &gi.compute_instances {
+            let Some(uuid) = &ci.uuid else { continue };
+            for pod in mapping.get(uuid).into_iter().flatten() {
+                out.push(crate::snapshot::mig::MigPod {
+                    gpu_instance_id: gi.gpu_instance_id,
+                    compute_instance_id: ci.compute_instance_id,
+                    mig_uuid: uuid.clone(),
+                    pod: pod.clone(),
+                });
+            }
+        }
+    }
+    out
 }

@@ -4,6 +4,7 @@
 //! talks to NVML. Every telemetry value is an `Option`: `None` means NVML could not give it (not
 //! supported, failed, GPU lost), and renderers must leave such a series out rather than invent a 0.
 
+pub mod mig;
 mod nvml;
 mod process;
 mod sharing;
@@ -171,6 +172,12 @@ pub struct GpuReading {
     pub clock_event_reasons: Option<u64>,
     pub mig_mode_current: Option<bool>,
     pub mig_mode_pending: Option<bool>,
+    /// GPU instances (with compute instances and MIG UUIDs) while MIG is enabled.
+    pub mig_instances: Option<Vec<mig::GpuInstance>>,
+    /// GPM metrics per GPU instance id while MIG is enabled (Hopper and newer).
+    pub mig_gpm: Vec<(u32, GpmMetrics)>,
+    /// Containers the kubelet allocated this GPU's MIG devices to.
+    pub mig_pods: Vec<mig::MigPod>,
     /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`: 0 none, 1 gpu reset, 2 node reboot, 3 drain P2P,
     /// 4 drain and reset.
     pub recovery_action: Option<u32>,

@@ -15,6 +15,9 @@
 //! - [`handles`]: the stable device handles (addresses in a static array).
 //! - [`state`]: the global state (ref-counted init, live reload, stable handles, energy).
 //! - [`events`]: per-event-set delivery bookkeeping (each XID id once per set).
+//! - [`instances`]: one GPU's MIG lifecycle as plain data (mode, GPU and compute instances,
+//!   placement and capacity rules); [`store`]: every GPU's MIG state, its handles and
+//!   `NVML_SIM_STATE`.
 //! - [`modes`]: settings the driver keeps while loaded (the compute mode).
 //! - [`stats`]: the `NVML_SIM_STATS` call-count file.
 //! - [`cost`]: the `NVML_SIM_COST` cost model (wall and CPU time per call, spent outside locks).
@@ -24,6 +27,7 @@ pub mod cost;
 pub mod events;
 pub mod ffi;
 pub mod handles;
+pub mod instances;
 pub mod models;
 pub mod modes;
 pub mod pci;
@@ -31,6 +35,7 @@ pub mod resolve;
 pub mod scenario;
 pub mod state;
 pub mod stats;
+pub mod store;
 mod validate;
 
 mod exports;

@@ -97,6 +97,11 @@ pub struct Gpu {
     /// `nvmlComputeMode_t` before any change (see [`crate::modes`]).
     pub compute_mode: u32,
     pub mig_devices: Vec<String>,
+    /// Simulated resets so far (`reset_count`).
+    pub reset_count: u64,
+    pub mig_reset_required: bool,
+    /// `mig_faults`: operation key → failing call numbers.
+    pub mig_faults: BTreeMap<String, Vec<u32>>,
     pub power_limit_mw: u32,
     pub lost: bool,
     /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` value: none 0 … drain_and_reset 4.
@@ -240,6 +245,14 @@ impl Gpu {
             mig_mode: g.mig_mode.as_ref().is_some_and(|m| *m.get_ref()),
             compute_mode: g.compute_mode.unwrap_or_default() as u32,
             mig_devices: mig_devices.clone(),
+            reset_count: g.reset_count.unwrap_or(0),
+            mig_reset_required: g.mig_reset_required.unwrap_or(false),
+            mig_faults: g
+                .mig_faults
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.get_ref().clone(), v.get_ref().calls()))
+                .collect(),
             power_limit_mw: g
                 .power_limit_w
                 .as_ref()

@@ -158,6 +158,13 @@ pub(crate) struct RawGpu {
     /// The compute mode before any `nvmlDeviceSetComputeMode`.
     pub compute_mode: Option<ComputeModeName>,
     pub mig_devices: Option<Vec<Spanned<String>>>,
+    /// Simulated GPU resets so far: raising it resets the GPU (see `store`).
+    pub reset_count: Option<u64>,
+    /// `nvmlDeviceSetMigMode` leaves the change pending with RESET_REQUIRED (a passthrough VM).
+    pub mig_reset_required: Option<bool>,
+    /// MIG calls that fail: operation → the Nth call (1-based, per GPU, since the library
+    /// loaded), or a list of them, answers UNKNOWN and changes nothing.
+    pub mig_faults: Option<BTreeMap<Spanned<String>, Spanned<FaultCalls>>>,
     pub power_limit_w: Option<Spanned<u32>>,
     pub lost: Option<bool>,
     pub recovery_action: Option<RecoveryAction>,
@@ -209,6 +216,23 @@ pub struct RawGpm {
     pub fp16_active: Option<f64>,
     pub pcie_tx_bytes_per_s: Option<f64>,
     pub pcie_rx_bytes_per_s: Option<f64>,
+}
+
+/// `mig_faults` values: one call number or a list.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum FaultCalls {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+impl FaultCalls {
+    pub fn calls(&self) -> Vec<u32> {
+        match self {
+            FaultCalls::One(n) => vec![*n],
+            FaultCalls::Many(v) => v.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -139,7 +139,8 @@ pub fn wait_for_install(timeout: Duration) {
 }
 
 impl Sim {
-    fn install(&mut self, scenario: Scenario, now: Instant) {
+    fn install(&mut self, scenario: Scenario, now: Instant, init: bool) {
+        crate::store::on_install(&scenario, self.path.as_deref(), init);
         for (i, gpu) in scenario.gpus.iter().enumerate() {
             match self.energy.get_mut(i) {
                 Some(e) => {
@@ -182,7 +183,7 @@ impl Sim {
         match load(&path) {
             Ok(sc) => {
                 self.file = id;
-                self.install(sc, now);
+                self.install(sc, now, false);
             }
             Err(line) => {
                 self.bad_file = id;
@@ -239,7 +240,7 @@ pub fn init() -> Ret {
     sim.bad_file = None;
     sim.last_check = Some(Instant::now());
     sim.ever_count = 0;
-    sim.install(scenario, Instant::now());
+    sim.install(scenario, Instant::now(), true);
     sim.refcount = 1;
     ffi::SUCCESS
 }

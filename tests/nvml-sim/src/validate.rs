@@ -103,6 +103,44 @@ pub(crate) fn validate_gpu(g: &RawGpu, err: &ErrAt<'_>) -> Result<&'static Model
             ));
         }
     }
+    if let Some(devices) = &g.mig_devices {
+        let profiles: Vec<_> = devices
+            .iter()
+            .filter_map(|d| model.mig_profile_named(d.get_ref()))
+            .collect();
+        if crate::instances::MigGpu::layout(model, "", &profiles).is_none() {
+            let span = devices.first().map_or(0..0, Spanned::span);
+            return Err(err(
+                span,
+                "these mig_devices do not fit the GPU's memory slices in any placement".into(),
+            ));
+        }
+    }
+    if let Some(faults) = &g.mig_faults {
+        for (op, when) in faults {
+            if crate::instances::Op::by_key(op.get_ref()).is_none() {
+                let ops: Vec<&str> = crate::instances::Op::ALL.iter().map(|o| o.key()).collect();
+                return Err(err(
+                    op.span(),
+                    format!(
+                        "unknown MIG operation '{}' in mig_faults; use one of {}",
+                        op.get_ref(),
+                        ops.join(", ")
+                    ),
+                ));
+            }
+            if when.get_ref().calls().contains(&0) {
+                return Err(err(when.span(), "mig_faults counts calls from 1".into()));
+            }
+        }
+        if !model.mig_capable() {
+            let span = faults.keys().next().map_or(0..0, Spanned::span);
+            return Err(err(
+                span,
+                format!("model '{}' does not support MIG", model.key),
+            ));
+        }
+    }
     if let Some(p) = &g.power_limit_w {
         let w = *p.get_ref();
         if w < model.power_min_w || w > model.power_max_w {

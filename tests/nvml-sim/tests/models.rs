@@ -231,7 +231,7 @@ fn mig_tables_on_the_a100s_and_not_supported_without_mig() {
 }
 
 #[test]
-fn instance_calls_with_mig_enabled_are_not_simulated_yet() {
+fn instance_calls_with_mig_enabled_answer_the_live_layout() {
     let sim = Sim::new(MIXED);
     let nvml = sim.init();
     let a100 = nvml.device_by_index(2).expect("the MIG-enabled A100");
@@ -242,7 +242,10 @@ fn instance_calls_with_mig_enabled_are_not_simulated_yet() {
         .expect("symbol");
     let mut n = 0;
     // SAFETY: a valid handle, a plain integer and a valid out-pointer.
-    assert_eq!(unsafe { capacity(a100.handle(), 19, &mut n) }, 3);
+    assert_eq!(unsafe { capacity(a100.handle(), 19, &mut n) }, 0);
+    // The scenario's 3g.40gb + 2g.20gb + 1g.10gb leave room for one more 1g.10gb (7 compute
+    // slices: 3 + 2 + 1 used) where the driver would put it.
+    assert_eq!(n, 1);
     // The profile table answers whatever the mode.
     assert_eq!(profile(&nvml, &a100, 0).map(|p| p.0), Ok(19));
 }

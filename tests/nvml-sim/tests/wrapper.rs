@@ -383,7 +383,9 @@ fn processes_mig_fields() {
         Err(NvmlError::NotSupported)
     ));
     let p = a100.running_compute_processes().expect("mig processes");
-    assert_eq!(p[0].gpu_instance_id, Some(0));
+    // The 3g.40gb of the scenario's layout is the first GPU instance created: id 1.
+    assert_eq!(p[0].gpu_instance_id, Some(1));
+    assert_eq!(p[0].compute_instance_id, Some(0));
     let h100_mig = h100.mig_mode().expect("capable, disabled");
     assert_eq!((h100_mig.current, h100_mig.pending), (0, 0));
     assert_eq!(h100.mig_device_count().expect("disabled"), 0);

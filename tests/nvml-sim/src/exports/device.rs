@@ -84,6 +84,9 @@ export!(
 
 export!(
     fn nvmlDeviceGetUUID(device: nvmlDevice_t, uuid: *mut c_char, length: c_uint) {
+        if let Some(mig) = super::mig_ci::mig_uuid(device) {
+            return put_str(uuid, length, &mig?);
+        }
         put_str(uuid, length, &gpu(device)?.uuid)
     }
 );
@@ -177,8 +180,7 @@ export!(
 );
 
 export!(
-    /// Current and pending mode from the scenario (no pending change is simulated yet);
-    /// NOT_SUPPORTED on models without MIG.
+    /// Current and pending mode (`store.rs`); NOT_SUPPORTED on models without MIG.
     fn nvmlDeviceGetMigMode(
         device: nvmlDevice_t,
         current_mode: *mut c_uint,
@@ -188,8 +190,9 @@ export!(
         if !g.model.mig_capable() {
             return Err(ffi::NOT_SUPPORTED);
         }
-        put(current_mode, c_uint::from(g.mig_mode))?;
-        put(pending_mode, c_uint::from(g.mig_mode))
+        let (current, pending) = crate::store::read(g.index, |m| Ok((m.current, m.pending)))?;
+        put(current_mode, c_uint::from(current))?;
+        put(pending_mode, c_uint::from(pending))
     }
 );
 
@@ -200,6 +203,6 @@ export!(
         if !g.model.mig_capable() {
             return Err(ffi::NOT_SUPPORTED);
         }
-        put(count, if g.mig_mode { 7 } else { 0 })
+        put(count, if crate::store::enabled(&g) { 7 } else { 0 })
     }
 );

@@ -1,5 +1,6 @@
 //! GPU Performance Monitoring (nvml.h "GPM", Hopper and newer): `nvmlGpmQueryDeviceSupport`,
-//! `nvmlGpmSampleAlloc`, `nvmlGpmSampleFree`, `nvmlGpmSampleGet`, `nvmlGpmMetricsGet`.
+//! `nvmlGpmSampleAlloc`, `nvmlGpmSampleFree`, `nvmlGpmSampleGet`, `nvmlGpmMigSampleGet`,
+//! `nvmlGpmMetricsGet`.
 //!
 //! A sample is a heap allocation whose address is the handle; live handles are kept in a set so
 //! that an unknown, freed or twice-freed handle answers INVALID_ARGUMENT instead of touching
@@ -24,10 +25,12 @@ use crate::models::HOPPER;
 use crate::resolve::Gpm;
 use crate::state::{gpu, index_of, scenario};
 
-/// What a sample handle holds: the GPU and instant of the last `nvmlGpmSampleGet`.
+/// What a sample handle holds: the GPU and instant of the last `nvmlGpmSampleGet`, and the
+/// GPU instance for `nvmlGpmMigSampleGet`.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     taken: Option<(usize, Instant)>,
+    gpu_instance: Option<u32>,
 }
 
 /// Live samples by handle address. The boxes own the allocations the handles point to.
@@ -66,10 +69,13 @@ export!(
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key, token);
-        TAKEN
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, Sample { taken: None });
+        TAKEN.lock().unwrap_or_else(PoisonError::into_inner).insert(
+            key,
+            Sample {
+                taken: None,
+                gpu_instance: None,
+            },
+        );
         put(gpm_sample, handle)
     }
 );
@@ -103,6 +109,7 @@ export!(
             .get_mut(&(gpm_sample as usize))
             .ok_or(ffi::INVALID_ARGUMENT)?;
         s.taken = Some((index, Instant::now()));
+        s.gpu_instance = None;
         Ok(())
     }
 );
@@ -141,17 +148,28 @@ export!(
             return Err(ffi::INVALID_ARGUMENT);
         }
         let taken = TAKEN.lock().unwrap_or_else(PoisonError::into_inner);
-        let at = |s: nvmlGpmSample_t| taken.get(&(s as usize)).and_then(|t| t.taken);
-        let (Some((g1, t1)), Some((g2, t2))) = (at(m.sample1), at(m.sample2)) else {
+        let at = |s: nvmlGpmSample_t| {
+            taken
+                .get(&(s as usize))
+                .and_then(|t| t.taken.map(|(g, i)| (g, i, t.gpu_instance)))
+        };
+        let (Some((g1, t1, i1)), Some((g2, t2, i2))) = (at(m.sample1), at(m.sample2)) else {
             return Err(ffi::INVALID_ARGUMENT);
         };
         drop(taken);
-        if g1 != g2 || t2 <= t1 {
+        if g1 != g2 || t2 <= t1 || i1 != i2 {
             return Err(ffi::INVALID_ARGUMENT);
         }
         let g = sc.gpus.get(g2).ok_or(ffi::GPU_IS_LOST)?;
+        // CHOSEN: a GPU instance with a scenario process in it is as active as the GPU's `gpm`
+        // says; one without is idle (0).
+        let busy = match i2 {
+            None => true,
+            Some(gi) => crate::store::read(g.index, |mg| Ok(crate::store::busy(g, mg, gi, None)))?,
+        };
         for slot in m.metrics.iter_mut().take(n) {
-            match value(&g.gpm, slot.metricId) {
+            let v = value(&g.gpm, slot.metricId).map(|v| if busy { v } else { 0.0 });
+            match v {
                 Some(v) => {
                     slot.value = v;
                     slot.nvmlReturn = ffi::SUCCESS;
@@ -171,16 +189,33 @@ export!(
 
 export!(
     /// With MIG disabled there is no GPU instance to sample: INVALID_ARGUMENT, as on the
-    /// captured H100 and H200. With MIG enabled: NOT_SUPPORTED until instances are simulated.
+    /// captured H100 and H200. With MIG enabled: the GPU instance's sample (NOT_FOUND for an
+    /// id no live GPU instance has).
     fn nvmlGpmMigSampleGet(
         device: nvmlDevice_t,
-        _gpu_instance_id: c_uint,
-        _gpm_sample: nvmlGpmSample_t,
+        gpu_instance_id: c_uint,
+        gpm_sample: nvmlGpmSample_t,
     ) {
         let g = gpu(device)?;
-        if !supported(g.model.architecture) || g.mig_mode {
+        if !supported(g.model.architecture) {
             return Err(ffi::NOT_SUPPORTED);
         }
-        Err(ffi::INVALID_ARGUMENT)
+        if !crate::store::enabled(&g) {
+            return Err(ffi::INVALID_ARGUMENT);
+        }
+        let live = crate::store::read(g.index, |m| {
+            Ok(m.gpu_instances.iter().any(|gi| gi.id == gpu_instance_id))
+        })?;
+        if !live {
+            return Err(ffi::NOT_FOUND);
+        }
+        let index = index_of(device).ok_or(ffi::INVALID_ARGUMENT)?;
+        let mut taken = TAKEN.lock().unwrap_or_else(PoisonError::into_inner);
+        let s = taken
+            .get_mut(&(gpm_sample as usize))
+            .ok_or(ffi::INVALID_ARGUMENT)?;
+        s.taken = Some((index, Instant::now()));
+        s.gpu_instance = Some(gpu_instance_id);
+        Ok(())
     }
 );

@@ -1,20 +1,14 @@
-//! The read-only MIG queries, as the real H100 and H200 answer them on driver 580 with MIG
-//! **disabled**: the GPU-instance profile table (`…GetGpuInstanceProfileInfo`, `…InfoV`) and its
-//! placements (`…GetGpuInstancePossiblePlacements_v2`) answer whatever the mode; there are no
-//! GPU instances (`…GetGpuInstances` SUCCESS with 0), so the remaining capacity of a profile is
-//! its instance count, `…GetGpuInstanceById` and `…GetMigDeviceHandleByIndex` answer NOT_FOUND,
-//! and the MIG-handle calls on a full GPU (`…GetGpuInstanceId`, `…GetComputeInstanceId`,
-//! `…GetDeviceHandleFromMigDeviceHandle`) answer INVALID_ARGUMENT. Models without MIG answer
-//! NOT_SUPPORTED to every MIG call but `nvmlDeviceIsMigDeviceHandle` (0).
-//!
-//! GPU and compute instances themselves (create/destroy, handles, their GPM samples) are not
-//! simulated yet: with MIG enabled the instance calls answer NOT_SUPPORTED.
+//! The MIG profile queries: the GPU-instance profile table (`…GetGpuInstanceProfileInfo`,
+//! `…InfoV`) and its placements (`…GetGpuInstancePossiblePlacements_v2`) answer whatever the
+//! mode, as the real H100 and H200 do on driver 580. Models without MIG answer NOT_SUPPORTED to
+//! every MIG call but `nvmlDeviceIsMigDeviceHandle` (0). The instance lifecycle is in
+//! `mig_gi.rs` (mode, GPU instances) and `mig_ci.rs` (compute instances, MIG device handles).
 
 use std::ffi::c_uint;
 
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlGpuInstancePlacement_t, nvmlGpuInstanceProfileInfo_t,
-    nvmlGpuInstanceProfileInfo_v2_t, nvmlGpuInstanceProfileInfo_v3_t, nvmlGpuInstance_t,
+    nvmlGpuInstanceProfileInfo_v2_t, nvmlGpuInstanceProfileInfo_v3_t,
 };
 
 use crate::export;
@@ -31,7 +25,7 @@ const INFO_V3: c_uint =
     (std::mem::size_of::<nvmlGpuInstanceProfileInfo_v3_t>() as c_uint) | (3 << 24);
 
 /// The GPU, if its model has MIG (else NOT_SUPPORTED).
-fn mig_gpu(device: nvmlDevice_t) -> NvResult<GpuRef> {
+pub(super) fn mig_gpu(device: nvmlDevice_t) -> NvResult<GpuRef> {
     let g = gpu(device)?;
     if !g.model.mig_capable() {
         return Err(ffi::NOT_SUPPORTED);
@@ -47,12 +41,12 @@ fn at_index(g: &GpuRef, index: c_uint) -> NvResult<&'static GiProfile> {
 }
 
 /// CHOSEN: a profile id the model does not have is INVALID_ARGUMENT.
-fn by_id(g: &GpuRef, id: c_uint) -> NvResult<&'static GiProfile> {
+pub(super) fn by_id(g: &GpuRef, id: c_uint) -> NvResult<&'static GiProfile> {
     g.model.mig_profile_by_id(id).ok_or(ffi::INVALID_ARGUMENT)
 }
 
 /// NVML's profile name: `"MIG 1g.10gb"`, NUL-padded.
-fn name96(p: &GiProfile) -> [std::ffi::c_char; 96] {
+pub(super) fn name96(p: &GiProfile) -> [std::ffi::c_char; 96] {
     let mut out = [0; 96];
     for (o, b) in out
         .iter_mut()
@@ -171,103 +165,5 @@ export!(
             return Ok(());
         }
         put_slice(placements, &all)
-    }
-);
-
-/// Instance calls: the GPU with MIG disabled, NOT_SUPPORTED while instances are not simulated.
-fn mig_disabled(device: nvmlDevice_t) -> NvResult<GpuRef> {
-    let g = mig_gpu(device)?;
-    if g.mig_mode {
-        return Err(ffi::NOT_SUPPORTED);
-    }
-    Ok(g)
-}
-
-export!(
-    /// No instances with MIG disabled: the whole instance count remains.
-    fn nvmlDeviceGetGpuInstanceRemainingCapacity(
-        device: nvmlDevice_t,
-        profile_id: c_uint,
-        count: *mut c_uint,
-    ) {
-        let g = mig_disabled(device)?;
-        put(count, by_id(&g, profile_id)?.instances)
-    }
-);
-
-export!(
-    /// SUCCESS with 0 instances with MIG disabled.
-    fn nvmlDeviceGetGpuInstances(
-        device: nvmlDevice_t,
-        profile_id: c_uint,
-        _gpu_instances: *mut nvmlGpuInstance_t,
-        count: *mut c_uint,
-    ) {
-        let g = mig_disabled(device)?;
-        by_id(&g, profile_id)?;
-        put(count, 0)
-    }
-);
-
-export!(
-    fn nvmlDeviceGetGpuInstanceById(
-        device: nvmlDevice_t,
-        _id: c_uint,
-        gpu_instance: *mut nvmlGpuInstance_t,
-    ) {
-        mig_disabled(device)?;
-        if gpu_instance.is_null() {
-            return Err(ffi::INVALID_ARGUMENT);
-        }
-        Err(ffi::NOT_FOUND)
-    }
-);
-
-export!(
-    fn nvmlDeviceGetMigDeviceHandleByIndex(
-        device: nvmlDevice_t,
-        _index: c_uint,
-        mig_device: *mut nvmlDevice_t,
-    ) {
-        mig_disabled(device)?;
-        if mig_device.is_null() {
-            return Err(ffi::INVALID_ARGUMENT);
-        }
-        Err(ffi::NOT_FOUND)
-    }
-);
-
-export!(
-    /// Every handle this library hands out is a full GPU.
-    fn nvmlDeviceIsMigDeviceHandle(device: nvmlDevice_t, is_mig_device: *mut c_uint) {
-        gpu(device)?;
-        put(is_mig_device, 0)
-    }
-);
-
-export!(
-    /// INVALID_ARGUMENT: a full GPU is not a MIG device handle.
-    fn nvmlDeviceGetGpuInstanceId(device: nvmlDevice_t, _id: *mut c_uint) {
-        mig_gpu(device)?;
-        Err(ffi::INVALID_ARGUMENT)
-    }
-);
-
-export!(
-    /// INVALID_ARGUMENT: a full GPU is not a MIG device handle.
-    fn nvmlDeviceGetComputeInstanceId(device: nvmlDevice_t, _id: *mut c_uint) {
-        mig_gpu(device)?;
-        Err(ffi::INVALID_ARGUMENT)
-    }
-);
-
-export!(
-    /// INVALID_ARGUMENT: a full GPU is not a MIG device handle.
-    fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
-        mig_device: nvmlDevice_t,
-        _device: *mut nvmlDevice_t,
-    ) {
-        mig_gpu(mig_device)?;
-        Err(ffi::INVALID_ARGUMENT)
     }
 );

@@ -12,6 +12,8 @@ mod events;
 mod fields;
 mod gpm;
 mod mig;
+mod mig_ci;
+mod mig_gi;
 mod pcie;
 mod processes;
 mod system;
@@ -130,9 +132,26 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetGpuInstanceProfileInfo",
     "nvmlDeviceGetGpuInstanceProfileInfoV",
     "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
+    // mig_gi.rs
+    "nvmlDeviceSetMigMode",
     "nvmlDeviceGetGpuInstanceRemainingCapacity",
+    "nvmlDeviceCreateGpuInstance",
+    "nvmlDeviceCreateGpuInstanceWithPlacement",
+    "nvmlGpuInstanceDestroy",
     "nvmlDeviceGetGpuInstances",
     "nvmlDeviceGetGpuInstanceById",
+    "nvmlGpuInstanceGetInfo",
+    // mig_ci.rs
+    "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+    "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
+    "nvmlGpuInstanceGetComputeInstanceRemainingCapacity",
+    "nvmlGpuInstanceGetComputeInstancePossiblePlacements",
+    "nvmlGpuInstanceCreateComputeInstance",
+    "nvmlGpuInstanceCreateComputeInstanceWithPlacement",
+    "nvmlComputeInstanceDestroy",
+    "nvmlGpuInstanceGetComputeInstances",
+    "nvmlGpuInstanceGetComputeInstanceById",
+    "nvmlComputeInstanceGetInfo_v2",
     "nvmlDeviceGetMigDeviceHandleByIndex",
     "nvmlDeviceIsMigDeviceHandle",
     "nvmlDeviceGetGpuInstanceId",

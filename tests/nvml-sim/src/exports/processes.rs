@@ -30,13 +30,12 @@ pub const SAMPLE_PERIOD_US: u64 = 1_000_000;
 const PROCESSES_UTIL_V1: c_uint =
     (std::mem::size_of::<nvmlProcessesUtilizationInfo_t>() as c_uint) | (1 << 24);
 
-/// CHOSEN until MIG instances are simulated: a process in `mig_devices[i]` reports GPU
-/// instance id `i` and compute instance 0.
+/// A process with a `mig_device` reports the live instance it runs in (`store::process_instance`).
 fn v2(p: &Process, g: &Gpu) -> nvmlProcessInfo_t {
-    let (gi, ci) = match (g.mig_mode, p.mig_device) {
-        (true, Some(i)) => (i as c_uint, 0),
-        _ => (NO_INSTANCE, NO_INSTANCE),
-    };
+    let (gi, ci) = crate::store::read(g.index, |m| Ok(crate::store::process_instance(g, m, p)))
+        .ok()
+        .flatten()
+        .unwrap_or((NO_INSTANCE, NO_INSTANCE));
     nvmlProcessInfo_t {
         pid: p.pid,
         usedGpuMemory: p.used_memory_mib * MIB,
@@ -149,7 +148,7 @@ pub fn latest_tick_us(now: SystemTime) -> u64 {
 
 /// The samples newer than `last_seen_us` (none ⇒ NOT_FOUND); NOT_SUPPORTED on MIG-enabled GPUs.
 fn samples(g: &Gpu, last_seen_us: u64) -> NvResult<Vec<(u32, u64, u32, u32)>> {
-    if g.mig_mode {
+    if crate::store::enabled(g) {
         return Err(ffi::NOT_SUPPORTED);
     }
     let tick = latest_tick_us(SystemTime::now());

@@ -29,7 +29,7 @@ export!(
     /// rates is not currently supported", nvml.h).
     fn nvmlDeviceGetUtilizationRates(device: nvmlDevice_t, utilization: *mut nvmlUtilization_t) {
         let g = gpu(device)?;
-        if g.mig_mode {
+        if crate::store::enabled(&g) {
             return Err(ffi::NOT_SUPPORTED);
         }
         put(
@@ -69,6 +69,17 @@ export!(
 export!(
     /// v1: `used` includes the driver's reservation.
     fn nvmlDeviceGetMemoryInfo(device: nvmlDevice_t, memory: *mut nvmlMemory_t) {
+        if let Some(mig) = super::mig_ci::mig_memory(device) {
+            let (total, used) = mig?;
+            return put(
+                memory,
+                nvmlMemory_t {
+                    total,
+                    free: total - used,
+                    used,
+                },
+            );
+        }
         let g = gpu(device)?;
         let total = g.model.memory_total_bytes();
         let used = g.model.memory_reserved_bytes + g.memory_used_mib * MIB;
@@ -86,6 +97,22 @@ export!(
 export!(
     /// v2: checks `version` (ARGUMENT_VERSION_MISMATCH otherwise); `used` excludes reserved.
     fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) {
+        if let Some(mig) = super::mig_ci::mig_memory(device) {
+            let (total, used) = mig?;
+            if get(memory)?.version != MEMORY_V2_VERSION {
+                return Err(ffi::ARGUMENT_VERSION_MISMATCH);
+            }
+            return put(
+                memory,
+                nvmlMemory_v2_t {
+                    version: MEMORY_V2_VERSION,
+                    total,
+                    reserved: 0,
+                    free: total - used,
+                    used,
+                },
+            );
+        }
         let g = gpu(device)?;
         if get(memory)?.version != MEMORY_V2_VERSION {
             return Err(ffi::ARGUMENT_VERSION_MISMATCH);

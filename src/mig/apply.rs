@@ -1,0 +1,513 @@
+//! The applier: observe → plan → (refuse or) apply → verify, with hooks, an audit record per
+//! change and a way back.
+//!
+//! - Nothing happens when the plan is empty: applying the current layout again makes no
+//!   create or destroy call at all.
+//! - GPUs with processes in instances the plan removes (or on a GPU whose MIG mode changes)
+//!   are refused unless `force`.
+//! - Hooks `pre-apply` (a failure aborts before any change), `post-apply` and `on-failure` run
+//!   through `exec::run` with a timeout, the plan as JSON on stdin and `GPU_STEWARD_MIG_LAYOUT`
+//!   in their environment.
+//! - Every change is journalled with what undoes it. When a step fails (or the result does not
+//!   match the plan) the journal is undone in reverse on every GPU changed so far: created
+//!   instances destroyed, destroyed ones re-created at their placements, a mode change reverted.
+//! - A MIG mode change the driver leaves pending (processes, a passthrough VM) runs the
+//!   configured reset command, if any, and otherwise is reported as needing a GPU reset; that
+//!   GPU stops there (its mode request stays) and the others go on.
+
+use std::collections::HashMap;
+
+use serde_json::json;
+
+use super::config::MigConfig;
+use super::layout::Layout;
+use super::plan::{plan, GpuPlan, Infeasible, Plan, Step};
+use crate::audit::AuditLog;
+use crate::exec::{self, CommandSpec};
+use crate::gpu::{MigCallError, MigControl};
+use crate::snapshot::mig::MigGpu;
+
+/// What an apply asks for.
+pub struct Request<'a> {
+    pub layout_name: &'a str,
+    pub layout: &'a Layout,
+    pub dry_run: bool,
+    pub force: bool,
+}
+
+/// A GPU whose MIG mode change waits for a reset.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PendingReset {
+    pub index: u32,
+    pub uuid: String,
+    pub enable: bool,
+    /// The driver's activation status (`in_use`, `reset_required`).
+    pub status: String,
+    pub blocking_pids: Vec<u32>,
+}
+
+/// How an apply ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The plan was empty.
+    NothingToDo(Plan),
+    /// `dry_run`: the plan, unapplied.
+    DryRun(Plan),
+    /// Applied (steps made), possibly with GPUs waiting for a reset.
+    Applied {
+        plan: Plan,
+        steps: usize,
+        pending: Vec<PendingReset>,
+        warnings: Vec<String>,
+    },
+}
+
+/// Why an apply did not happen or did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// Bad input: nothing changed (exit 2).
+    #[error("{0}")]
+    Infeasible(#[from] Infeasible),
+    /// Refused or aborted before any change (exit 1).
+    #[error("{0}")]
+    Refused(String),
+    /// A step failed; the found layout was restored, or `left` says what is left (exit 1).
+    #[error("{reason}; {restored}")]
+    Failed {
+        reason: String,
+        restored: String,
+        /// Whether every change was undone.
+        undone: bool,
+        left: Option<Vec<MigGpu>>,
+    },
+}
+
+impl ApplyError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ApplyError::Infeasible(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Reads every GPU.
+pub fn observe(ctl: &MigControl) -> Result<Vec<MigGpu>, MigCallError> {
+    (0..ctl.device_count()?).map(|i| ctl.read(i)).collect()
+}
+
+/// One done change and how to undo it.
+#[derive(Debug, Clone)]
+enum Done {
+    Mode {
+        enable: bool,
+    },
+    GiCreated {
+        gi: u32,
+    },
+    CiCreated {
+        gi: u32,
+        ci: u32,
+    },
+    GiDestroyed {
+        gi: u32,
+        profile_id: u32,
+        start: u32,
+        size: u32,
+    },
+    CiDestroyed {
+        gi: u32,
+        profile_id: u32,
+        start: u32,
+        size: u32,
+    },
+}
+
+struct Run<'a> {
+    ctl: &'a MigControl,
+    cfg: &'a MigConfig,
+    audit: Option<&'a AuditLog>,
+    layout: &'a str,
+    /// Per GPU index, what was done, in order.
+    journal: Vec<(u32, String, Vec<Done>)>,
+    steps: usize,
+}
+
+impl Run<'_> {
+    fn audit(&self, event: &str, fields: serde_json::Value) {
+        if let Some(a) = self.audit {
+            if let Err(e) = a.record("mig", event, fields) {
+                tracing::error!(error = %e, "cannot write the MIG audit record");
+            }
+        }
+    }
+
+    fn hook(&self, name: &str, plan: &Plan) -> Option<Result<(), String>> {
+        let spec: &CommandSpec = self.cfg.hook(name)?;
+        let input = serde_json::to_vec(plan).unwrap_or_default();
+        let env = [(
+            "GPU_STEWARD_MIG_LAYOUT".to_string(),
+            self.layout.to_string(),
+        )];
+        let out = exec::run(spec, &input, &env);
+        self.audit(
+            "hook",
+            json!({"hook": name, "argv": spec.argv, "result": out.outcome.result_label(),
+                   "duration_ms": out.duration.as_millis() as u64}),
+        );
+        Some(if out.outcome.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "hook '{name}' ({}) ended with {:?}: {}",
+                spec.argv.join(" "),
+                out.outcome,
+                out.stderr.trim()
+            ))
+        })
+    }
+
+    /// Makes one step on GPU `g`, journalling what it did.
+    fn step(&mut self, g: &GpuPlan, step: &Step, done: &mut Vec<Done>) -> Result<(), String> {
+        let ctl = self.ctl;
+        let i = g.index;
+        let res: Result<(), MigCallError> = match step {
+            Step::SetMigMode { enable } => ctl.set_mode(i, *enable).map(|_| {
+                done.push(Done::Mode { enable: *enable });
+            }),
+            Step::DestroyComputeInstance {
+                gpu_instance_id,
+                compute_instance_id,
+                profile_id,
+                start,
+                size,
+            } => ctl
+                .destroy_compute_instance(i, *gpu_instance_id, *compute_instance_id)
+                .map(|()| {
+                    done.push(Done::CiDestroyed {
+                        gi: *gpu_instance_id,
+                        profile_id: *profile_id,
+                        start: *start,
+                        size: *size,
+                    })
+                }),
+            Step::DestroyGpuInstance {
+                gpu_instance_id,
+                profile_id,
+                start,
+                size,
+                ..
+            } => ctl.destroy_gpu_instance(i, *gpu_instance_id).map(|()| {
+                done.push(Done::GiDestroyed {
+                    gi: *gpu_instance_id,
+                    profile_id: *profile_id,
+                    start: *start,
+                    size: *size,
+                })
+            }),
+            Step::CreateComputeInstance {
+                gpu_instance_id,
+                profile_id,
+                start,
+                size,
+            } => ctl
+                .create_compute_instance(i, *gpu_instance_id, *profile_id, *start, *size)
+                .map(|ci| {
+                    done.push(Done::CiCreated {
+                        gi: *gpu_instance_id,
+                        ci,
+                    })
+                }),
+            Step::CreateInstance {
+                profile_id,
+                start,
+                size,
+                ci_profile_id,
+                ci_size,
+                ..
+            } => ctl
+                .create_gpu_instance(i, *profile_id, *start, *size)
+                .and_then(|gi| {
+                    done.push(Done::GiCreated { gi });
+                    let ci = ctl.create_compute_instance(i, gi, *ci_profile_id, 0, *ci_size)?;
+                    done.push(Done::CiCreated { gi, ci });
+                    Ok(())
+                }),
+        };
+        self.steps += 1;
+        let result = match &res {
+            Ok(()) => "success".to_string(),
+            Err(e) => e.to_string(),
+        };
+        self.audit(
+            "step",
+            json!({"layout": self.layout, "gpu": i, "uuid": g.uuid, "step": step, "result": result}),
+        );
+        res.map_err(|e| format!("GPU {i} ({}): {step}: {e}", g.uuid))
+    }
+
+    /// Undoes every journal in reverse; the problems met, if any.
+    fn rollback(&mut self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let journal = std::mem::take(&mut self.journal);
+        for (index, uuid, done) in journal.into_iter().rev() {
+            // Re-created GPU instances get new ids: map old ids to them.
+            let mut ids: HashMap<u32, u32> = HashMap::new();
+            for d in done.into_iter().rev() {
+                let id = |gi: u32| *ids.get(&gi).unwrap_or(&gi);
+                let res = match &d {
+                    Done::Mode { enable } => self.ctl.set_mode(index, !enable).map(|_| ()),
+                    Done::GiCreated { gi } => self.ctl.destroy_gpu_instance(index, id(*gi)),
+                    Done::CiCreated { gi, ci } => {
+                        self.ctl.destroy_compute_instance(index, id(*gi), *ci)
+                    }
+                    Done::GiDestroyed {
+                        gi,
+                        profile_id,
+                        start,
+                        size,
+                    } => self
+                        .ctl
+                        .create_gpu_instance(index, *profile_id, *start, *size)
+                        .map(|new| {
+                            ids.insert(*gi, new);
+                        }),
+                    Done::CiDestroyed {
+                        gi,
+                        profile_id,
+                        start,
+                        size,
+                    } => self
+                        .ctl
+                        .create_compute_instance(index, id(*gi), *profile_id, *start, *size)
+                        .map(|_| ()),
+                };
+                let result = match &res {
+                    Ok(()) => "success".to_string(),
+                    Err(e) => e.to_string(),
+                };
+                self.audit(
+                    "rollback",
+                    json!({"gpu": index, "uuid": uuid, "undo": format!("{d:?}"), "result": result}),
+                );
+                if let Err(e) = res {
+                    problems.push(format!("GPU {index}: undo {d:?}: {e}"));
+                }
+            }
+        }
+        problems
+    }
+}
+
+/// Observes, plans and applies `req` (see the module comment).
+pub fn apply(
+    ctl: &MigControl,
+    cfg: &MigConfig,
+    audit: Option<&AuditLog>,
+    req: &Request,
+) -> Result<Outcome, ApplyError> {
+    let found =
+        observe(ctl).map_err(|e| ApplyError::Refused(format!("cannot read MIG state: {e}")))?;
+    let plan = plan(&found, req.layout)?;
+    if plan.is_noop() {
+        return Ok(Outcome::NothingToDo(plan));
+    }
+    if req.dry_run {
+        return Ok(Outcome::DryRun(plan));
+    }
+    if !req.force {
+        let blocked: Vec<String> = plan
+            .gpus
+            .iter()
+            .filter(|g| !g.steps.is_empty() && !g.blocking_pids.is_empty())
+            .map(|g| format!("GPU {} ({}): pids {:?}", g.index, g.uuid, g.blocking_pids))
+            .collect();
+        if !blocked.is_empty() {
+            return Err(ApplyError::Refused(format!(
+                "processes run in instances the layout removes or on GPUs whose MIG mode \
+                 changes ({}); stop them, or pass --force to try anyway",
+                blocked.join("; ")
+            )));
+        }
+    }
+    let mut run = Run {
+        ctl,
+        cfg,
+        audit,
+        layout: req.layout_name,
+        journal: Vec::new(),
+        steps: 0,
+    };
+    run.audit(
+        "apply.start",
+        json!({"layout": req.layout_name, "force": req.force, "plan": &plan}),
+    );
+    if let Some(Err(e)) = run.hook("pre-apply", &plan) {
+        run.audit(
+            "apply.aborted",
+            json!({"layout": req.layout_name, "reason": e}),
+        );
+        let _ = run.hook("on-failure", &plan);
+        return Err(ApplyError::Refused(format!("{e}; nothing was changed")));
+    }
+    let mut pending = Vec::new();
+    let mut failure = None;
+    'gpus: for g in plan.gpus.iter().filter(|g| !g.steps.is_empty()) {
+        let mut done = Vec::new();
+        for step in &g.steps {
+            let r = run.step(g, step, &mut done);
+            if let Err(e) = r {
+                failure = Some(e);
+                run.journal.push((g.index, g.uuid.clone(), done));
+                break 'gpus;
+            }
+            if let Step::SetMigMode { enable } = step {
+                match settle_mode(ctl, cfg, g, *enable) {
+                    Ok(None) => {}
+                    Ok(Some(p)) => {
+                        run.audit("mode.pending", json!(&p));
+                        pending.push(p);
+                        // The mode request stays; nothing else can happen on this GPU now.
+                        done.clear();
+                        break;
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        run.journal.push((g.index, g.uuid.clone(), done));
+                        break 'gpus;
+                    }
+                }
+            }
+        }
+        run.journal.push((g.index, g.uuid.clone(), done));
+    }
+    if failure.is_none() {
+        failure = verify(ctl, req.layout, &pending).err();
+    }
+    if let Some(reason) = failure {
+        let problems = run.rollback();
+        let _ = run.hook("on-failure", &plan);
+        let (restored, left) = if problems.is_empty() {
+            ("the layout found before was restored".to_string(), None)
+        } else {
+            (
+                format!(
+                    "restoring the found layout failed too: {}",
+                    problems.join("; ")
+                ),
+                observe(ctl).ok(),
+            )
+        };
+        run.audit(
+            "apply.failed",
+            json!({"layout": req.layout_name, "reason": reason, "restored": problems.is_empty(),
+                   "problems": problems}),
+        );
+        return Err(ApplyError::Failed {
+            reason,
+            restored,
+            undone: problems.is_empty(),
+            left,
+        });
+    }
+    let mut warnings = Vec::new();
+    if let Some(Err(e)) = run.hook("post-apply", &plan) {
+        warnings.push(e);
+    }
+    run.audit(
+        "apply.done",
+        json!({"layout": req.layout_name, "steps": run.steps, "pending": &pending}),
+    );
+    Ok(Outcome::Applied {
+        steps: run.steps,
+        plan,
+        pending,
+        warnings,
+    })
+}
+
+/// How long the mode may take to change after the reset command returned.
+const RESET_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// After a mode change: `None` when it is in effect; a pending reset otherwise (after the
+/// configured reset command, if any, did not make it current).
+fn settle_mode(
+    ctl: &MigControl,
+    cfg: &MigConfig,
+    g: &GpuPlan,
+    enable: bool,
+) -> Result<Option<PendingReset>, String> {
+    let read_mode = || {
+        ctl.read(g.index)
+            .map_err(|e| format!("GPU {}: {e}", g.index))
+            .map(|m| m.mig)
+    };
+    let mode = read_mode()?;
+    if mode.is_some_and(|m| m.current == enable) {
+        return Ok(None);
+    }
+    // The driver's activation status is IN_USE while processes hold the GPU, RESET_REQUIRED
+    // where only a reset applies it (a passthrough VM).
+    let mut status = if g.blocking_pids.is_empty() {
+        "reset_required".to_string()
+    } else {
+        "in_use".to_string()
+    };
+    if let Some(reset) = &cfg.reset {
+        let argv = reset
+            .argv
+            .iter()
+            .map(|a| {
+                a.replace("{index}", &g.index.to_string())
+                    .replace("{uuid}", &g.uuid)
+            })
+            .collect();
+        let spec = CommandSpec {
+            argv,
+            ..reset.clone()
+        };
+        let out = exec::run(&spec, b"", &[]);
+        if !out.outcome.success() {
+            status = format!(
+                "reset command failed ({}): {}",
+                out.outcome.result_label(),
+                out.stderr.trim()
+            );
+        }
+        // The driver settles after a reset; give it a moment before calling it pending.
+        let deadline = std::time::Instant::now() + RESET_SETTLE;
+        loop {
+            if read_mode()?.is_some_and(|m| m.current == enable) {
+                return Ok(None);
+            }
+            if std::time::Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    Ok(Some(PendingReset {
+        index: g.index,
+        uuid: g.uuid.clone(),
+        enable,
+        status,
+        blocking_pids: g.blocking_pids.clone(),
+    }))
+}
+
+/// Reads the node again: every GPU not waiting for a reset must now need no change.
+fn verify(ctl: &MigControl, layout: &Layout, pending: &[PendingReset]) -> Result<(), String> {
+    let now = observe(ctl).map_err(|e| format!("cannot read the result: {e}"))?;
+    let again = plan(&now, layout).map_err(|e| format!("the result cannot be planned: {e}"))?;
+    for g in &again.gpus {
+        if !g.steps.is_empty() && !pending.iter().any(|p| p.index == g.index) {
+            return Err(format!(
+                "GPU {} ({}) does not match the layout after applying: {} step(s) still needed",
+                g.index,
+                g.uuid,
+                g.steps.len()
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! `gpu-steward mig show|plan|apply`: one NVML session, one observe, one plan, at most one
+//! apply. Exit codes: 0 done or nothing to do, 2 bad input or an infeasible layout (nothing
+//! changed), 1 anything that kept the layout from being reached (a refusal, a failed step with
+//! the found layout restored or what is left printed, a mode change waiting for a GPU reset, a
+//! failed post-apply hook).
+
+use std::path::PathBuf;
+
+use super::apply::{self, ApplyError, Outcome, Request};
+use super::config::read_mig_parted;
+use super::layout::Layouts;
+use super::plan::plan;
+use super::show;
+use crate::audit::AuditLog;
+use crate::cli::{MigArgs, MigCommand};
+use crate::config::{self, Config, Overrides};
+use crate::gpu::Session;
+
+/// Runs the command; the exit status.
+pub fn run(args: &MigArgs) -> u8 {
+    match run_inner(args) {
+        Ok(()) => 0,
+        Err((code, message)) => {
+            eprintln!("gpu-steward: {}", message.trim_end());
+            code
+        }
+    }
+}
+
+type Failure = (u8, String);
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.
+fn out(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+fn load_config(args: &MigArgs) -> Result<Config, Failure> {
+    let (path, required) = match &args.config {
+        Some(p) => (p.clone(), true),
+        None => (PathBuf::from(config::DEFAULT_CONFIG), false),
+    };
+    let overrides = Overrides {
+        nvml_lib: args.nvml_lib.clone(),
+        ..Overrides::default()
+    };
+    config::load(&path, required, &overrides).map_err(|e| (2, e.to_string()))
+}
+
+/// The layouts: `--mig-config` alone when given, else the config's.
+fn layouts(args: &MigArgs, cfg: &Config) -> Result<Layouts, Failure> {
+    match &args.mig_config {
+        Some(f) => read_mig_parted(f).map_err(|e| (2, e)),
+        None => cfg.mig.all_layouts().map_err(|e| (2, e)),
+    }
+}
+
+fn run_inner(args: &MigArgs) -> Result<(), Failure> {
+    let cfg = load_config(args)?;
+    let layouts = match &args.command {
+        MigCommand::Show { .. } => Layouts::new(),
+        _ => layouts(args, &cfg)?,
+    };
+    let pick = |name: &str| {
+        layouts.get(name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = layouts.keys().map(String::as_str).collect();
+            (
+                2,
+                format!(
+                    "layout '{name}' is not defined; known layouts: {}",
+                    if known.is_empty() {
+                        "none".into()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            )
+        })
+    };
+    // Validate the input before touching NVML.
+    let chosen = match &args.command {
+        MigCommand::Show { .. } => None,
+        MigCommand::Plan { layout } | MigCommand::Apply { layout, .. } => {
+            Some((layout.clone(), pick(layout)?))
+        }
+    };
+    let session = Session::open(&cfg.nvml_lib).map_err(|e| (1, e.reason))?;
+    let ctl = session.mig();
+    match (&args.command, chosen) {
+        (MigCommand::Show { json }, _) => {
+            let gpus =
+                apply::observe(&ctl).map_err(|e| (1, format!("cannot read MIG state: {e}")))?;
+            if *json {
+                let text = serde_json::to_string_pretty(&show::json(&gpus))
+                    .map_err(|e| (1, e.to_string()))?;
+                out(&format!("{text}\n"));
+            } else {
+                out(&show::text(&gpus));
+            }
+            Ok(())
+        }
+        (MigCommand::Plan { .. }, Some((name, layout))) => {
+            let gpus =
+                apply::observe(&ctl).map_err(|e| (1, format!("cannot read MIG state: {e}")))?;
+            let p = plan(&gpus, &layout).map_err(|e| (2, format!("layout '{name}': {e}")))?;
+            out(&show::plan_text(&name, &p));
+            Ok(())
+        }
+        (MigCommand::Apply { dry_run, force, .. }, Some((name, layout))) => {
+            let audit = if *dry_run {
+                None
+            } else {
+                Some(AuditLog::open(&cfg.audit_file).map_err(|e| {
+                    (
+                        1,
+                        format!(
+                            "cannot open the audit log '{}': {e}; every MIG change is audited, \
+                             so nothing was changed (set [audit] file)",
+                            cfg.audit_file.display()
+                        ),
+                    )
+                })?)
+            };
+            let req = Request {
+                layout_name: &name,
+                layout: &layout,
+                dry_run: *dry_run,
+                force: *force,
+            };
+            report(&name, apply::apply(&ctl, &cfg.mig, audit.as_ref(), &req))
+        }
+        _ => Err((2, "no layout given".into())),
+    }
+}
+
+fn report(name: &str, r: Result<Outcome, ApplyError>) -> Result<(), Failure> {
+    match r {
+        Ok(Outcome::NothingToDo(_)) => {
+            out(&format!(
+                "nothing to do: every GPU already matches '{name}'\n"
+            ));
+            Ok(())
+        }
+        Ok(Outcome::DryRun(p)) => {
+            out(&show::plan_text(name, &p));
+            out("dry run: nothing was changed\n");
+            Ok(())
+        }
+        Ok(Outcome::Applied {
+            plan,
+            steps,
+            pending,
+            warnings,
+        }) => {
+            out(&show::plan_text(name, &plan));
+            out(&format!("applied '{name}': {steps} step(s)\n"));
+            if !pending.is_empty() {
+                return Err((1, show::pending_text(&pending)));
+            }
+            if !warnings.is_empty() {
+                return Err((1, warnings.join("\n")));
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let mut msg = format!("apply '{name}' failed: {e}");
+            if let ApplyError::Failed {
+                left: Some(left), ..
+            } = &e
+            {
+                msg.push_str("\nwhat is left now:\n");
+                msg.push_str(&show::text(left));
+            }
+            Err((e.exit_code(), msg))
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! `[mig]` in the agent's TOML config, and mig-parted's own YAML file.
+//!
+//! ```toml
+//! [mig]
+//! layout = "all-balanced"          # converge to it at start and on SIGHUP (optional)
+//! mig_config = "/etc/nvidia-mig-manager/config.yaml"   # take layouts from mig-parted's file
+//! reset_command = ["nvidia-smi", "-r", "-i", "{pci_bus_id}"]   # optional: after a mode change
+//! reset_timeout = "120s"
+//!
+//! [[mig.hooks]]                    # pre-apply, post-apply, on-failure
+//! name = "pre-apply"
+//! command = ["/usr/lib/gpu-steward/hooks/drain.sh"]
+//! timeout = "60s"
+//!
+//! [[mig.layouts.all-balanced]]     # mig-parted's keys, with its meaning
+//! device-filter = ["0x233010DE"]
+//! devices = "all"
+//! mig-enabled = true
+//! mig-devices = { "1g.10gb" = 2, "2g.20gb" = 1, "3g.40gb" = 1 }
+//! ```
+//!
+//! Anything MIG changes is off unless configured: without `layout` the agent never touches MIG
+//! on its own; the CLI and the API apply only what they are asked to.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use super::layout::Layouts;
+use crate::exec::{CommandSpec, HookSection};
+
+/// The hook names `[[mig.hooks]]` accepts.
+pub const HOOK_NAMES: [&str; 3] = ["pre-apply", "post-apply", "on-failure"];
+
+/// `[mig]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MigSection {
+    pub layout: Option<toml::Spanned<String>>,
+    pub mig_config: Option<PathBuf>,
+    #[serde(deserialize_with = "reset_command")]
+    pub reset_command: Option<Vec<String>>,
+    #[serde(deserialize_with = "duration")]
+    pub reset_timeout: Option<Duration>,
+    #[serde(deserialize_with = "hooks")]
+    pub hooks: Vec<HookSection>,
+    pub layouts: Layouts,
+}
+
+/// `[mig]`, validated.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MigConfig {
+    /// The layout to converge to at start and on SIGHUP.
+    pub layout: Option<String>,
+    /// Layouts from a mig-parted YAML file (`mig_config`), read when used.
+    pub mig_config: Option<PathBuf>,
+    pub reset: Option<CommandSpec>,
+    pub hooks: Vec<CommandSpec>,
+    pub layouts: Layouts,
+}
+
+impl MigConfig {
+    pub fn hook(&self, name: &str) -> Option<&CommandSpec> {
+        self.hooks.iter().find(|h| h.name == name)
+    }
+
+    /// One line for `check-config`.
+    pub fn describe(&self) -> String {
+        let mut names: Vec<&str> = self.layouts.keys().map(String::as_str).collect();
+        if let Some(f) = &self.mig_config {
+            names.push("(and the layouts of");
+            names.push(f.to_str().unwrap_or("the mig_config file"));
+            names.push(")");
+        }
+        let layouts = if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(" ")
+        };
+        match &self.layout {
+            Some(l) => format!(
+                "MIG: converge to layout '{l}' at start and on SIGHUP; layouts: {layouts}; \
+                 hooks: {}; reset command: {}\n",
+                self.hooks.len(),
+                if self.reset.is_some() { "yes" } else { "none" }
+            ),
+            None => format!("MIG: never changed on its own; layouts: {layouts}\n"),
+        }
+    }
+
+    /// Every layout: the `mig_config` file's (read now) and `[mig.layouts]` (which win on a
+    /// name clash).
+    pub fn all_layouts(&self) -> Result<Layouts, String> {
+        let mut all = match &self.mig_config {
+            Some(f) => read_mig_parted(f)?,
+            None => Layouts::new(),
+        };
+        all.extend(self.layouts.clone());
+        Ok(all)
+    }
+}
+
+/// Default time a reset command may take.
+pub const DEFAULT_RESET_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl MigSection {
+    /// Checks what needs the whole section; `Err((byte offset, message))`.
+    pub fn check(&self) -> Result<(), (usize, String)> {
+        if let Some(l) = &self.layout {
+            let name = l.get_ref();
+            if self.mig_config.is_none() && !self.layouts.contains_key(name) {
+                let known: Vec<&str> = self.layouts.keys().map(String::as_str).collect();
+                return Err((
+                    l.span().start,
+                    format!(
+                        "layout '{name}' is not defined; define [[mig.layouts.{name}]] or set \
+                         mig_config to a mig-parted file (known: {})",
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn into_config(self) -> MigConfig {
+        MigConfig {
+            layout: self.layout.map(toml::Spanned::into_inner),
+            mig_config: self.mig_config,
+            reset: self.reset_command.map(|argv| CommandSpec {
+                name: "mig-reset".into(),
+                argv,
+                timeout: self.reset_timeout.unwrap_or(DEFAULT_RESET_TIMEOUT),
+            }),
+            hooks: self.hooks.iter().map(HookSection::spec).collect(),
+            layouts: self.layouts,
+        }
+    }
+}
+
+fn reset_command<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    if v.first().is_none_or(String::is_empty) {
+        return Err(serde::de::Error::custom(
+            "reset_command is empty; give the program and its arguments as a list, like \
+             [\"nvidia-smi\", \"-r\", \"-i\", \"{pci_bus_id}\"]",
+        ));
+    }
+    Ok(Some(v))
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s = String::deserialize(d)?;
+    match humantime::parse_duration(&s) {
+        Ok(t) if !t.is_zero() => Ok(Some(t)),
+        _ => Err(serde::de::Error::custom(format!(
+            "invalid duration '{s}'; write it like '120s' or '2m'"
+        ))),
+    }
+}
+
+fn hooks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<HookSection>, D::Error> {
+    let v = Vec::<HookSection>::deserialize(d)?;
+    for (i, h) in v.iter().enumerate() {
+        if !HOOK_NAMES.contains(&h.name.as_str()) {
+            return Err(serde::de::Error::custom(format!(
+                "MIG hook '{}' is unknown; use one of {}",
+                h.name,
+                HOOK_NAMES.join(", ")
+            )));
+        }
+        if v[..i].iter().any(|o| o.name == h.name) {
+            return Err(serde::de::Error::custom(format!(
+                "MIG hook '{}' is given twice; keep one",
+                h.name
+            )));
+        }
+    }
+    Ok(v)
+}
+
+/// mig-parted's file: `version: v1` and `mig-configs`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MigPartedFile {
+    version: String,
+    #[serde(rename = "mig-configs")]
+    mig_configs: Layouts,
+}
+
+/// Reads a mig-parted YAML file; errors are `FILE:LINE:COLUMN: message`.
+pub fn read_mig_parted(path: &Path) -> Result<Layouts, String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    parse_mig_parted(&shown.to_string(), &text)
+}
+
+/// Parses mig-parted YAML text (named `name` in errors).
+pub fn parse_mig_parted(name: &str, text: &str) -> Result<Layouts, String> {
+    let f: MigPartedFile = serde_yaml::from_str(text).map_err(|e| {
+        let (line, col) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+        format!("{name}:{line}:{col}: {e}")
+    })?;
+    if f.version != "v1" {
+        let line = text
+            .lines()
+            .position(|l| l.trim_start().starts_with("version"))
+            .map_or(1, |i| i + 1);
+        return Err(format!(
+            "{name}:{line}:1: version '{}' is not supported; mig-parted files say 'version: v1'",
+            f.version
+        ));
+    }
+    if f.mig_configs.is_empty() {
+        return Err(format!(
+            "{name}:1:1: mig-configs is empty; define at least one layout"
+        ));
+    }
+    Ok(f.mig_configs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mig::layout::Devices;
+
+    #[test]
+    fn reads_mig_parted_files_with_positions() {
+        let ok = "version: v1\nmig-configs:\n  a:\n    - devices: [0, 2]\n      mig-enabled: true\n      \
+                  mig-devices:\n        \"1g.10gb\": 2\n    - device-filter: \"0x233010DE\"\n      \
+                  devices: all\n      mig-enabled: false\n";
+        let l = parse_mig_parted("f.yaml", ok).expect("valid");
+        let a = &l["a"].entries;
+        assert_eq!(a[0].devices, Devices::Indices(vec![0, 2]));
+        assert_eq!(a[0].mig_devices["1g.10gb"], 2);
+        assert_eq!(a[1].device_filter[0].device, 0x2330_10DE);
+
+        let cases = [
+            (ok.replace("v1", "v2"), "f.yaml:1:1: version 'v2'"),
+            (ok.replace("devices: [0, 2]", "devices: some"), "f.yaml:4:"),
+            (
+                ok.replace("\"1g.10gb\"", "\"1x.10gb\""),
+                "is not of the form",
+            ),
+            (
+                ok.replace(
+                    "mig-enabled: false",
+                    "mig-enabled: false\n      mig-devices: {\"1g.10gb\": 1}",
+                ),
+                "mig-enabled is false",
+            ),
+            (
+                ok.replace("devices: all", "devices: all\n      colour: red"),
+                "unknown field `colour`",
+            ),
+            (ok.replace("0x233010DE", "0x2330"), "is not a PCI id"),
+        ];
+        for (text, want) in cases {
+            let e = parse_mig_parted("f.yaml", &text).expect_err(want);
+            assert!(e.contains(want), "{e} should contain {want}");
+            assert!(e.starts_with("f.yaml:"), "{e}");
+        }
+    }
+
+    #[test]
+    fn reads_the_published_files() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mig-parted");
+        for f in ["examples-config.yaml", "config-default.yaml"] {
+            let l = read_mig_parted(&dir.join(f)).expect("mig-parted's own files parse");
+            assert!(l.contains_key("all-balanced"), "{f}");
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! MIG layouts: declare (named layouts, mig-parted compatible), plan (a pure function from the
+//! found layout to the steps that reach the target, with placements chosen by search), and apply
+//! (mode, destroy compute then GPU instances, create with explicit placements, hooks, audit,
+//! and a way back to the found layout when any step fails).
+//!
+//! - [`layout`]: layouts and which GPUs an entry selects; [`config`]: `[mig]` and mig-parted's
+//!   YAML; [`plan`]: the planner; [`apply`]: the applier; [`show`]: `mig show` rendering.
+//!
+//! Only [`apply`] changes anything, and only through `gpu::MigControl`; nothing here runs unless
+//! a command, a configured `layout` or an authenticated API call asks for it.
+
+pub mod apply;
+pub mod cli;
+pub mod config;
+pub mod layout;
+pub mod plan;
+pub mod service;
+pub mod show;

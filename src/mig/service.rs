@@ -1,0 +1,196 @@
+//! MIG inside the daemon: converge to the configured `[mig] layout` at start (before the poller
+//! runs, so the agent is not ready until the layout is in place) and on SIGHUP, and apply
+//! layouts asked for through `POST /api/v1/mig/apply`. One apply at a time, in a blocking
+//! thread, on an NVML session of its own opened at the first apply and kept. Reads for `GET /api/v1/mig` come from the published snapshot, never from here.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+use super::apply::{self, ApplyError, Outcome, PendingReset, Request};
+use super::config::MigConfig;
+use super::plan::Plan;
+use crate::audit::AuditLog;
+use crate::config::Config;
+use crate::gpu::Session;
+
+/// What an apply through the daemon reports.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub layout: String,
+    /// `nothing_to_do`, `dry_run`, `applied`, `pending_reset`, `infeasible`, `refused`,
+    /// `failed`, `bad_request`.
+    pub outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Plan>,
+    pub steps: usize,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<PendingReset>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// On `failed`: whether the found layout was restored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restored: Option<bool>,
+}
+
+impl Report {
+    fn bad(layout: &str, outcome: &'static str, error: String) -> Report {
+        Report {
+            layout: layout.to_string(),
+            outcome,
+            plan: None,
+            steps: 0,
+            pending: Vec::new(),
+            error: Some(error),
+            restored: None,
+        }
+    }
+
+    /// Whether the layout is in place (or nothing was asked to change).
+    pub fn ok(&self) -> bool {
+        matches!(self.outcome, "nothing_to_do" | "dry_run" | "applied")
+    }
+}
+
+/// The daemon's MIG applier.
+pub struct MigService {
+    nvml_lib: Mutex<String>,
+    audit_file: Mutex<PathBuf>,
+    config: Mutex<MigConfig>,
+    /// Held for the whole of an apply: one at a time. Holds the NVML session once one was
+    /// opened, with the library it was opened from: kept for the daemon's life, so applies do
+    /// not pay an `nvmlInit` each and the library is never unloaded between them.
+    running: Mutex<Option<(String, Session)>>,
+}
+
+impl MigService {
+    pub fn new(cfg: &Config) -> Self {
+        MigService {
+            nvml_lib: Mutex::new(cfg.nvml_lib.clone()),
+            audit_file: Mutex::new(cfg.audit_file.clone()),
+            config: Mutex::new(cfg.mig.clone()),
+            running: Mutex::new(None),
+        }
+    }
+
+    /// Takes a reloaded configuration (SIGHUP).
+    pub fn reconfigure(&self, cfg: &Config) {
+        *lock(&self.nvml_lib) = cfg.nvml_lib.clone();
+        *lock(&self.audit_file) = cfg.audit_file.clone();
+        *lock(&self.config) = cfg.mig.clone();
+    }
+
+    /// The layout to converge to, if one is configured.
+    pub fn configured_layout(&self) -> Option<String> {
+        lock(&self.config).layout.clone()
+    }
+
+    /// Applies `layout` (blocking: call from `spawn_blocking`).
+    pub fn apply(&self, layout: &str, dry_run: bool, force: bool) -> Report {
+        let mut cached = lock(&self.running);
+        let cfg = lock(&self.config).clone();
+        let layouts = match cfg.all_layouts() {
+            Ok(l) => l,
+            Err(e) => return Report::bad(layout, "bad_request", e),
+        };
+        let Some(chosen) = layouts.get(layout) else {
+            let known: Vec<&str> = layouts.keys().map(String::as_str).collect();
+            return Report::bad(
+                layout,
+                "bad_request",
+                format!(
+                    "layout '{layout}' is not defined; known layouts: {}",
+                    known.join(", ")
+                ),
+            );
+        };
+        let audit = if dry_run {
+            None
+        } else {
+            let path = lock(&self.audit_file).clone();
+            match AuditLog::open(&path) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    return Report::bad(
+                        layout,
+                        "refused",
+                        format!(
+                            "cannot open the audit log '{}': {e}; nothing was changed",
+                            path.display()
+                        ),
+                    )
+                }
+            }
+        };
+        let lib = lock(&self.nvml_lib).clone();
+        if cached.as_ref().is_none_or(|(l, _)| *l != lib) {
+            match Session::open(&lib) {
+                Ok(s) => *cached = Some((lib, s)),
+                Err(e) => return Report::bad(layout, "refused", e.reason),
+            }
+        }
+        let Some((_, session)) = cached.as_ref() else {
+            return Report::bad(layout, "refused", "no NVML session".into());
+        };
+        let req = Request {
+            layout_name: layout,
+            layout: chosen,
+            dry_run,
+            force,
+        };
+        report(
+            layout,
+            apply::apply(&session.mig(), &cfg, audit.as_ref(), &req),
+        )
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn report(layout: &str, r: Result<Outcome, ApplyError>) -> Report {
+    let mut rep = Report::bad(layout, "applied", String::new());
+    rep.error = None;
+    match r {
+        Ok(Outcome::NothingToDo(p)) => {
+            rep.outcome = "nothing_to_do";
+            rep.plan = Some(p);
+        }
+        Ok(Outcome::DryRun(p)) => {
+            rep.outcome = "dry_run";
+            rep.plan = Some(p);
+        }
+        Ok(Outcome::Applied {
+            plan,
+            steps,
+            pending,
+            warnings,
+        }) => {
+            rep.outcome = if pending.is_empty() {
+                "applied"
+            } else {
+                "pending_reset"
+            };
+            rep.plan = Some(plan);
+            rep.steps = steps;
+            rep.pending = pending;
+            if !warnings.is_empty() {
+                rep.error = Some(warnings.join("; "));
+            }
+        }
+        Err(e) => {
+            rep.outcome = match &e {
+                ApplyError::Infeasible(_) => "infeasible",
+                ApplyError::Refused(_) => "refused",
+                ApplyError::Failed { undone, .. } => {
+                    rep.restored = Some(*undone);
+                    "failed"
+                }
+            };
+            rep.error = Some(e.to_string());
+        }
+    }
+    rep
+}

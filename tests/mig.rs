@@ -1,0 +1,607 @@
+//! `gpu-steward mig` against the simulated driver: mig-parted's published configs converge on
+//! every MIG model, infeasible layouts fail before any change, a failure injected at each step
+//! leaves the GPU as it was, running processes block an apply, a second apply makes no create
+//! or destroy call, pending mode changes are reported (and a configured reset applies them),
+//! hooks run, and every change is audited. Real binary, real simulator library, state kept
+//! between commands in `NVML_SIM_STATE` as a driver keeps it between processes.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{bin, sim_lib};
+use gpu_steward::mig::config::read_mig_parted;
+use gpu_steward::mig::layout::Devices;
+use serde_json::Value;
+
+/// One simulated node: scenario, MIG state, call stats, config and audit log in a temp dir.
+struct Node {
+    dir: tempfile::TempDir,
+}
+
+impl Node {
+    fn new(scenario: &str, config_extra: &str) -> Node {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let n = Node { dir };
+        std::fs::write(n.path("scenario.toml"), scenario).expect("scenario");
+        let audit = n.path("audit.jsonl");
+        std::fs::write(
+            n.path("config.toml"),
+            format!("[audit]\nfile = \"{}\"\n{config_extra}", audit.display()),
+        )
+        .expect("config");
+        n
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Runs `gpu-steward mig ARGS`; the stats file is removed first so it counts this run.
+    fn mig(&self, args: &[&str]) -> Output {
+        let _ = std::fs::remove_file(self.path("stats.json"));
+        Command::new(bin())
+            .arg("mig")
+            .args(args)
+            .arg("--nvml-lib")
+            .arg(sim_lib())
+            .arg("--config")
+            .arg(self.path("config.toml"))
+            .env("NVML_SIM_SCENARIO", self.path("scenario.toml"))
+            .env("NVML_SIM_STATE", self.path("state.json"))
+            .env("NVML_SIM_STATS", self.path("stats.json"))
+            .env_remove("GPU_STEWARD_MIG_CONFIG")
+            .output()
+            .expect("run gpu-steward mig")
+    }
+
+    fn show(&self) -> Value {
+        let out = self.mig(&["show", "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        serde_json::from_slice(&out.stdout).expect("mig show --json is JSON")
+    }
+
+    /// Calls made by the last command, of functions whose name contains any of `parts`.
+    fn calls(&self, parts: &[&str]) -> u64 {
+        let Ok(t) = std::fs::read_to_string(self.path("stats.json")) else {
+            return 0;
+        };
+        let v: BTreeMap<String, u64> = serde_json::from_str(&t).expect("stats JSON");
+        v.iter()
+            .filter(|(k, _)| parts.iter().any(|p| k.contains(p)))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn changes(&self) -> u64 {
+        self.calls(&["Create", "Destroy", "SetMigMode"])
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A GPU's layout without driver-assigned ids and UUIDs: (mode, sorted (profile, start, size,
+/// compute instances as (profile, start, size))).
+type Shape = (Value, Vec<(String, u64, u64, Vec<(String, u64, u64)>)>);
+
+fn shape(show: &Value, gpu: usize) -> Shape {
+    let g = &show["gpus"][gpu];
+    let mut gis: Vec<_> = g["instances"]
+        .as_array()
+        .expect("instances")
+        .iter()
+        .map(|gi| {
+            let cis = gi["compute_instances"]
+                .as_array()
+                .expect("CIs")
+                .iter()
+                .map(|c| {
+                    (
+                        c["profile"].as_str().expect("profile").to_owned(),
+                        c["start"].as_u64().expect("start"),
+                        c["size"].as_u64().expect("size"),
+                    )
+                })
+                .collect();
+            (
+                gi["profile"].as_str().expect("profile").to_owned(),
+                gi["start"].as_u64().expect("start"),
+                gi["size"].as_u64().expect("size"),
+                cis,
+            )
+        })
+        .collect();
+    gis.sort();
+    (g["mig"].clone(), gis)
+}
+
+fn counts(show: &Value, gpu: usize) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for gi in show["gpus"][gpu]["instances"]
+        .as_array()
+        .expect("instances")
+    {
+        *m.entry(gi["profile"].as_str().expect("profile").to_owned())
+            .or_insert(0) += 1;
+        let cis = gi["compute_instances"].as_array().expect("CIs");
+        assert_eq!(cis.len(), 1, "one full compute instance per GPU instance");
+        assert!(cis[0]["uuid"].as_str().expect("uuid").starts_with("MIG-"));
+    }
+    m
+}
+
+/// The GPU-instance profile names the simulator's tables give each model.
+const MODELS: &[(&str, u32, &[&str])] = &[
+    (
+        "A100-SXM4-40GB",
+        0x20B0_10DE,
+        &[
+            "1g.5gb",
+            "2g.10gb",
+            "3g.20gb",
+            "4g.20gb",
+            "7g.40gb",
+            "1g.5gb+me",
+            "1g.10gb",
+        ],
+    ),
+    (
+        "A100-SXM4-80GB",
+        0x20B2_10DE,
+        &[
+            "1g.10gb",
+            "2g.20gb",
+            "3g.40gb",
+            "4g.40gb",
+            "7g.80gb",
+            "1g.10gb+me",
+            "1g.20gb",
+        ],
+    ),
+    (
+        "H100-SXM5-80GB",
+        0x2330_10DE,
+        &[
+            "1g.10gb",
+            "2g.20gb",
+            "3g.40gb",
+            "4g.40gb",
+            "7g.80gb",
+            "1g.10gb+me",
+            "1g.20gb",
+        ],
+    ),
+    (
+        "H200-SXM-141GB",
+        0x2335_10DE,
+        &[
+            "1g.18gb",
+            "2g.35gb",
+            "3g.71gb",
+            "4g.71gb",
+            "7g.141gb",
+            "1g.18gb+me",
+            "1g.35gb",
+        ],
+    ),
+];
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/mig-parted")
+        .join(name)
+}
+
+/// Applies every layout of a mig-parted file in turn on a node of `gpus` GPUs of one model:
+/// each one whose profiles the model has converges (and a second apply changes nothing); each
+/// other one fails with exit 2 and changes nothing. Returns (converged, refused).
+fn converge_all(file: &str, model: &str, device_id: u32, names: &[&str], gpus: u32) -> (u32, u32) {
+    let scenario = format!("version = 1\n[[gpu]]\nmodel = \"{model}\"\ncount = {gpus}\n");
+    let node = Node::new(&scenario, "");
+    let path = data(file);
+    let f = path.to_str().expect("utf-8 path");
+    let layouts = read_mig_parted(&path).expect("mig-parted's file parses");
+    let (mut converged, mut refused) = (0, 0);
+    for (name, layout) in &layouts {
+        // What each GPU should end up as: the last entry selecting it (mig-parted's order).
+        let targets: Vec<Option<_>> = (0..gpus)
+            .map(|i| {
+                layout
+                    .entries
+                    .iter()
+                    .rev()
+                    .find(|e| {
+                        (e.device_filter.is_empty()
+                            || e.device_filter.iter().any(|d| d.device == device_id))
+                            && match &e.devices {
+                                Devices::All => true,
+                                Devices::Indices(v) => v.contains(&i),
+                            }
+                    })
+                    .cloned()
+            })
+            .collect();
+        let feasible = targets
+            .iter()
+            .flatten()
+            .all(|e| !e.mig_enabled || e.mig_devices.keys().all(|p| names.contains(&p.as_str())));
+        let before = node.show();
+        let out = node.mig(&["apply", "--layout", name, "--mig-config", f]);
+        if !feasible {
+            assert_eq!(out.status.code(), Some(2), "{model} {name}: {}", text(&out));
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("does not exist on"),
+                "{}",
+                text(&out)
+            );
+            assert_eq!(
+                node.changes(),
+                0,
+                "{model} {name}: refused before any change"
+            );
+            assert_eq!(node.show(), before, "{model} {name}: nothing changed");
+            refused += 1;
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(0), "{model} {name}: {}", text(&out));
+        let after = node.show();
+        for (i, t) in targets.iter().enumerate() {
+            let Some(t) = t else { continue };
+            assert_eq!(
+                after["gpus"][i]["mig"]["current"], t.mig_enabled,
+                "{model} {name}"
+            );
+            let want: BTreeMap<String, u64> = t
+                .mig_devices
+                .iter()
+                .filter(|(_, c)| **c > 0)
+                .map(|(p, c)| (p.clone(), u64::from(*c)))
+                .collect();
+            assert_eq!(counts(&after, i), want, "{model} {name} GPU {i}");
+        }
+        let again = node.mig(&["apply", "--layout", name, "--mig-config", f]);
+        assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+        assert!(
+            String::from_utf8_lossy(&again.stdout).contains("nothing to do"),
+            "{}",
+            text(&again)
+        );
+        assert_eq!(
+            node.changes(),
+            0,
+            "{model} {name}: second apply changes nothing"
+        );
+        converged += 1;
+    }
+    (converged, refused)
+}
+
+#[test]
+fn mig_parted_default_config_converges_on_every_mig_model() {
+    for &(model, id, names) in MODELS {
+        let (ok, refused) = converge_all("config-default.yaml", model, id, names, 1);
+        // all-disabled, all-enabled, the model's own all-* layouts and all-balanced at least.
+        assert!(
+            ok >= 9,
+            "{model}: {ok} layouts converged, {refused} refused"
+        );
+    }
+}
+
+#[test]
+fn mig_parted_example_config_converges_on_eight_a100s() {
+    let (_, id, names) = MODELS[0];
+    let (ok, refused) = converge_all("examples-config.yaml", "A100-SXM4-40GB", id, names, 8);
+    assert_eq!(
+        (ok, refused),
+        (7, 0),
+        "every layout of examples/config.yaml"
+    );
+}
+
+const H100_3G_2G: &str = "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nmig_mode = true\n\
+                          mig_devices = [\"3g.40gb\", \"2g.20gb\"]\n";
+
+const LAYOUTS: &str = r#"
+[[mig.layouts.balanced]]
+devices = "all"
+mig-enabled = true
+mig-devices = { "1g.10gb" = 2, "2g.20gb" = 1, "3g.40gb" = 1 }
+
+[[mig.layouts.too-much]]
+devices = "all"
+mig-enabled = true
+mig-devices = { "3g.40gb" = 2, "1g.10gb" = 1 }
+
+[[mig.layouts.plus-one]]
+devices = "all"
+mig-enabled = true
+mig-devices = { "3g.40gb" = 1, "2g.20gb" = 1, "1g.10gb" = 1 }
+"#;
+
+#[test]
+fn infeasible_layouts_fail_before_any_change() {
+    let node = Node::new(H100_3G_2G, LAYOUTS);
+    let before = node.show();
+    for args in [
+        vec!["apply", "--layout", "too-much"],
+        vec!["plan", "--layout", "too-much"],
+    ] {
+        let out = node.mig(&args);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("GPU 0 (GPU-") && err.contains("do not fit the GPU's 8 memory slices"),
+            "{err}"
+        );
+        assert_eq!(node.changes(), 0);
+    }
+    let out = node.mig(&["apply", "--layout", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("known layouts: balanced"));
+    assert_eq!(node.show(), before);
+}
+
+/// The plan from 3g@0 + 2g@4 to the balanced layout: 2 compute and 2 GPU instances
+/// destroyed, 4 of each created.
+const STEPS: &[(&str, u32)] = &[
+    ("destroy_compute_instance", 2),
+    ("destroy_gpu_instance", 2),
+    ("create_gpu_instance", 4),
+    ("create_compute_instance", 4),
+];
+
+#[test]
+fn a_failure_injected_at_each_step_leaves_the_gpu_as_it_was() {
+    let hooks = "[[mig.hooks]]\nname = \"on-failure\"\ncommand = [\"/bin/touch\", \"FAILED\"]\n";
+    for &(op, n) in STEPS {
+        for call in 1..=n {
+            let scenario = format!("{H100_3G_2G}mig_faults = {{ {op} = {call} }}\n");
+            let marker = format!("{LAYOUTS}{}", hooks.replace("FAILED", "@"));
+            let node = Node::new(&scenario, &marker);
+            let flag = node.path("on-failure-ran");
+            let config = std::fs::read_to_string(node.path("config.toml"))
+                .expect("config")
+                .replace('@', flag.to_str().expect("utf-8"));
+            std::fs::write(node.path("config.toml"), config).expect("config");
+            let before = shape(&node.show(), 0);
+            let out = node.mig(&["apply", "--layout", "balanced"]);
+            assert_eq!(out.status.code(), Some(1), "{op} #{call}: {}", text(&out));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("the layout found before was restored"),
+                "{op} #{call}: {err}"
+            );
+            assert_eq!(shape(&node.show(), 0), before, "{op} #{call}: as it was");
+            assert!(flag.exists(), "{op} #{call}: the on-failure hook ran");
+            let audit = std::fs::read_to_string(node.path("audit.jsonl")).expect("audit");
+            // Only the very first step leaves nothing to undo.
+            let first = op == "destroy_compute_instance" && call == 1;
+            assert_eq!(
+                audit.contains("\"event\":\"rollback\""),
+                !first,
+                "{op} #{call}: {audit}"
+            );
+            assert!(audit.contains("\"event\":\"apply.failed\""), "{audit}");
+        }
+    }
+    // Enabling MIG fails: nothing to undo, still disabled.
+    let node = Node::new(
+        "version = 1\n[[gpu]]\nmodel = \"A100-SXM4-80GB\"\nmig_faults = { set_mig_mode = 1 }\n",
+        LAYOUTS,
+    );
+    let out = node.mig(&["apply", "--layout", "balanced"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(node.show()["gpus"][0]["mig"]["current"], false);
+}
+
+#[test]
+fn running_processes_block_apply_but_not_changes_around_them() {
+    let scenario = format!(
+        "{H100_3G_2G}[[gpu.process]]\npid = 4242\nused_memory_mib = 1024\nmig_device = \"3g.40gb\"\n"
+    );
+    let node = Node::new(&scenario, LAYOUTS);
+    let before = shape(&node.show(), 0);
+    // Balanced must move the 3g the process runs in: refused, nothing touched.
+    let out = node.mig(&["apply", "--layout", "balanced"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("4242") && err.contains("--force"), "{err}");
+    assert_eq!(node.changes(), 0);
+    // --force tries; the driver answers IN_USE; the found layout comes back.
+    let out = node.mig(&["apply", "--layout", "balanced", "--force"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("in_use"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(shape(&node.show(), 0), before);
+    // Adding a 1g next to the busy 3g keeps it: allowed, one instance created.
+    let out = node.mig(&["apply", "--layout", "plus-one"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(node.calls(&["Destroy"]), 0);
+    assert_eq!(node.calls(&["nvmlDeviceCreateGpuInstance"]), 1);
+}
+
+#[test]
+fn dry_run_and_plan_change_nothing_and_the_second_apply_makes_no_calls() {
+    let node = Node::new(H100_3G_2G, LAYOUTS);
+    let before = node.show();
+    for args in [
+        vec!["plan", "--layout", "balanced"],
+        vec!["apply", "--layout", "balanced", "--dry-run"],
+    ] {
+        let out = node.mig(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("destroy GPU instance"), "{stdout}");
+        assert_eq!(node.changes(), 0);
+    }
+    assert_eq!(node.show(), before);
+    assert_eq!(
+        node.mig(&["apply", "--layout", "balanced"]).status.code(),
+        Some(0)
+    );
+    assert_eq!(node.changes(), 2 + 2 + 4 + 4);
+    let out = node.mig(&["apply", "--layout", "balanced"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(node.changes(), 0, "{}", text(&out));
+    let audit = std::fs::read_to_string(node.path("audit.jsonl")).expect("audit");
+    let steps = audit
+        .lines()
+        .filter(|l| l.contains("\"event\":\"step\""))
+        .count();
+    assert_eq!(steps, 8, "one record per step: {audit}");
+    assert!(audit.contains("\"event\":\"apply.done\""));
+}
+
+#[test]
+fn a_pending_mode_change_is_reported_and_a_configured_reset_applies_it() {
+    let base = "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\n";
+    let busy = format!("{base}[[gpu.process]]\npid = 7\n");
+    let node = Node::new(&busy, LAYOUTS);
+    let out = node.mig(&["apply", "--layout", "balanced", "--force"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pending") && err.contains("reset"), "{err}");
+    let mig = &node.show()["gpus"][0]["mig"];
+    assert_eq!(
+        (mig["current"].clone(), mig["pending"].clone()),
+        (false.into(), true.into())
+    );
+
+    // A reset command (here: the simulated reset, a scenario rewrite) makes it current, and
+    // the same apply then goes on to create the instances.
+    let reset = node.path("reset.sh");
+    let next = node.path("after-reset.toml");
+    std::fs::write(&next, format!("{base}reset_count = 1\n")).expect("next scenario");
+    std::fs::write(
+        &reset,
+        format!(
+            "#!/bin/sh\ncp {} {}.tmp && mv {}.tmp {}\n",
+            next.display(),
+            node.path("scenario.toml").display(),
+            node.path("scenario.toml").display(),
+            node.path("scenario.toml").display()
+        ),
+    )
+    .expect("script");
+    let cfg = std::fs::read_to_string(node.path("config.toml")).expect("config");
+    let cfg = cfg.replacen(
+        "[audit]",
+        &format!(
+            "[mig]\nreset_command = [\"/bin/sh\", \"{}\"]\n\n[audit]",
+            reset.display()
+        ),
+        1,
+    );
+    std::fs::write(node.path("config.toml"), cfg).expect("config");
+    let out = node.mig(&["apply", "--layout", "balanced", "--force"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let show = node.show();
+    assert_eq!(show["gpus"][0]["mig"]["current"], true);
+    assert_eq!(counts(&show, 0).values().sum::<u64>(), 4);
+}
+
+#[test]
+fn hooks_run_around_an_apply_and_a_failing_pre_apply_changes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seen = dir.path().join("seen");
+    let hooks = format!(
+        "[[mig.hooks]]\nname = \"post-apply\"\ncommand = [\"/bin/sh\", \"-c\", \"echo $GPU_STEWARD_MIG_LAYOUT > {}\"]\ntimeout = \"5s\"\n",
+        seen.display()
+    );
+    let node = Node::new(H100_3G_2G, &format!("{LAYOUTS}{hooks}"));
+    let out = node.mig(&["apply", "--layout", "balanced"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(&seen)
+            .expect("post-apply ran")
+            .trim(),
+        "balanced"
+    );
+
+    let failing = "[[mig.hooks]]\nname = \"pre-apply\"\ncommand = [\"/bin/false\"]\n";
+    let node = Node::new(H100_3G_2G, &format!("{LAYOUTS}{failing}"));
+    let out = node.mig(&["apply", "--layout", "balanced"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing was changed"));
+    assert_eq!(node.changes(), 0);
+}
+
+#[test]
+fn bad_layouts_and_files_are_rejected_with_positions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = [
+        (
+            "[mig]\nlayout = \"missing\"\n",
+            ":2:10: layout 'missing' is not defined",
+        ),
+        (
+            "[[mig.layouts.x]]\ndevices = \"all\"\nmig-enabled = false\nmig-devices = { \"1g.10gb\" = 1 }\n",
+            "mig-enabled is false",
+        ),
+        (
+            "[[mig.layouts.x]]\ndevices = \"all\"\nmig-enabled = true\nmig-devices = { \"1x.10gb\" = 1 }\n",
+            "is not of the form",
+        ),
+        (
+            "[[mig.hooks]]\nname = \"pre-flight\"\ncommand = [\"/bin/true\"]\n",
+            "MIG hook 'pre-flight' is unknown",
+        ),
+    ];
+    for (i, (toml, want)) in cases.iter().enumerate() {
+        let p = dir.path().join(format!("c{i}.toml"));
+        std::fs::write(&p, toml).expect("write");
+        let out = Command::new(bin())
+            .arg("check-config")
+            .arg(&p)
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{toml}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{err} should contain {want}");
+        assert!(err.starts_with(&format!("{}:", p.display())), "{err}");
+    }
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, format!("[mig]\nlayout = \"balanced\"\n{LAYOUTS}")).expect("write");
+    let out = Command::new(bin())
+        .arg("check-config")
+        .arg(&good)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("MIG: converge to layout 'balanced'"),
+        "{said}"
+    );
+
+    let yaml = dir.path().join("bad.yaml");
+    std::fs::write(
+        &yaml,
+        "version: v1\nmig-configs:\n  a:\n    - devices: sometimes\n      mig-enabled: true\n",
+    )
+    .expect("yaml");
+    let node = Node::new(H100_3G_2G, "");
+    let out = node.mig(&[
+        "plan",
+        "--layout",
+        "a",
+        "--mig-config",
+        yaml.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.yaml:4:"), "{err}");
+}

@@ -1,0 +1,167 @@
+//! MIG in the daemon: the configured `[mig] layout` is in place before `/readyz` says ready,
+//! `GET /api/v1/mig` and the `gpu_steward_mig_*` series show it, and `POST /api/v1/mig/apply`
+//! is behind the bearer token and answers with the apply report.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use common::{wait_for, Agent, Response};
+
+const TOKEN: &str = "mig-test-token-0123456789abcdef";
+
+const LAYOUTS: &str = r#"
+[[mig.layouts.balanced]]
+devices = "all"
+mig-enabled = true
+mig-devices = { "1g.10gb" = 2, "2g.20gb" = 1, "3g.40gb" = 1 }
+
+[[mig.layouts.too-much]]
+devices = "all"
+mig-enabled = true
+mig-devices = { "3g.40gb" = 2, "1g.10gb" = 1 }
+
+[[mig.layouts.seven]]
+devices = "all"
+mig-enabled = true
+mig-devices = { "1g.10gb" = 7 }
+"#;
+
+fn post(agent: &Agent, auth: Option<&str>, body: &str) -> Response {
+    let auth = auth.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    agent.request(&format!(
+        "POST /api/v1/mig/apply HTTP/1.1\r\nHost: localhost\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ))
+}
+
+#[test]
+fn the_configured_layout_is_in_place_when_ready_and_the_api_applies_others() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN).expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let audit = dir.path().join("audit.jsonl");
+    let config = format!(
+        "[mig]\nlayout = \"balanced\"\n{LAYOUTS}\n[api]\nenabled = true\ntoken_file = \"{}\"\n\
+         [audit]\nfile = \"{}\"\n",
+        token.display(),
+        audit.display()
+    );
+    let agent = Agent::with_scenario("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\n")
+        .config(&config)
+        .start();
+
+    // Ready means the layout is there: the first snapshot already has it.
+    let state = agent.get("/api/v1/mig").json();
+    let gpu = &state["gpus"][0];
+    assert_eq!(gpu["mig"]["current"], true, "{state}\n{}", agent.log());
+    let mut profiles: Vec<&str> = gpu["instances"]
+        .as_array()
+        .expect("instances")
+        .iter()
+        .map(|gi| gi["profile"].as_str().expect("profile"))
+        .collect();
+    profiles.sort_unstable();
+    assert_eq!(
+        profiles,
+        ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"],
+        "{state}"
+    );
+    assert!(
+        agent.log().contains("MIG layout in place"),
+        "{}",
+        agent.log()
+    );
+
+    let m = agent.metrics();
+    assert_eq!(m.get("gpu_steward_mig_mode", &[("state", "current")]), 1.0);
+    let info = m.find("gpu_steward_mig_instance_info", &[("profile", "3g.40gb")]);
+    assert_eq!(info.len(), 1);
+    let labels = format!("{:?}", info[0]);
+    assert!(
+        labels.contains("MIG-") && labels.contains("4:4"),
+        "{labels}"
+    );
+
+    // The mutating endpoint: token, bad input, infeasible, then a real apply.
+    assert_eq!(post(&agent, None, r#"{"layout": "seven"}"#).status, 401);
+    assert_eq!(
+        post(&agent, Some("wrong"), r#"{"layout": "seven"}"#).status,
+        401
+    );
+    let r = post(&agent, Some(TOKEN), "{\"layout\": 7}");
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = post(&agent, Some(TOKEN), r#"{"layout": "nope"}"#);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("not defined"));
+    let r = post(&agent, Some(TOKEN), r#"{"layout": "too-much"}"#);
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert_eq!(r.json()["outcome"], "infeasible");
+    let r = post(&agent, Some(TOKEN), r#"{"layout": "balanced"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["outcome"], "nothing_to_do");
+    let r = post(&agent, Some(TOKEN), r#"{"layout": "seven"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["outcome"], "applied");
+    wait_for(
+        "seven 1g instances in the snapshot",
+        Duration::from_secs(30),
+        || {
+            let s = agent.get("/api/v1/mig").json();
+            (s["gpus"][0]["instances"].as_array()?.len() == 7).then_some(())
+        },
+    );
+    let log = std::fs::read_to_string(&audit).expect("audit log");
+    assert_eq!(log.matches("\"event\":\"apply.done\"").count(), 2, "{log}");
+
+    // SIGHUP converges to the configured layout again (the API moved the GPU away from it).
+    agent.rewrite_config(&config);
+    agent.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for(
+        "balanced again after SIGHUP",
+        Duration::from_secs(30),
+        || {
+            let s = agent.get("/api/v1/mig").json();
+            (s["gpus"][0]["instances"].as_array()?.len() == 4).then_some(())
+        },
+    );
+}
+
+#[test]
+fn each_gpu_instance_reports_its_own_activity() {
+    let scenario = "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nmig_mode = true\n\
+                    mig_devices = [\"3g.40gb\", \"2g.20gb\"]\n\
+                    gpm = { gr_engine_active = 0.8, sm_active = 0.7, tensor_active = 0.5, dram_active = 0.25 }\n\
+                    [[gpu.process]]\npid = 4242\nused_memory_mib = 1024\nmig_device = \"3g.40gb\"\n";
+    let agent = Agent::with_scenario(scenario).start();
+    let m = wait_for("per-instance GPM series", Duration::from_secs(30), || {
+        let m = agent.metrics();
+        (!m.find("gpu_steward_mig_sm_active_ratio", &[]).is_empty()).then_some(m)
+    });
+    // The busy 3g instance is as active as the scenario says; the idle 2g is at 0.
+    let busy = [("profile", "3g.40gb")];
+    let idle = [("profile", "2g.20gb")];
+    assert!((m.get("gpu_steward_mig_sm_active_ratio", &busy) - 0.7).abs() < 1e-9);
+    assert!((m.get("gpu_steward_mig_dram_active_ratio", &busy) - 0.25).abs() < 1e-9);
+    assert_eq!(m.get("gpu_steward_mig_sm_active_ratio", &idle), 0.0);
+    // dcgm-compatible: per instance with GPU_I_PROFILE and GPU_I_ID, no GPU-wide series.
+    let dcgm = m.find("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &[]);
+    assert_eq!(dcgm.len(), 2, "{dcgm:?}");
+    let v = m.get(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        &[("GPU_I_PROFILE", "3g.40gb"), ("GPU_I_ID", "1")],
+    );
+    assert!((v - 0.8).abs() < 1e-9);
+    // Per-instance framebuffer use, as dcgm-exporter labels it: the process's 1024 MiB.
+    let fb = |p: &str| m.get("DCGM_FI_DEV_FB_USED", &[("GPU_I_PROFILE", p)]);
+    assert_eq!((fb("3g.40gb"), fb("2g.20gb")), (1024.0, 0.0));
+    let free = m.get("DCGM_FI_DEV_FB_FREE", &[("GPU_I_PROFILE", "3g.40gb")]);
+    assert_eq!(free, 40448.0 - 1024.0);
+    // The MIG UUID of the instance the process runs in is joined to it.
+    let info = m.find("gpu_steward_mig_instance_info", &busy);
+    assert_eq!(info.len(), 1);
+    assert_eq!(m.get("gpu_steward_mig_mode", &[("state", "pending")]), 1.0);
+}
