@@ -57,12 +57,17 @@ fn state() -> AppState {
         journal: Arc::new(Mutex::new(Journal::default())),
         metrics,
         interval: Duration::from_secs(5),
+        reclaim: None,
     };
     let (tx, rx) = tokio::sync::watch::channel(Arc::new(published));
     std::mem::forget(tx);
     AppState {
         published: rx,
         api: api::ApiConfig::disabled(),
+        mig: None,
+        sharing: None,
+        rules: None,
+        remediation: None,
     }
 }
 
