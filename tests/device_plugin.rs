@@ -366,3 +366,61 @@ fn xid_verdicts_decide_health_and_a_gpu_recovers_without_a_restart() {
         );
     });
 }
+
+/// A GPU with MIG enabled is never advertised whole: its MIG devices (the `MIG-…` UUIDs the
+/// poller reads from the layout) are, under the `nvidia.com/mig-<profile>` resource the
+/// configuration shares, as `<MIG UUID>::<n>` replicas.
+#[test]
+fn mig_devices_are_advertised_under_their_profile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dp: PathBuf = dir.path().join("device-plugins");
+    std::fs::create_dir(&dp).expect("mkdir");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kubelet = Kubelet::start(&rt, &dp.join("kubelet.sock"));
+    let config = format!(
+        "[sharing.device_plugin]\nenabled = true\ndirectory = \"{}\"\n\
+         [[sharing.time_slicing.resources]]\nname = \"nvidia.com/mig-1g.10gb\"\nreplicas = 2\n",
+        dp.display()
+    );
+    let scenario = format!(
+        "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"{GPU0}\"\nmig_mode = true\n\
+         mig_devices = [\"1g.10gb\", \"1g.10gb\", \"3g.40gb\"]\n"
+    );
+    let _agent = Agent::with_scenario(&scenario).config(&config).start();
+    wait_for("registration", Duration::from_secs(20), || {
+        kubelet
+            .registered()
+            .into_iter()
+            .find(|r| r.resource_name == "nvidia.com/mig-1g.10gb")
+    });
+    rt.block_on(async {
+        let socket = dp.join(gpu_steward::sharing::plugin::socket_name(
+            "nvidia.com/mig-1g.10gb",
+        ));
+        let mut stream = list_and_watch(&socket).await;
+        let devices = watch_until(&mut stream, "two MIG devices, two replicas each", |d| {
+            d.len() == 4
+        })
+        .await;
+        let mut uuids: Vec<&str> = devices
+            .iter()
+            .map(|(id, health)| {
+                assert_eq!(health, "Healthy");
+                let (uuid, n) = id.rsplit_once("::").expect("<uuid>::<n>");
+                assert!(n == "0" || n == "1", "{id}");
+                assert!(uuid.starts_with("MIG-"), "{id}");
+                uuid
+            })
+            .collect();
+        uuids.dedup();
+        assert_eq!(uuids.len(), 2, "{devices:?}");
+        assert!(
+            !devices.iter().any(|(id, _)| id.starts_with(GPU0)),
+            "a MIG GPU was advertised whole: {devices:?}"
+        );
+    });
+}

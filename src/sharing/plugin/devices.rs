@@ -53,8 +53,8 @@ pub fn resource_names(ts: Option<&TimeSlicing>) -> Vec<String> {
 ///
 /// Full GPUs a `nvidia.com/gpu` resource covers are advertised as `<UUID>::<n>`, n in
 /// 0..replicas (k8s-device-plugin's form); the others as `<UUID>`. GPUs with MIG enabled are
-/// never whole GPUs. `nvidia.com/mig-<profile>` resources stay empty: the snapshot does not
-/// carry MIG devices yet.
+/// never whole GPUs: their MIG devices (`MIG-…` UUIDs from the poller's MIG layout) are
+/// advertised under the `nvidia.com/mig-<profile>` resources the configuration shares.
 pub fn inventory(
     ts: Option<&TimeSlicing>,
     gpus: &[GpuState],

@@ -31,7 +31,7 @@ use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tonic::codegen::tokio_stream::wrappers::UnixListenerStream;
 
-use self::devices::GpuState;
+use self::devices::{GpuState, MigDevice};
 use self::proto::Device;
 use self::server::{Counters, PluginService, ResourceState};
 use super::service::Sharing;
@@ -98,9 +98,7 @@ fn gpu_states(p: &Published, known: &mut BTreeMap<String, (u32, bool)>) -> Vec<G
                 uuid: g.uuid().to_string(),
                 mig_enabled: mig,
                 healthy: g.status == GpuStatus::Up && !failing,
-                // The snapshot does not carry MIG devices on this branch yet (the MIG work
-                // publishes them as `reading.mig_instances`); until then none is advertised.
-                mig_devices: Vec::new(),
+                mig_devices: mig_devices(g),
             });
         }
     }
@@ -116,6 +114,24 @@ fn gpu_states(p: &Published, known: &mut BTreeMap<String, (u32, bool)>) -> Vec<G
         }
     }
     out
+}
+
+/// The GPU's MIG devices as the poller last read them: one per compute instance that has a
+/// `MIG-…` UUID, named by its profile (`1g.10gb`, or `1c.3g.40gb` for a partial one) as NVIDIA's
+/// device plugin names its `nvidia.com/mig-<profile>` resources.
+fn mig_devices(g: &crate::snapshot::GpuSnapshot) -> Vec<MigDevice> {
+    g.reading
+        .mig_instances
+        .iter()
+        .flatten()
+        .flat_map(|gi| gi.compute_instances.iter())
+        .filter_map(|ci| {
+            Some(MigDevice {
+                uuid: ci.uuid.clone()?,
+                profile: ci.profile.clone(),
+            })
+        })
+        .collect()
 }
 
 async fn inventory_task(
