@@ -99,6 +99,9 @@ fn actions(agent: &Agent, action: &str, result: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// `idle_after` in [`config`].
+const IDLE_AFTER: Duration = Duration::from_secs(2);
+
 #[test]
 fn an_idle_holder_is_warned_then_signalled_and_its_zombie_counts_as_gone() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -168,10 +171,21 @@ fn an_idle_holder_is_warned_then_signalled_and_its_zombie_counts_as_gone() {
     let ts = |e: &serde_json::Value| {
         humantime::parse_rfc3339(e["ts"].as_str().expect("ts")).expect("RFC 3339")
     };
-    // The grace runs between the snapshots' times; a record's `ts` is when it was written,
-    // a few milliseconds after its snapshot.
+    // The ladder decides on snapshot times: the warning comes at the first snapshot idle for
+    // `idle_after`, the reclaim at the first one `grace` after that. A record's `ts` is when it
+    // was written, some time after its snapshot (more on a loaded machine), so each bound is
+    // checked from the idle episode's start, which both records carry: written late can only
+    // make a record later, never earlier, and the bounds cannot pass if a step came early.
+    let since = humantime::parse_rfc3339(warn["idle_since"].as_str().expect("idle_since"))
+        .expect("RFC 3339");
+    assert_eq!(warn["idle_since"], reclaim["idle_since"], "one episode");
+    let after = |e: &serde_json::Value| ts(e).duration_since(since).unwrap_or_default();
     assert!(
-        ts(reclaim).duration_since(ts(warn)).unwrap_or_default() >= Duration::from_millis(900),
+        after(warn) >= IDLE_AFTER,
+        "warned before idle_after: {warn}"
+    );
+    assert!(
+        after(reclaim) >= IDLE_AFTER + Duration::from_secs(1),
         "the warn grace was kept: {warn} {reclaim}"
     );
 
