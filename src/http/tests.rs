@@ -192,11 +192,23 @@ fn gzip_is_negotiated_from_accept_encoding() {
     assert!(!super::accepts_gzip(&HeaderMap::new()));
 }
 
+/// One route that would change the node, behind the API guard, wired as `router` wires it.
+fn guarded_app(config: Arc<api::ApiConfig>) -> axum::Router {
+    let mut st = healthy();
+    st.api = config.clone();
+    axum::Router::new()
+        .merge(api::mutating(axum::Router::new().route(
+            "/api/v1/test/apply",
+            axum::routing::post(|| async { "applied" }),
+        )))
+        .layer(axum::Extension(config))
+        .with_state(st)
+}
+
 /// The guard of CONTRACT §3 on a route that would change the node: off → 404, unusable token
 /// file → 503 with the reason, no or wrong token → 401, the right one → the handler.
 #[tokio::test]
 async fn mutating_routes_need_the_api_switch_and_the_token() {
-    use axum::routing::post;
     use std::os::unix::fs::PermissionsExt;
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -209,14 +221,7 @@ async fn mutating_routes_need_the_api_switch_and_the_token() {
             token_file: token_file.clone(),
             tcp: true,
         });
-        let mut st = healthy();
-        st.api = config.clone();
-        let app = axum::Router::new()
-            .merge(api::mutating(
-                axum::Router::new().route("/api/v1/test/apply", post(|| async { "applied" })),
-            ))
-            .layer(axum::Extension(config))
-            .with_state(st);
+        let app = guarded_app(config);
         async move {
             let mut req = Request::builder().method("POST").uri("/api/v1/test/apply");
             if let Some(a) = auth {
@@ -259,7 +264,6 @@ async fn mutating_routes_need_the_api_switch_and_the_token() {
 /// another user still does; with `tcp = false` the mutating routes are not on TCP at all.
 #[tokio::test]
 async fn the_socket_peer_and_the_tcp_switch_decide_like_the_token() {
-    use axum::routing::post;
     use std::os::unix::fs::PermissionsExt;
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -273,14 +277,7 @@ async fn the_socket_peer_and_the_tcp_switch_decide_like_the_token() {
             token_file: token_file.clone(),
             tcp,
         });
-        let mut st = healthy();
-        st.api = config.clone();
-        let app = axum::Router::new()
-            .merge(api::mutating(
-                axum::Router::new().route("/api/v1/test/apply", post(|| async { "applied" })),
-            ))
-            .layer(axum::Extension(config))
-            .with_state(st);
+        let app = guarded_app(config);
         async move {
             let mut req = Request::builder().method("POST").uri("/api/v1/test/apply");
             if let Some(a) = auth {
