@@ -233,14 +233,14 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         token_file: config.api_token_file.clone(),
         tcp: config.api_tcp,
     });
-    let state = http::AppState {
+    let state = http::AppState::new(http::AppFields {
         published: rx,
         api: api.clone(),
         mig: Some(mig.clone()),
         sharing: Some(sharing.clone()),
         rules,
         remediation: Some(remediation),
-    };
+    });
     let unix = match (&config.api_socket, config.api_enabled) {
         (Some(path), true) => {
             let listener = http::unix::bind(path, config.api_socket_mode)?;

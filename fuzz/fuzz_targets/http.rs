@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use gpu_steward::health::{Evaluator, HealthConfig, Journal};
-use gpu_steward::http::{api, router, server::MAX_HEAD_BYTES, AppState};
+use gpu_steward::http::{api, router, server::MAX_HEAD_BYTES, AppFields, AppState};
 use gpu_steward::metrics::{self, RenderConfig};
 use gpu_steward::poller::Published;
 use gpu_steward::snapshot::{GpuIdentity, GpuReading, GpuSnapshot, GpuStatus, NvmlStatus, Snapshot};
@@ -61,14 +61,14 @@ fn state() -> AppState {
     };
     let (tx, rx) = tokio::sync::watch::channel(Arc::new(published));
     std::mem::forget(tx);
-    AppState {
+    AppState::new(AppFields {
         published: rx,
         api: api::ApiConfig::disabled(),
         mig: None,
         sharing: None,
         rules: None,
         remediation: None,
-    }
+    })
 }
 
 fn runtime() -> &'static tokio::runtime::Runtime {

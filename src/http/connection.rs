@@ -30,6 +30,7 @@ use tower::ServiceExt;
 use super::admission::{Registry, Serving, Slot, Ticket, Wake};
 use super::metered::Metered;
 use super::prior_knowledge;
+use super::sendfile::{Hints, SendfileStream};
 
 /// What every connection's task shares.
 pub struct Shared {
@@ -66,10 +67,11 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
         Err(_) | Ok(Ok(0) | Err(_)) => return,
         Ok(Ok(n)) => n,
     };
-    let gate = Gate {
+    let mut gate = Gate {
         shared: shared.clone(),
         registry: registry.clone(),
         id: ticket.id(),
+        hints: None,
     };
     let Some(tls) = &shared.tls else {
         if prior_knowledge::is_preface(&first[..n]) {
@@ -79,6 +81,9 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
             }
             return;
         }
+        let hints = Hints::default();
+        gate.hints = Some(hints.clone());
+        let stream = SendfileStream::new(stream, hints);
         drive(stream, gate, &shared, &registry, &slot).await;
         return;
     };
@@ -167,6 +172,8 @@ struct Gate {
     shared: Arc<Shared>,
     registry: Arc<Registry>,
     id: u64,
+    /// Where `/metrics` offers its page to be sent from a file (plain TCP only).
+    hints: Option<Hints>,
 }
 
 type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
@@ -176,7 +183,10 @@ impl hyper::service::Service<Request<Incoming>> for Gate {
     type Error = Infallible;
     type Future = Answer;
 
-    fn call(&self, req: Request<Incoming>) -> Answer {
+    fn call(&self, mut req: Request<Incoming>) -> Answer {
+        if let Some(hints) = &self.hints {
+            req.extensions_mut().insert(hints.clone());
+        }
         let serving = self.registry.serving(self.id);
         let permit = if is_probe(req.uri().path()) {
             None

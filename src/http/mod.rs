@@ -14,6 +14,7 @@ mod metered;
 mod mig;
 mod prior_knowledge;
 mod reclaim;
+pub mod sendfile;
 pub mod server;
 mod sharing;
 pub mod unix;
@@ -32,9 +33,21 @@ use tokio::sync::watch;
 use crate::metrics::CONTENT_TYPE;
 use crate::poller::Published;
 
-/// What every handler can read.
+/// What every handler can read, behind one `Arc`: a request clones one pointer rather than
+/// every field.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppFields>);
+
+impl std::ops::Deref for AppState {
+    type Target = AppFields;
+
+    fn deref(&self) -> &AppFields {
+        &self.0
+    }
+}
+
+/// The fields of [`AppState`].
+pub struct AppFields {
     pub published: watch::Receiver<Arc<Published>>,
     /// `[api]`: whether routes that change the node are on, and where their token is.
     pub api: Arc<api::ApiConfig>,
@@ -49,6 +62,10 @@ pub struct AppState {
 }
 
 impl AppState {
+    pub fn new(fields: AppFields) -> AppState {
+        AppState(Arc::new(fields))
+    }
+
     /// The newest publication (an `Arc` clone; the lock is held only for the clone).
     pub fn latest(&self) -> Arc<Published> {
         self.published.borrow().clone()
@@ -101,7 +118,10 @@ pub fn protect(
     }
 }
 
-async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+async fn metrics(State(state): State<AppState>, request: axum::extract::Request) -> Response {
+    // The request itself rather than a `HeaderMap` extractor, which would clone the headers.
+    let headers = request.headers();
+    let hints = request.extensions().get::<sendfile::Hints>();
     let published = state.latest();
     let now = SystemTime::now();
     // Rules and hooks change between polls: rendered at scrape time (a few lines).
@@ -112,7 +132,7 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     if let Some(r) = &state.remediation {
         r.metrics.render(&mut extra);
     }
-    let mut gzip = accepts_gzip(&headers);
+    let mut gzip = accepts_gzip(headers);
     let parts = if gzip && !published.metrics.gzip_ready() {
         // The first gzip scrape of a publication compresses it (~0.4 ms for the 8-GPU page):
         // off the async workers, so that probes on the same runtime are never held up.
@@ -130,7 +150,20 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     } else if gzip {
         published.metrics.gzip_parts_with(now, extra.as_bytes())
     } else {
-        published.metrics.plain_parts_with(now, extra.as_bytes())
+        let [page, tail] = published.metrics.plain_parts_with(now, extra.as_bytes());
+        // A plain-TCP connection sends the shared page from its memfd (see `sendfile`), last:
+        // the head and this scrape's few lines go first in one segment with the page's start.
+        // Families may come in any order in the text format.
+        match hints {
+            Some(hints) => match published.metrics.plain_file() {
+                Some(file) => {
+                    hints.offer(file);
+                    [tail, page]
+                }
+                None => [page, tail],
+            },
+            None => [page, tail],
+        }
     };
     let mut response = (
         [
@@ -246,6 +279,8 @@ async fn method_not_allowed() -> (StatusCode, &'static str) {
     )
 }
 
+#[cfg(test)]
+mod sendfile_tests;
 #[cfg(test)]
 mod server_tests;
 #[cfg(test)]

@@ -9,7 +9,7 @@ use axum::http::{Request, StatusCode};
 use tokio::sync::watch;
 use tower::ServiceExt;
 
-use super::{api, router, AppState};
+use super::{api, router, AppFields, AppState};
 use crate::health::{Evaluator, HealthConfig, Journal};
 use crate::metrics::{self, RenderConfig};
 use crate::poller::Published;
@@ -39,6 +39,10 @@ fn gpu(index: u32, status: GpuStatus) -> GpuSnapshot {
 }
 
 fn state(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppState {
+    AppState::new(fields(nvml, gpus, age))
+}
+
+fn fields(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppFields {
     let now = SystemTime::now();
     let mut snapshot = Snapshot::starting(now - age);
     snapshot.nvml = nvml;
@@ -60,7 +64,7 @@ fn state(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppState {
         reclaim: None,
     };
     let (_tx, rx) = watch::channel(Arc::new(published));
-    AppState {
+    AppFields {
         published: rx,
         api: api::ApiConfig::disabled(),
         mig: None,
@@ -194,15 +198,19 @@ fn gzip_is_negotiated_from_accept_encoding() {
 
 /// One route that would change the node, behind the API guard, wired as `router` wires it.
 fn guarded_app(config: Arc<api::ApiConfig>) -> axum::Router {
-    let mut st = healthy();
-    st.api = config.clone();
+    let mut fields = fields(
+        NvmlStatus::Up,
+        vec![gpu(0, GpuStatus::Up), gpu(1, GpuStatus::Up)],
+        Duration::ZERO,
+    );
+    fields.api = config.clone();
     axum::Router::new()
         .merge(api::mutating(axum::Router::new().route(
             "/api/v1/test/apply",
             axum::routing::post(|| async { "applied" }),
         )))
         .layer(axum::Extension(config))
-        .with_state(st)
+        .with_state(AppState::new(fields))
 }
 
 /// The guard of CONTRACT §3 on a route that would change the node: off → 404, unusable token

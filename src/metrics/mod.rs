@@ -23,12 +23,13 @@ mod native;
 mod processes;
 mod sharing;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use bytes::Bytes;
 
 use crate::health::NodeHealth;
+use crate::http::sendfile::{FileBacked, PageFile};
 use crate::snapshot::Snapshot;
 use crate::AgentCounters;
 
@@ -58,6 +59,10 @@ pub struct Rendered {
     /// publication. Polls outnumber scrapes (a 1 s poll against a 15-30 s scrape), so
     /// compressing every poll spent a third of the agent's own CPU on pages nobody fetched.
     gzip: OnceLock<gzip::GzipPrefix>,
+    /// `text` in a sealed memfd, made when a plain-TCP scraper first asks for this publication,
+    /// so that scrapes send it with `sendfile` (see `http::sendfile`); `None` inside when the
+    /// kernel refused a memfd.
+    file: OnceLock<Option<Arc<PageFile>>>,
     taken_at: SystemTime,
 }
 
@@ -78,6 +83,20 @@ impl Rendered {
         let mut tail = self.tail(now);
         tail.extend_from_slice(extra);
         [self.text.clone(), Bytes::from(tail)]
+    }
+
+    /// The shared page with its memfd copy, made on first use; `None` when memfds are refused.
+    pub fn plain_file(&self) -> Option<FileBacked> {
+        let file =
+            self.file
+                .get_or_init(|| match PageFile::new(c"gpu-steward-metrics", &self.text) {
+                    Ok(file) => Some(Arc::new(file)),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "no memfd for the page; scrapes copy it");
+                        None
+                    }
+                });
+        FileBacked::new(self.text.clone(), file.clone()?)
     }
 
     /// Whether the gzip body is compressed already (a gzip scrape then only copies).
@@ -106,17 +125,19 @@ impl Rendered {
     }
 
     fn tail(&self, now: SystemTime) -> Vec<u8> {
-        let age = now
-            .duration_since(self.taken_at)
-            .unwrap_or_default()
-            .as_secs_f64();
-        format!(
-            "# HELP gpu_steward_snapshot_age_seconds Seconds since the snapshot served by this \
-             scrape was taken, computed at scrape time.\n\
+        use std::io::Write;
+        // Every scrape runs this: the constant text is copied, and the age, rounded to the
+        // millisecond, is formatted as integers (float formatting cost more than the rest).
+        const HEAD: &str = "# HELP gpu_steward_snapshot_age_seconds Seconds since the snapshot \
+             served by this scrape was taken, computed at scrape time.\n\
              # TYPE gpu_steward_snapshot_age_seconds gauge\n\
-             gpu_steward_snapshot_age_seconds {age:.3}\n"
-        )
-        .into_bytes()
+             gpu_steward_snapshot_age_seconds ";
+        let age = now.duration_since(self.taken_at).unwrap_or_default();
+        let ms = (age.as_nanos() + 500_000) / 1_000_000;
+        let mut tail = Vec::with_capacity(HEAD.len() + 32);
+        tail.extend_from_slice(HEAD.as_bytes());
+        let _ = writeln!(tail, "{}.{:03}", ms / 1000, ms % 1000);
+        tail
     }
 }
 
@@ -144,6 +165,7 @@ pub fn render(
     let text = Bytes::from(families.encode().into_bytes());
     Rendered {
         gzip: OnceLock::new(),
+        file: OnceLock::new(),
         text,
         taken_at: snapshot.taken_at,
     }
