@@ -28,6 +28,12 @@ pub const FUNCTIONS: &[&str] = &[
     "time",
 ];
 
+/// The most history a selector may read (range plus offset). The history keeps every sample
+/// of the selected series over that span, one per poll: an hour is 3,900 samples of 16 bytes
+/// per series at 1 s polls (with the 5-minute lookback), 39,000 at 100 ms. A month-long range,
+/// fine in Prometheus, would be gigabytes here.
+pub const MAX_WINDOW: Duration = Duration::from_secs(3600);
+
 /// What the history must hold for a set of expressions.
 #[derive(Debug, Default, Clone)]
 pub struct Needs {
@@ -126,8 +132,17 @@ fn selector(vs: &VectorSelector, range: Duration, needs: &mut Needs) -> Result<(
         Some(Offset::Pos(d)) => *d,
         Some(Offset::Neg(_)) => return Err("a negative offset".into()),
     };
+    let window = range.saturating_add(offset);
+    if window > MAX_WINDOW {
+        return Err(format!(
+            "a selector reaching back {} (range plus offset; the agent keeps at most {} of \
+             history per series: evaluate longer windows in Prometheus)",
+            humantime::format_duration(window),
+            humantime::format_duration(MAX_WINDOW)
+        ));
+    }
     needs.names.insert(name);
-    needs.longest = needs.longest.max(range + offset);
+    needs.longest = needs.longest.max(window);
     Ok(())
 }
 
@@ -172,5 +187,18 @@ mod tests {
         assert!(
             refused("label_replace(a, \"x\", \"$1\", \"y\", \"(.*)\")").contains("label_replace")
         );
+    }
+
+    /// The history holds every sample of a window: a month-long range would be gigabytes.
+    #[test]
+    fn windows_longer_than_the_history_kept_are_refused_with_the_limit() {
+        assert_eq!(ok("rate(a[1h])").longest, MAX_WINDOW);
+        assert_eq!(ok("a offset 30m + rate(b[30m] offset 30m)").longest, MAX_WINDOW);
+        let e = refused("increase(a_total[30d])");
+        assert!(e.contains("reaching back 30days") && e.contains("at most 1h"), "{e}");
+        assert!(refused("rate(a[59m] offset 2m)").contains("reaching back 1h 1m"));
+        assert!(refused("a offset 2h").contains("reaching back 2h"));
+        // Durations near the parser's maximum neither overflow nor pass.
+        assert!(refused("rate(a[292y] offset 292y)").contains("reaching back"));
     }
 }

@@ -24,6 +24,9 @@ const STALE_NAN_BITS: u64 = 0x7ff0_0000_0000_0002;
 /// Prometheus's default lookback for instant vector selectors.
 pub const LOOKBACK_MS: i64 = 5 * 60 * 1000;
 
+/// Samples a new series has room for before its deque grows.
+const INITIAL_SAMPLES: usize = 64;
+
 pub fn stale_nan() -> f64 {
     f64::from_bits(STALE_NAN_BITS)
 }
@@ -122,7 +125,8 @@ impl History {
                 let Some(labels) = parse_labels(&line[..name_end], &key[name_end..]) else {
                     continue;
                 };
-                let mut samples = VecDeque::with_capacity(capacity);
+                // Grown as samples arrive, not allocated for the whole window at once.
+                let mut samples = VecDeque::with_capacity(capacity.min(INITIAL_SAMPLES));
                 samples.push_back((ts_ms, value));
                 self.series.insert(
                     key.to_string(),
