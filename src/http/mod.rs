@@ -154,7 +154,8 @@ async fn metrics(State(state): State<AppState>, request: axum::extract::Request)
         // A plain-TCP connection sends the shared page from its memfd (see `sendfile`), last:
         // the head and this scrape's few lines go first in one segment with the page's start.
         // Families may come in any order in the text format.
-        match hints {
+        // HEAD sends no body: nothing to offer.
+        match hints.filter(|_| request.method() == axum::http::Method::GET) {
             Some(hints) => match published.metrics.plain_file() {
                 Some(file) => {
                     hints.offer(file);

@@ -102,25 +102,38 @@ impl FileBacked {
     }
 }
 
-/// Pages offered to one connection, newest last.
+/// Pages offered to one connection, newest last. An offer lasts until its page has been sent
+/// as often as it was offered (once per response), the connection closes, or newer offers
+/// push it out: an idle keep-alive connection holds no old page.
 #[derive(Debug, Clone, Default)]
-pub struct Hints(Arc<Mutex<VecDeque<FileBacked>>>);
+pub struct Hints(Arc<Mutex<VecDeque<Offer>>>);
+
+#[derive(Debug)]
+struct Offer {
+    part: FileBacked,
+    /// Responses that will still send this page.
+    pending: usize,
+}
 
 /// Offers kept per connection: one per response in flight. Pipelining clients rarely have more
 /// than a few; an offer pushed out only sends its page by `writev`.
 const MAX_OFFERS: usize = 4;
 
 impl Hints {
-    /// Lets the connection send `part` from its file.
+    /// Lets the connection send `part` from its file, for one response.
     pub fn offer(&self, part: FileBacked) {
-        let mut offers = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if offers.iter().any(|o| Arc::ptr_eq(&o.file, &part.file)) {
+        let mut offers = self.lock();
+        if let Some(o) = offers
+            .iter_mut()
+            .find(|o| Arc::ptr_eq(&o.part.file, &part.file))
+        {
+            o.pending += 1;
             return;
         }
         if offers.len() == MAX_OFFERS {
             offers.pop_front();
         }
-        offers.push_back(part);
+        offers.push_back(Offer { part, pending: 1 });
     }
 
     /// The file and offset holding `slice`, when an offered page contains it.
@@ -128,11 +141,26 @@ impl Hints {
         if slice.is_empty() {
             return None;
         }
-        let offers = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        offers
-            .iter()
-            .rev()
-            .find_map(|o| o.offset_of(slice).map(|off| (o.file.clone(), off)))
+        self.lock().iter().rev().find_map(|o| {
+            o.part
+                .offset_of(slice)
+                .map(|off| (o.part.file.clone(), off))
+        })
+    }
+
+    /// One response has sent `file` to its end: its offer is withdrawn when no other will.
+    fn sent(&self, file: &Arc<PageFile>) {
+        let mut offers = self.lock();
+        if let Some(i) = offers.iter().position(|o| Arc::ptr_eq(&o.part.file, file)) {
+            offers[i].pending -= 1;
+            if offers[i].pending == 0 {
+                offers.remove(i);
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Offer>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -140,6 +168,11 @@ impl Hints {
 impl Hints {
     pub(super) fn find_offset(&self, slice: &[u8]) -> Option<usize> {
         self.find(slice).map(|(_, offset)| offset)
+    }
+
+    /// Pages still offered.
+    pub(super) fn offered(&self) -> usize {
+        self.lock().len()
     }
 }
 
@@ -194,7 +227,7 @@ impl SendfileStream {
     fn poll_sendfile(
         &mut self,
         cx: &mut Context<'_>,
-        file: &PageFile,
+        file: &Arc<PageFile>,
         offset: usize,
         len: usize,
     ) -> Option<Poll<io::Result<usize>>> {
@@ -217,7 +250,12 @@ impl SendfileStream {
                 .map_err(io::Error::from)
             });
             match sent {
-                Ok(n) => return Some(Poll::Ready(Ok(n))),
+                Ok(n) => {
+                    if offset + n == file.size() {
+                        self.hints.sent(file);
+                    }
+                    return Some(Poll::Ready(Ok(n)));
+                }
                 // Readiness was stale: `try_io` cleared it, so the next poll waits.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) if unsupported(&e) => {

@@ -30,7 +30,27 @@ struct Served {
     port: u16,
     file_bytes: Vec<u8>,
     memory_bytes: Vec<u8>,
+    /// The last connection's offers, as its handler saw them.
+    hints: Arc<std::sync::Mutex<Option<Hints>>>,
     _stop: watch::Sender<bool>,
+}
+
+impl Served {
+    /// Waits until the connection holds no offer: the server withdraws it right after its
+    /// last `sendfile` returns, which may be a moment after the client has read the bytes.
+    async fn until_nothing_offered(&self) {
+        let hints = self.hints.lock().expect("lock").clone();
+        let hints = hints.expect("a request reached the handler");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while hints.offered() > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} offers left",
+                hints.offered()
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
 }
 
 /// A server whose `/page` offers a page held as `memory_bytes` in memory and `file_bytes` in
@@ -41,14 +61,18 @@ async fn serve(len: usize, prefix: &'static str) -> Served {
     assert_ne!(file_bytes, memory_bytes);
     let file = Arc::new(PageFile::new(NAME, &file_bytes).expect("memfd"));
     let memory = Bytes::from(memory_bytes.clone());
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let hints_slot = seen.clone();
     let app = Router::new().route(
         "/page",
         get(move |request: Request| {
             let memory = memory.clone();
             let file = file.clone();
+            let seen = seen.clone();
             async move {
                 if let Some(hints) = request.extensions().get::<Hints>() {
                     hints.offer(FileBacked::new(memory.clone(), file).expect("same length"));
+                    *seen.lock().expect("lock") = Some(hints.clone());
                 }
                 let parts = [Bytes::from_static(prefix.as_bytes()), memory];
                 axum::response::Response::new(Body::new(super::Parts::new(parts)))
@@ -73,6 +97,7 @@ async fn serve(len: usize, prefix: &'static str) -> Served {
         port,
         file_bytes,
         memory_bytes,
+        hints: hints_slot,
         _stop: stop,
     }
 }
@@ -130,6 +155,8 @@ async fn an_offered_page_goes_out_from_its_file_after_the_unoffered_prefix() {
     let body = read_response(&mut s, &mut Vec::new(), None).await;
     assert!(body == expected("prefix written from memory\n", &served.file_bytes));
     assert!(body != expected("prefix written from memory\n", &served.memory_bytes));
+    // The connection stays open and holds no page once the response is out.
+    served.until_nothing_offered().await;
 }
 
 #[tokio::test]
@@ -167,6 +194,7 @@ async fn pipelined_requests_each_get_the_whole_page_from_the_file() {
         let body = read_response(&mut s, &mut buf, None).await;
         assert!(body == served.file_bytes, "response {i}");
     }
+    served.until_nothing_offered().await;
 }
 
 #[test]
@@ -197,4 +225,27 @@ fn only_slices_inside_the_offered_bytes_are_found_and_at_their_offset() {
     );
     let longer = [&bytes[..], b"!"].concat();
     assert_eq!(hints.find_offset(&longer), None);
+}
+
+#[test]
+fn offers_are_bounded_per_connection() {
+    let hints = Hints::default();
+    let pages: Vec<_> = (0..6)
+        .map(|i| {
+            let bytes = Bytes::from(page(50, i));
+            let file = Arc::new(PageFile::new(NAME, &bytes).expect("memfd"));
+            FileBacked::new(bytes, file).expect("same length")
+        })
+        .collect();
+    for p in &pages {
+        hints.offer(p.clone());
+        hints.offer(p.clone());
+    }
+    assert_eq!(hints.offered(), 4);
+    assert_eq!(
+        hints.find_offset(&pages[0].bytes[..]),
+        None,
+        "the oldest went first"
+    );
+    assert_eq!(hints.find_offset(&pages[5].bytes[..]), Some(0));
 }
