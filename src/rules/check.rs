@@ -193,9 +193,15 @@ mod tests {
     #[test]
     fn windows_longer_than_the_history_kept_are_refused_with_the_limit() {
         assert_eq!(ok("rate(a[1h])").longest, MAX_WINDOW);
-        assert_eq!(ok("a offset 30m + rate(b[30m] offset 30m)").longest, MAX_WINDOW);
+        assert_eq!(
+            ok("a offset 30m + rate(b[30m] offset 30m)").longest,
+            MAX_WINDOW
+        );
         let e = refused("increase(a_total[30d])");
-        assert!(e.contains("reaching back 30days") && e.contains("at most 1h"), "{e}");
+        assert!(
+            e.contains("reaching back 30days") && e.contains("at most 1h"),
+            "{e}"
+        );
         assert!(refused("rate(a[59m] offset 2m)").contains("reaching back 1h 1m"));
         assert!(refused("a offset 2h").contains("reaching back 2h"));
         // Durations near the parser's maximum neither overflow nor pass.
