@@ -18,9 +18,15 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(parts.next(), Some("fuzz.toml"), "{message}");
             let line: usize = parts.next().and_then(|l| l.parse().ok()).expect("a line");
             let column: usize = parts.next().and_then(|c| c.parse().ok()).expect("a column");
-            assert!(line >= 1 && line <= text.lines().count().max(1) + 1, "{message}");
+            assert!(
+                line >= 1 && line <= text.lines().count().max(1) + 1,
+                "{message}"
+            );
             assert!(column >= 1, "{message}");
-            assert!(parts.next().is_some_and(|m| !m.trim().is_empty()), "{message}");
+            assert!(
+                parts.next().is_some_and(|m| !m.trim().is_empty()),
+                "{message}"
+            );
         }
     }
 });

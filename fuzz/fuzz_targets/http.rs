@@ -11,7 +11,9 @@ use gpu_steward::health::{Evaluator, HealthConfig, Journal};
 use gpu_steward::http::{api, router, server::MAX_HEAD_BYTES, AppFields, AppState};
 use gpu_steward::metrics::{self, RenderConfig};
 use gpu_steward::poller::Published;
-use gpu_steward::snapshot::{GpuIdentity, GpuReading, GpuSnapshot, GpuStatus, NvmlStatus, Snapshot};
+use gpu_steward::snapshot::{
+    GpuIdentity, GpuReading, GpuSnapshot, GpuStatus, NvmlStatus, Snapshot,
+};
 use gpu_steward::AgentCounters;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
@@ -92,7 +94,9 @@ fuzz_target!(|data: &[u8]| {
             .max_header_size(MAX_HEAD_BYTES);
         let service = TowerToHyperService::new(router(state));
         let conn = tokio::spawn(async move {
-            let _ = builder.serve_connection(TokioIo::new(server), service).await;
+            let _ = builder
+                .serve_connection(TokioIo::new(server), service)
+                .await;
         });
         let _ = client.write_all(data).await;
         let _ = client.shutdown().await;

@@ -8,7 +8,9 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Err(e) = gpu_steward::http::web_config::parse(std::path::Path::new("/fuzz/web.yml"), text) {
+    if let Err(e) =
+        gpu_steward::http::web_config::parse(std::path::Path::new("/fuzz/web.yml"), text)
+    {
         assert!(e.starts_with("/fuzz/web.yml"), "{e}");
         assert!(e.len() > "/fuzz/web.yml: ".len(), "{e}");
     }
