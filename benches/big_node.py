@@ -52,6 +52,25 @@ def rss_kib(pid):
     return 0
 
 
+def memfds(pid):
+    """(count, KiB) of the agent's memfd pages (/metrics served by sendfile): shared memory,
+    charged to its cgroup but not to its RSS, so the report adds it."""
+    n = size = 0
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return 0, 0
+    for fd in fds:
+        try:
+            if os.readlink(os.path.join(fd_dir, fd)).startswith("/memfd:gpu-steward"):
+                n += 1
+                size += os.stat(os.path.join(fd_dir, fd)).st_size
+        except OSError:
+            pass
+    return n, size // 1024
+
+
 def scenario(gpus, pids):
     """`pids`: one list of (pid, instance) per GPU."""
     out = ["version = 1", "", "[driver]", 'version = "580.95.05"', ""]
@@ -144,7 +163,7 @@ def main():
             if ready != 200:
                 failures.append(f"/readyz answered {ready} at {time.time() - start:.0f} s")
             if n % 10 == 0:
-                rss.append((time.time() - start, rss_kib(agent.pid)))
+                rss.append((time.time() - start, rss_kib(agent.pid)) + memfds(agent.pid))
             if time.time() - last_churn >= 60:
                 last_churn = time.time()
                 for g in range(args.gpus):
@@ -160,7 +179,9 @@ def main():
         except subprocess.TimeoutExpired:
             agent.kill()
             failures.append("the agent did not stop within 10 s of SIGTERM")
-    after_warmup = [k for t, k in rss if t >= args.warmup]
+    after_warmup = [k for t, k, _, _ in rss if t >= args.warmup]
+    memfd_counts = [c for t, _, c, _ in rss if t >= args.warmup]
+    memfd_kib = [k for t, _, _, k in rss if t >= args.warmup]
     if not after_warmup:
         raise SystemExit("the run was shorter than the warm-up")
     first, last, peak = after_warmup[0], after_warmup[-1], max(after_warmup)
@@ -171,6 +192,8 @@ def main():
         "minutes": args.minutes, "page_bytes": page,
         "rss_mib_after_warmup": first / 1024, "rss_mib_at_end": last / 1024,
         "rss_mib_peak": peak / 1024, "rss_growth_percent": growth,
+        "memfd_mib_at_end": memfd_kib[-1] / 1024 if memfd_kib else 0,
+        "memfd_count_max": max(memfd_counts, default=0),
         "scrapes": {k: {"count": len(v), "p50_ms": statistics.median(v), "p99_ms": pct(v, 99)}
                     for k, v in latencies.items() if v},
         "failures": failures[:20],

@@ -14,7 +14,8 @@ Needs: wrk and nginx (Debian: wrk nginx-light); for the tutorial exporter, pytho
 pynvml (nvidia-ml-py) and prometheus_client (skipped, loudly, when missing).
 
 Usage: cargo build --release --workspace && python3 benches/scrape.py [--gpus 8]
-       [--seconds 10] [--rounds 3] [--connections 16] [--threads 2] [--json OUT]
+       [--seconds 10] [--rounds 3] [--connections 16] [--threads 2] [--nginx-workers N]
+       [--json OUT]
 """
 import argparse
 import gzip
@@ -123,6 +124,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--nginx-workers", type=int, default=os.cpu_count() or 2,
+                    help="nginx worker processes (default: one per CPU; the agent serves HTTP "
+                         "on 2 threads, so 2 compares equal thread budgets on a big machine)")
     ap.add_argument("--json")
     args = ap.parse_args()
     for tool in ("wrk", "nginx"):
@@ -163,7 +167,7 @@ def main():
         conf = os.path.join(work, "nginx.conf")
         with open(conf, "w") as f:
             f.write(f"""
-worker_processes {os.cpu_count() or 2};
+worker_processes {args.nginx_workers};
 pid {work}/nginx.pid;
 error_log {work}/nginx.err warn;
 daemon off;
@@ -228,11 +232,12 @@ http {{
                   "body_gzip_bytes": len(gzip.compress(body, 6)),
                   "wrk": {"threads": args.threads, "connections": args.connections,
                           "seconds": args.seconds, "rounds": args.rounds},
-                  "cpus": os.cpu_count(), "results": {}}
+                  "cpus": os.cpu_count(), "nginx_workers": args.nginx_workers, "results": {}}
         print(f"\n/metrics of {args.gpus} GPUs: {len(body)} bytes "
               f"({report['body_gzip_bytes']} gzipped); wrk -t{args.threads} "
               f"-c{args.connections} -d{args.seconds}s, median of {args.rounds} interleaved rounds, "
-              f"{os.cpu_count()} CPUs")
+              f"{os.cpu_count()} CPUs, nginx with {args.nginx_workers} workers, the agent with 2 "
+              f"HTTP threads")
         print(f"{'scrape':6} {'target':20} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'vs nginx':>9}")
         for kind, per in results.items():
             base = statistics.median(x["rps"] for x in per["nginx (same bytes)"])
