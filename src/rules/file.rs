@@ -213,7 +213,7 @@ fn scan(text: &str) -> Vec<(Pos, Option<Pos>)> {
     let mut rules: Vec<(Pos, Option<Pos>)> = Vec::new();
     // `expr:` keys seen since the current list item started (it may precede `alert:`).
     let mut pending_expr: Option<Pos> = None;
-    for (i, line) in text.lines().enumerate() {
+    for (i, line) in yaml_lines(text).enumerate() {
         let indent = line.len() - line.trim_start().len();
         let mut body = line.trim_start();
         let mut col = indent + 1;
@@ -238,8 +238,34 @@ fn scan(text: &str) -> Vec<(Pos, Option<Pos>)> {
     rules
 }
 
+/// The lines of `text` as the YAML parser numbers them, so that positions found here agree with
+/// its own: `\r\n`, `\n` and a lone `\r` end a line, and so do YAML 1.1's NEL, LS and PS.
+fn yaml_lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let t = rest?;
+        match t
+            .char_indices()
+            .find(|&(_, c)| matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}'))
+        {
+            Some((i, c)) => {
+                let mut end = i + c.len_utf8();
+                if c == '\r' && t[end..].starts_with('\n') {
+                    end += 1;
+                }
+                rest = Some(&t[end..]);
+                Some(&t[..i])
+            }
+            None => {
+                rest = None;
+                (!t.is_empty()).then_some(t)
+            }
+        }
+    })
+}
+
 fn find_group(text: &str, name: &str) -> Pos {
-    for (i, line) in text.lines().enumerate() {
+    for (i, line) in yaml_lines(text).enumerate() {
         let t = line.trim_start().trim_start_matches("- ").trim_start();
         if let Some(rest) = t.strip_prefix("name:") {
             if rest.trim().trim_matches(['"', '\'']) == name {
@@ -310,6 +336,22 @@ mod tests {
         );
         assert_eq!(a.origin, "r.yml:5:9");
         assert_eq!(g[0].rules[1].name, "B");
+    }
+
+    /// Lines are YAML's: a lone CR (an old Mac file, as editors show it) ends one too. Found by
+    /// the `rules` fuzz target: the parser's own errors counted it, the positions found here
+    /// did not, so a rule in such a file was reported at 1:1.
+    #[test]
+    fn error_lines_count_lone_carriage_returns_as_yaml_does() {
+        assert_eq!(
+            yaml_lines("a\r\nb\rc\nd\u{2028}e\n").collect::<Vec<_>>(),
+            ["a", "b", "c", "d", "e"]
+        );
+        assert_eq!(yaml_lines("").count(), 0);
+        let e =
+            load("groups:\r  - name: g\r    rules:\r      - alert: A\r        expr: topk(1, up)\r")
+                .expect_err("refused");
+        assert!(e.starts_with("r.yml:5:9: rule 'A'"), "{e}");
     }
 
     #[test]
