@@ -335,7 +335,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let pidfile = dir.path().join("child.pid");
         let script = format!("sleep 300 & echo $! > {}; echo started", pidfile.display());
-        let out = run(&spec(&["/bin/sh", "-c", &script], 500), b"", &[]);
+        // The deadline is what the leftover child is killed at, so the test lasts that long; it
+        // must also leave the shell ample time to exit first on a loaded machine (CI once took
+        // over 500 ms to fork and exit here, and the run ended as TimedOut).
+        let out = run(&spec(&["/bin/sh", "-c", &script], 4_000), b"", &[]);
         assert_eq!(out.outcome, Outcome::Exited(0));
         assert_eq!(out.stdout, "started\n");
         let pid: i32 = std::fs::read_to_string(&pidfile)
