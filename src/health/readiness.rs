@@ -19,7 +19,10 @@ pub struct Readiness {
     pub snapshot_age: Duration,
 }
 
-/// Ready once NVML is initialised and the newest snapshot is younger than 3 poll intervals.
+/// Ready once NVML is initialised, the newest snapshot is younger than 3 poll intervals, and
+/// every GPU NVML counts has been read or declared unreadable (a GPU's worker that has not
+/// answered its first read is in no snapshot until it answers or is declared stuck, after 3
+/// poll intervals and at least 5 s; until then the agent cannot vouch for the node).
 pub fn readiness(snapshot: &Snapshot, interval: Duration, now: SystemTime) -> Readiness {
     let age = now.duration_since(snapshot.taken_at).unwrap_or_default();
     let not_ready = |reason: String| Readiness {
@@ -46,6 +49,14 @@ pub fn readiness(snapshot: &Snapshot, interval: Duration, now: SystemTime) -> Re
              poller is stuck, probably in an NVML call",
             age.as_secs_f64(),
             limit.as_secs_f64()
+        ));
+    }
+    let seen = snapshot.gpus.len();
+    if let Some(count) = snapshot.gpu_count.filter(|&n| n as usize > seen) {
+        return not_ready(format!(
+            "NVML counts {count} GPUs and {seen} have answered so far: waiting for the first \
+             reading of the others (a GPU whose reads hang is reported unreadable after 3 poll \
+             intervals, at least 5 s)"
         ));
     }
     let failing: Vec<&str> = snapshot
@@ -111,5 +122,40 @@ mod tests {
         let warn = readiness(&s, interval, at(101));
         assert!(warn.ready);
         assert_eq!(warn.status, Status::Warn);
+    }
+
+    fn board(index: u32) -> crate::snapshot::GpuSnapshot {
+        crate::snapshot::GpuSnapshot {
+            index,
+            identity: None,
+            status: crate::snapshot::GpuStatus::Up,
+            reading: Default::default(),
+            failed_calls: 0,
+            failing_runs: 0,
+            xids: Default::default(),
+            last_xid: None,
+        }
+    }
+
+    #[test]
+    fn gpus_counted_but_not_read_yet_keep_the_agent_unready() {
+        let interval = Duration::from_secs(1);
+        let mut s = Snapshot::starting(at(100));
+        s.nvml = NvmlStatus::Up;
+        s.gpu_count = Some(2);
+        let r = readiness(&s, interval, at(100));
+        assert!(!r.ready, "{r:?}");
+        assert!(
+            r.reason.contains("NVML counts 2 GPUs and 0 have answered"),
+            "{r:?}"
+        );
+        s.gpus.push(board(0));
+        assert!(!readiness(&s, interval, at(100)).ready);
+        s.gpus.push(board(1));
+        assert!(readiness(&s, interval, at(100)).ready);
+        // A node without GPUs is ready: the agent vouches for all none of them.
+        s.gpus.clear();
+        s.gpu_count = Some(0);
+        assert!(readiness(&s, interval, at(100)).ready);
     }
 }
