@@ -255,6 +255,11 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         }
         _ => None,
     };
+    // Connections answer `GET /metrics` themselves unless basic auth or headers stand in front.
+    let scrape = web
+        .as_ref()
+        .is_none_or(|w| w.auth.is_noop())
+        .then(|| state.clone());
     let app = http::router(state);
     let app = http::protect(app, web.as_ref().map(|w| w.auth.clone()), api);
     let limits = http::server::Limits {
@@ -263,7 +268,9 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         drain: DRAIN,
     };
     let tls = web.and_then(|w| w.tls);
-    let server = tokio::spawn(http::server::serve(listener, app, limits, tls, stop_rx));
+    let server = tokio::spawn(http::server::serve(
+        listener, app, scrape, limits, tls, stop_rx,
+    ));
     // The configured MIG layout is in place before the first snapshot: until then /readyz
     // answers 503 (a reboot loses every instance; the kubelet must not see the GPUs first).
     converge(&mig, "start").await;

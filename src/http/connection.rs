@@ -5,7 +5,9 @@
 //! first-byte timeout is closed. Requests take one of the `max_connections` permits when hyper
 //! has parsed their head and give it back when their response is handed to the socket, so idle
 //! or trickling connections never hold one. `/livez` and `/readyz` are answered without a permit:
-//! a busy or attacked server still tells the kubelet it is alive and ready.
+//! a busy or attacked server still tells the kubelet it is alive and ready. On plain TCP the
+//! connection first answers `GET /metrics` itself (`fast`) and hands hyper the connection, with
+//! what it read, at the first other request.
 //!
 //! Must not: call NVML or wait on anything but the socket and the registry.
 
@@ -28,6 +30,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt;
 
 use super::admission::{Registry, Serving, Slot, Ticket, Wake};
+use super::fast;
 use super::metered::Metered;
 use super::prior_knowledge;
 use super::sendfile::{Hints, SendfileStream};
@@ -43,6 +46,9 @@ pub struct Shared {
     /// TLS from the web config; the handshake must finish within the header timeout.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     pub header_timeout: Duration,
+    /// What plain-TCP connections answer `GET /metrics` from themselves (see `fast`); `None`
+    /// when the web config puts basic auth or headers in front of the router.
+    pub scrape: Option<super::AppState>,
 }
 
 /// Paths answered without a permit: cheap (no body to render) and what the kubelet acts on.
@@ -83,8 +89,30 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
         }
         let hints = Hints::default();
         gate.hints = Some(hints.clone());
-        let stream = SendfileStream::new(stream, hints);
-        drive(stream, gate, &shared, &registry, &slot).await;
+        let mut stream = Metered::new(
+            SendfileStream::new(stream, hints.clone()),
+            registry.clone(),
+            slot.clone(),
+            shared.header_timeout,
+        );
+        let Some(state) = &shared.scrape else {
+            drive(stream, gate, &shared, &registry, &slot).await;
+            return;
+        };
+        let conn = fast::Conn {
+            state,
+            hints: &hints,
+            requests: &shared.requests,
+            registry: &registry,
+            slot: &slot,
+            id: ticket.id(),
+            header_timeout: shared.header_timeout,
+        };
+        // Boxed, as hyper's state is below, so that a silent connection does not carry it.
+        if let fast::End::HandOff(unread) = Box::pin(fast::serve(&mut stream, &conn)).await {
+            let stream = fast::Rewind::new(unread, stream);
+            drive(stream, gate, &shared, &registry, &slot).await;
+        }
         return;
     };
     // A TLS connection opens with a handshake record (22); anything else is most likely plain
@@ -108,10 +136,16 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
         },
         _ = slot.woken(&registry) => return,
     };
+    let stream = Metered::new(
+        stream,
+        registry.clone(),
+        slot.clone(),
+        shared.header_timeout,
+    );
     drive(stream, gate, &shared, &registry, &slot).await;
 }
 
-/// Serves HTTP/1.1 on an established stream until it closes, is evicted, or shutdown drains it.
+/// Serves HTTP/1.1 on an established stream (its reads already counted by `Metered`) until it closes, is evicted, or shutdown drains it.
 async fn drive<S>(
     stream: S,
     gate: Gate,
@@ -122,15 +156,7 @@ async fn drive<S>(
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     // Boxed so that a connection still waiting for its first byte does not carry hyper's state.
-    let mut conn = Box::pin(shared.builder.serve_connection(
-        TokioIo::new(Metered::new(
-            stream,
-            registry.clone(),
-            slot.clone(),
-            shared.header_timeout,
-        )),
-        gate,
-    ));
+    let mut conn = Box::pin(shared.builder.serve_connection(TokioIo::new(stream), gate));
     let wake = tokio::select! {
         ended = conn.as_mut() => {
             if let Err(e) = ended {

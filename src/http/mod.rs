@@ -9,6 +9,7 @@ mod alertmanager;
 pub mod api;
 mod connection;
 mod events;
+mod fast;
 mod health;
 mod metered;
 mod mig;
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderValue, StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -121,51 +122,18 @@ pub fn protect(
 async fn metrics(State(state): State<AppState>, request: axum::extract::Request) -> Response {
     // The request itself rather than a `HeaderMap` extractor, which would clone the headers.
     let headers = request.headers();
-    let hints = request.extensions().get::<sendfile::Hints>();
-    let published = state.latest();
-    let now = SystemTime::now();
-    // Rules and hooks change between polls: rendered at scrape time (a few lines).
-    let mut extra = String::new();
-    if let Some(r) = &state.rules {
-        r.render(&mut extra);
-    }
-    if let Some(r) = &state.remediation {
-        r.metrics.render(&mut extra);
-    }
-    let mut gzip = accepts_gzip(headers);
-    let parts = if gzip && !published.metrics.gzip_ready() {
-        // The first gzip scrape of a publication compresses it (~0.4 ms for the 8-GPU page):
-        // off the async workers, so that probes on the same runtime are never held up.
-        let p = published.clone();
-        let e = extra.clone();
-        match tokio::task::spawn_blocking(move || p.metrics.gzip_parts_with(now, e.as_bytes()))
-            .await
-        {
-            Ok(parts) => parts,
-            Err(_) => {
-                gzip = false;
-                published.metrics.plain_parts_with(now, extra.as_bytes())
-            }
-        }
-    } else if gzip {
-        published.metrics.gzip_parts_with(now, extra.as_bytes())
-    } else {
-        let [page, tail] = published.metrics.plain_parts_with(now, extra.as_bytes());
-        // A plain-TCP connection sends the shared page from its memfd (see `sendfile`), last:
-        // the head and this scrape's few lines go first in one segment with the page's start.
-        // Families may come in any order in the text format.
-        // HEAD sends no body: nothing to offer.
-        match hints.filter(|_| request.method() == axum::http::Method::GET) {
-            Some(hints) => match published.metrics.plain_file() {
-                Some(file) => {
-                    hints.offer(file);
-                    [tail, page]
-                }
-                None => [page, tail],
-            },
-            None => [page, tail],
-        }
-    };
+    let gzip = accepts_gzip(
+        headers
+            .get_all(header::ACCEPT_ENCODING)
+            .iter()
+            .map(HeaderValue::as_bytes),
+    );
+    // HEAD sends no body: nothing to offer.
+    let hints = request
+        .extensions()
+        .get::<sendfile::Hints>()
+        .filter(|_| request.method() == axum::http::Method::GET);
+    let (parts, gzip) = scrape(&state, gzip, hints).await;
     let mut response = (
         [
             (header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE)),
@@ -180,6 +148,59 @@ async fn metrics(State(state): State<AppState>, request: axum::extract::Request)
             .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
     response
+}
+
+/// The body of a scrape of the newest publication, gzipped when `gzip` (and it could be),
+/// with whether it is. With `hints` (a plain-TCP connection about to send the body), the page
+/// is offered to be sent from its memfd, and it then comes last: the head and this scrape's
+/// few lines go first in one segment with the page's start (families may come in any order).
+/// Shared by the router's handler and the connection's own `GET /metrics` path (`fast`).
+pub(super) async fn scrape(
+    state: &AppState,
+    gzip: bool,
+    hints: Option<&sendfile::Hints>,
+) -> ([axum::body::Bytes; 2], bool) {
+    let published = state.latest();
+    let now = SystemTime::now();
+    // Rules and hooks change between polls: rendered at scrape time (a few lines).
+    let mut extra = String::new();
+    if let Some(r) = &state.rules {
+        r.render(&mut extra);
+    }
+    if let Some(r) = &state.remediation {
+        r.metrics.render(&mut extra);
+    }
+    if gzip && !published.metrics.gzip_ready() {
+        // The first gzip scrape of a publication compresses it (~0.4 ms for the 8-GPU page):
+        // off the async workers, so that probes on the same runtime are never held up.
+        let p = published.clone();
+        let e = extra.clone();
+        match tokio::task::spawn_blocking(move || p.metrics.gzip_parts_with(now, e.as_bytes()))
+            .await
+        {
+            Ok(parts) => (parts, true),
+            Err(_) => (
+                published.metrics.plain_parts_with(now, extra.as_bytes()),
+                false,
+            ),
+        }
+    } else if gzip {
+        (
+            published.metrics.gzip_parts_with(now, extra.as_bytes()),
+            true,
+        )
+    } else {
+        let [page, tail] = published.metrics.plain_parts_with(now, extra.as_bytes());
+        let offered = hints.and_then(|hints| {
+            let file = published.metrics.plain_file()?;
+            hints.offer(file);
+            Some(())
+        });
+        match offered {
+            Some(()) => ([tail, page], false),
+            None => ([page, tail], false),
+        }
+    }
 }
 
 /// A body of a few shared buffers with an exact length: the page rendered once per poll goes
@@ -223,12 +244,12 @@ impl http_body::Body for Parts {
     }
 }
 
-/// True when `Accept-Encoding` lists gzip with a non-zero quality.
-fn accepts_gzip(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT_ENCODING)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+/// True when the `Accept-Encoding` values list gzip with a non-zero quality.
+fn accepts_gzip<'a>(values: impl Iterator<Item = &'a [u8]>) -> bool {
+    values
+        // What `HeaderValue::to_str` accepts: visible ASCII and tabs.
+        .filter(|v| v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)))
+        .filter_map(|v| std::str::from_utf8(v).ok())
         .flat_map(|v| v.split(','))
         .any(|item| {
             let mut parts = item.split(';').map(str::trim);

@@ -92,7 +92,9 @@ async fn serve(len: usize, prefix: &'static str) -> Served {
         head_budget: 1 << 20,
         first_byte: Duration::from_secs(30),
     };
-    tokio::spawn(serve_with(listener, app, limits, derived, None, stop_rx));
+    tokio::spawn(serve_with(
+        listener, app, None, limits, derived, None, stop_rx,
+    ));
     Served {
         port,
         file_bytes,

@@ -15,7 +15,9 @@
 //! - HTTP/2 with prior knowledge answered with HTTP/2's own "HTTP/1.1 required" (see
 //!   `prior_knowledge`);
 //! - graceful shutdown: stop accepting, close at once the connections that asked nothing, let
-//!   the responses in flight finish within the drain time.
+//!   the responses in flight finish within the drain time;
+//! - on plain TCP, `GET /metrics` answered by the connection itself (see `fast`) under the same
+//!   limits, every other request by hyper and the router.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -86,22 +88,26 @@ fn open_budget(nofile: u64) -> usize {
 }
 
 /// Serves `app` on `listener` (over TLS when `tls` is given) until `stop` turns true, then
-/// drains.
+/// drains. With `scrape`, plain-TCP connections answer `GET /metrics` from it themselves (see
+/// `fast`); give it only when nothing in `app` stands in front of `/metrics` (basic auth, the
+/// web config's headers).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
+    scrape: Option<super::AppState>,
     limits: Limits,
     tls: Option<Arc<rustls::ServerConfig>>,
     stop: watch::Receiver<bool>,
 ) {
     let derived = Derived::new(&limits);
     tracing::debug!(open_budget = derived.open_budget, "connection limits");
-    serve_with(listener, app, limits, derived, tls, stop).await;
+    serve_with(listener, app, scrape, limits, derived, tls, stop).await;
 }
 
 pub(super) async fn serve_with(
     listener: TcpListener,
     app: Router,
+    scrape: Option<super::AppState>,
     limits: Limits,
     derived: Derived,
     tls: Option<Arc<rustls::ServerConfig>>,
@@ -122,6 +128,7 @@ pub(super) async fn serve_with(
         first_byte: derived.first_byte,
         tls: tls.map(tokio_rustls::TlsAcceptor::from),
         header_timeout: limits.header_timeout,
+        scrape,
     });
     let registry = Registry::new(derived.open_budget, derived.head_budget);
     let mut tasks = JoinSet::new();

@@ -57,7 +57,9 @@ async fn start(max_connections: usize, open_budget: usize, drain: Duration) -> S
         head_budget: 1 << 20,
         first_byte: Duration::from_secs(60),
     };
-    let task = tokio::spawn(serve_with(listener, app, limits, derived, None, stop_rx));
+    let task = tokio::spawn(serve_with(
+        listener, app, None, limits, derived, None, stop_rx,
+    ));
     Server {
         port,
         stop,
