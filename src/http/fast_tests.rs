@@ -458,3 +458,47 @@ async fn the_fast_answers_are_hypers_and_mixed_pipelines_are_answered_in_order()
         ]
     );
 }
+
+/// A client that sends its request and shuts down its side (`shutdown(SHUT_WR)`, as `nc -N`
+/// and some HTTP/1.0 tools do) gets its answer on either path. Found by the `http_fast` fuzz
+/// target: hyper without `half_close` dropped such a request unanswered when it read the EOF
+/// before writing the response, on the fast server or the other by chance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_half_closes_after_its_request_gets_the_answer() {
+    let state = healthy();
+    let (hyper_port, _stop_hyper) = server(state.clone(), false).await;
+    let (fast_port, _stop_fast) = server(state, true).await;
+    let requests: [&[u8]; 4] = [
+        b"PH ;* HTTP/1.0\r\n\r\n",
+        b"GET /nowhere HTTP/1.0\r\n\r\n",
+        b"GET /livez HTTP/1.1\r\n\r\n",
+        SCRAPE,
+    ];
+    for request in requests {
+        for port in [hyper_port, fast_port] {
+            for _ in 0..25 {
+                let mut s = TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .expect("connect");
+                s.write_all(request).await.expect("write");
+                s.shutdown().await.expect("shutdown");
+                let mut answer = Vec::new();
+                tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
+                    .await
+                    .expect("closed within 10 s")
+                    .expect("read");
+                assert!(
+                    answer.starts_with(b"HTTP/1."),
+                    "{:?} on {}: {:?}",
+                    String::from_utf8_lossy(request),
+                    if port == fast_port {
+                        "the fast server"
+                    } else {
+                        "hyper only"
+                    },
+                    String::from_utf8_lossy(&answer)
+                );
+            }
+        }
+    }
+}
