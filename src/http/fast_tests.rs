@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::{parse, response_head, serve, Conn, End, Head, Rewind};
 use crate::http::admission::{Admit, Registry, Ticket};
 use crate::http::sendfile::{Hints, SendfileStream};
-use crate::http::server::{serve_with, Derived, Limits, MAX_HEAD_BYTES};
+use crate::http::server::{roomy, serve_with, MAX_HEAD_BYTES};
 use crate::http::tests::healthy;
 use crate::http::AppState;
 
@@ -106,12 +106,19 @@ struct Around {
 
 /// A connection: the client's end, the server's end as the server wraps it, and its context.
 async fn accepted(permits: usize) -> (TcpStream, SendfileStream, Around) {
+    accepted_by(Registry::new(16, 1 << 20), permits).await
+}
+
+/// The same, admitted by `registry`.
+async fn accepted_by(
+    registry: Arc<Registry>,
+    permits: usize,
+) -> (TcpStream, SendfileStream, Around) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let client = TcpStream::connect(listener.local_addr().expect("addr"))
         .await
         .expect("connect");
     let (server, peer) = listener.accept().await.expect("accept");
-    let registry = Registry::new(16, 1 << 20);
     let Admit::Open { ticket, .. } = registry.admit(peer.ip()) else {
         panic!("admitted");
     };
@@ -307,27 +314,11 @@ async fn a_waiting_connection_closes_at_shutdown_and_eviction() {
     assert!(matches!(end, End::Closed), "{end:?}");
 
     // Evicted to make room for a newcomer from the same address (a budget of one).
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let _client = TcpStream::connect(listener.local_addr().expect("addr"))
-        .await
-        .expect("connect");
-    let (server, peer) = listener.accept().await.expect("accept");
-    let registry = Registry::new(1, 1 << 20);
-    let Admit::Open { ticket, .. } = registry.admit(peer.ip()) else {
-        panic!("admitted");
-    };
-    let around = Around {
-        hints: Hints::default(),
-        registry,
-        ticket,
-        requests: Arc::new(Semaphore::new(4)),
-        state: healthy(),
-    };
-    let mut server = SendfileStream::new(server, around.hints.clone());
+    let (_client, mut server, around) = accepted_by(Registry::new(1, 1 << 20), 4).await;
     let conn = around.conn(Duration::from_secs(30));
     let (end, _newcomer) = tokio::join!(serve(&mut server, &conn), async {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        around.registry.admit(peer.ip())
+        around.registry.admit(std::net::Ipv4Addr::LOCALHOST.into())
     });
     assert!(matches!(end, End::Closed), "{end:?}");
 }
@@ -361,16 +352,7 @@ async fn server(state: AppState, fast: bool) -> (u16, watch::Sender<bool>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let (stop, stop_rx) = watch::channel(false);
-    let limits = Limits {
-        max_connections: 8,
-        header_timeout: Duration::from_secs(30),
-        drain: Duration::from_secs(1),
-    };
-    let derived = Derived {
-        open_budget: 16,
-        head_budget: 1 << 20,
-        first_byte: Duration::from_secs(30),
-    };
+    let (limits, derived) = roomy();
     let scrape = fast.then_some(state);
     tokio::spawn(serve_with(
         listener, app, scrape, limits, derived, None, stop_rx,

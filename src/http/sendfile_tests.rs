@@ -15,7 +15,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
 use super::sendfile::{FileBacked, Hints, PageFile};
-use super::server::{serve_with, Derived, Limits};
+use super::server::{roomy, serve_with};
 
 const NAME: &CStr = c"gpu-steward-test";
 
@@ -82,16 +82,7 @@ async fn serve(len: usize, prefix: &'static str) -> Served {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let (stop, stop_rx) = watch::channel(false);
-    let limits = Limits {
-        max_connections: 8,
-        header_timeout: Duration::from_secs(30),
-        drain: Duration::from_secs(1),
-    };
-    let derived = Derived {
-        open_budget: 16,
-        head_budget: 1 << 20,
-        first_byte: Duration::from_secs(30),
-    };
+    let (limits, derived) = roomy();
     tokio::spawn(serve_with(
         listener, app, None, limits, derived, None, stop_rx,
     ));

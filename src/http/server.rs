@@ -82,6 +82,22 @@ impl Derived {
     }
 }
 
+/// Limits no test runs into: 8 requests at once, 16 connections, 30 s timeouts.
+#[cfg(test)]
+pub(super) fn roomy() -> (Limits, Derived) {
+    let limits = Limits {
+        max_connections: 8,
+        header_timeout: Duration::from_secs(30),
+        drain: Duration::from_secs(1),
+    };
+    let derived = Derived {
+        open_budget: 16,
+        head_budget: 1 << 20,
+        first_byte: Duration::from_secs(30),
+    };
+    (limits, derived)
+}
+
 /// The open-connection budget for a soft descriptor limit of `nofile`.
 fn open_budget(nofile: u64) -> usize {
     let usable = usize::try_from(nofile.saturating_sub(RESERVED_FDS)).unwrap_or(MAX_OPEN);
