@@ -3,75 +3,17 @@
 //! close, never panic, and never take more than the head limit into memory for a request.
 #![no_main]
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+mod common;
 
-use gpu_steward::health::{Evaluator, HealthConfig, Journal};
-use gpu_steward::http::{api, router, server::MAX_HEAD_BYTES, AppFields, AppState};
-use gpu_steward::metrics::{self, RenderConfig};
-use gpu_steward::poller::Published;
-use gpu_steward::snapshot::{
-    GpuIdentity, GpuReading, GpuSnapshot, GpuStatus, NvmlStatus, Snapshot,
-};
-use gpu_steward::AgentCounters;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::state;
+use gpu_steward::http::{router, server::MAX_HEAD_BYTES, AppState};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn state() -> AppState {
-    let now = SystemTime::now();
-    let mut snapshot = Snapshot::starting(now);
-    snapshot.nvml = NvmlStatus::Up;
-    snapshot.gpus = (0..2)
-        .map(|index| GpuSnapshot {
-            index,
-            identity: Some(Arc::new(GpuIdentity {
-                index,
-                uuid: format!("GPU-{index:08}"),
-                name: "NVIDIA H100 80GB HBM3".into(),
-                pci_bus_id: format!("00000000:{:02X}:00.0", 0x18 + index),
-                ..GpuIdentity::default()
-            })),
-            status: GpuStatus::Up,
-            reading: GpuReading {
-                gpu_util_percent: Some(50),
-                ..GpuReading::default()
-            },
-            failed_calls: 0,
-            failing_runs: 0,
-            xids: BTreeMap::new(),
-            last_xid: None,
-        })
-        .collect();
-    let (health, _) = Evaluator::new(HealthConfig::default()).evaluate(&snapshot, now);
-    let render = RenderConfig {
-        dcgm: true,
-        native: true,
-        hostname: "node-1".into(),
-        hostname_label: "Hostname".into(),
-    };
-    let metrics = metrics::render(&snapshot, &health, &render, &AgentCounters::new());
-    let published = Published {
-        snapshot: Arc::new(snapshot),
-        health: Arc::new(health),
-        journal: Arc::new(Mutex::new(Journal::default())),
-        metrics,
-        interval: Duration::from_secs(5),
-        reclaim: None,
-    };
-    let (tx, rx) = tokio::sync::watch::channel(Arc::new(published));
-    std::mem::forget(tx);
-    AppState::new(AppFields {
-        published: rx,
-        api: api::ApiConfig::disabled(),
-        mig: None,
-        sharing: None,
-        rules: None,
-        remediation: None,
-    })
-}
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
