@@ -89,11 +89,11 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
         }
         let hints = Hints::default();
         gate.hints = Some(hints.clone());
-        let mut stream = Metered::new(
+        let mut stream = metered(
             SendfileStream::new(stream, hints.clone()),
-            registry.clone(),
-            slot.clone(),
-            shared.header_timeout,
+            &shared,
+            &registry,
+            &slot,
         );
         let Some(state) = &shared.scrape else {
             drive(stream, gate, &shared, &registry, &slot).await;
@@ -136,16 +136,33 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
         },
         _ = slot.woken(&registry) => return,
     };
-    let stream = Metered::new(
+    drive(
+        metered(stream, &shared, &registry, &slot),
+        gate,
+        &shared,
+        &registry,
+        &slot,
+    )
+    .await;
+}
+
+/// `stream` with its reads counted against the head budget and its writes timed.
+fn metered<S>(
+    stream: S,
+    shared: &Shared,
+    registry: &Arc<Registry>,
+    slot: &Arc<Slot>,
+) -> Metered<S> {
+    Metered::new(
         stream,
         registry.clone(),
         slot.clone(),
         shared.header_timeout,
-    );
-    drive(stream, gate, &shared, &registry, &slot).await;
+    )
 }
 
-/// Serves HTTP/1.1 on an established stream (its reads already counted by `Metered`) until it closes, is evicted, or shutdown drains it.
+/// Serves HTTP/1.1 on an established stream (its reads already counted by `Metered`) until it
+/// closes, is evicted, or shutdown drains it.
 async fn drive<S>(
     stream: S,
     gate: Gate,
