@@ -2,7 +2,8 @@
 """Measures gpu-steward's footprint on the simulated 8xH100 node and prints a markdown table.
 
 - time from process start to the first `/readyz` 200;
-- resident memory (VmRSS, VmHWM) after a minute of polling at the default 5 s interval;
+- resident memory (VmRSS, VmHWM) after a minute of polling at the default 5 s interval, and how
+  much of it is the executable's own mappings (see link/hot-text.ld);
 - NVML calls per poll, per function (from the simulator's NVML_SIM_STATS call counts);
 - SIGTERM to exit with an idle keep-alive connection open;
 - /metrics latency over loopback (plain and gzip), median and p99 of N sequential scrapes.
@@ -22,6 +23,20 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def binary_rss(pid):
+    """kB of the process's RSS that maps its own executable (smaps entries named after it)."""
+    exe = os.readlink(f"/proc/{pid}/exe")
+    total, ours = 0, False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                ours = len(fields) >= 6 and fields[5] == exe
+            elif ours and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
 
 
 def get(port, path, headers=""):
@@ -88,6 +103,7 @@ def main():
     status = open(f"/proc/{p.pid}/status").read()
     rss = int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024
     hwm = int(re.search(r"VmHWM:\s+(\d+)", status).group(1)) / 1024
+    own = binary_rss(p.pid) / 1024
 
     lat = {}
     for label, hdr in (("plain", ""), ("gzip", "Accept-Encoding: gzip\r\n")):
@@ -115,6 +131,8 @@ def main():
     print(f"| measure | value |\n|---|---|")
     print(f"| start to first `/readyz` 200 | {ready_ms:.0f} ms |")
     print(f"| resident memory after {args.seconds} s (VmRSS / VmHWM) | {rss:.1f} MiB / {hwm:.1f} MiB |")
+    print(f"| of which the executable's own mappings (code, read-only data, relocated data) | "
+          f"{own:.1f} MiB |")
     print(f"| NVML calls per poll (8 GPUs) | {total:.0f} |")
     print(f"| SIGTERM to exit (exit code {code}), with an idle connection open | {stop_ms:.0f} ms |")
     for label, (med, p99, size) in lat.items():
