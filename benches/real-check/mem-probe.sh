@@ -26,5 +26,8 @@ echo "== $(ldd --version 2>&1 | head -1); B: ${B_ENV:-} $B_BIN"
 for p in M A B; do echo "== $p threads $(cat $R/threads-$p.txt)"; grep -E 'VmRSS|RssAnon|RssFile|RssShmem|VmHWM' $R/status-$p.txt; done
 for p in M A B; do echo "== $p top mappings by Rss"; awk '/^[0-9a-f]+-[0-9a-f]+ /{name=$6; if(name=="")name="[anon]"} /^Rss:/{rss[name]+=$2} END{for(n in rss) if(rss[n]>100) printf "%8d kB %s\n", rss[n], n}' $R/smaps-$p.txt | sort -rn | head -12; done
 # The executable's own mappings (its code, read-only data and relocated data): see link/hot-text.ld.
-for p in A B; do echo "== $p executable $(cat $R/exe-$p.txt): $(awk -v exe="$(cat $R/exe-$p.txt)" '/^[0-9a-f]+-[0-9a-f]+ /{ours=($6==exe)} ours && /^Rss:/{t+=$2} END{print t}' $R/smaps-$p.txt) kB mapped"; done
-for p in A B; do echo "== $p executable by mapping"; awk -v exe="$(cat $R/exe-$p.txt)" '/^[0-9a-f]+-[0-9a-f]+ /{ours=($6==exe); perm=$2} ours && /^Rss:/{print "   " perm, $2, "kB"}' $R/smaps-$p.txt; done
+for p in A B; do
+  echo "== $p executable $(cat $R/exe-$p.txt), by mapping"
+  awk -v exe="$(cat $R/exe-$p.txt)" '/^[0-9a-f]+-[0-9a-f]+ /{ours=($6==exe); perm=$2}
+    ours && /^Rss:/{print "   " perm, $2, "kB"; t+=$2} END{print "   " t " kB mapped"}' $R/smaps-$p.txt
+done
