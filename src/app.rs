@@ -233,7 +233,14 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         token_file: config.api_token_file.clone(),
         tcp: config.api_tcp,
     });
+    let ahead = Arc::new(http::ahead::Ahead::new(counters.clone()));
+    tokio::spawn(http::ahead::watch(
+        rx.clone(),
+        ahead.clone(),
+        pconfig.interval,
+    ));
     let state = http::AppState::new(http::AppFields {
+        ahead,
         published: rx,
         api: api.clone(),
         mig: Some(mig.clone()),

@@ -65,6 +65,9 @@ pub struct AgentCounters {
     pub started_at: SystemTime,
     pub reloads_ok: AtomicU64,
     pub reloads_failed: AtomicU64,
+    /// Pages compressed ahead of a gzip scrape due (`http::ahead`), and by a gzip scrape itself.
+    pub gzip_ahead: AtomicU64,
+    pub gzip_on_scrape: AtomicU64,
 }
 
 impl AgentCounters {
@@ -73,6 +76,8 @@ impl AgentCounters {
             started_at: SystemTime::now(),
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
+            gzip_ahead: AtomicU64::new(0),
+            gzip_on_scrape: AtomicU64::new(0),
         }
     }
 }

@@ -421,6 +421,53 @@ fn gzip_and_plain_carry_the_same_exposition() {
 }
 
 #[test]
+fn a_gzip_scraper_on_a_schedule_finds_its_page_compressed_ahead() {
+    // Polls every 200 ms; a gzip scrape every 500 ms from one address, on absolute deadlines as
+    // Prometheus keeps them. After two gaps the agent knows the schedule and compresses the
+    // publication a scrape will read before the scrape comes.
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml")).start();
+    let count = |trigger: &str| {
+        agent.metrics().get(
+            "gpu_steward_scrape_compressions_total",
+            &[("trigger", trigger)],
+        )
+    };
+    assert_eq!(count("ahead"), 0.0, "nobody asked for gzip yet");
+    let period = Duration::from_millis(500);
+    let start = std::time::Instant::now();
+    const SCRAPES: u32 = 14;
+    for k in 0..SCRAPES {
+        let at = start + period * k;
+        std::thread::sleep(at.saturating_duration_since(std::time::Instant::now()));
+        let gz = agent.get_with("/metrics", "Accept-Encoding: gzip");
+        assert_eq!(gz.header("content-encoding"), Some("gzip"));
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz.body[..]), &mut text)
+            .expect("valid single-member gzip");
+        assert!(text.contains("DCGM_FI_DEV_GPU_UTIL"));
+    }
+    // The page is rendered once per poll, so the counts it shows may be one poll old.
+    std::thread::sleep(Duration::from_millis(500));
+    let (ahead, scrape) = (count("ahead"), count("scrape"));
+    // The first three scrapes learn the schedule and compress for themselves; a loaded machine
+    // may make a later one late beyond the tolerance (50 ms), but not most of them.
+    assert!(
+        ahead >= f64::from(SCRAPES - 3) / 2.0,
+        "compressed ahead {ahead}, by the scrape {scrape}"
+    );
+    assert!(
+        scrape >= 3.0,
+        "the first scrapes had no schedule to go by: {scrape}"
+    );
+    // Never more compressions than publications: nothing is compressed twice.
+    let polls = agent.metrics().get("gpu_steward_polls_total", &[]);
+    assert!(
+        ahead + scrape <= polls,
+        "{ahead} + {scrape} > {polls} polls"
+    );
+}
+
+#[test]
 fn the_native_family_passes_promtool_check_metrics() {
     let agent = Agent::with_scenario(&scenario("faults.toml"))
         .config("[metrics]\ndcgm = false\n")

@@ -63,5 +63,6 @@ pub fn state() -> AppState {
         sharing: None,
         rules: None,
         remediation: None,
+        ahead: Arc::new(gpu_steward::http::ahead::Ahead::new(Arc::default())),
     })
 }

@@ -68,6 +68,7 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
         // Nothing asked yet: whether evicted or shutting down, closing loses no answer.
         _ = slot.woken(&registry) => return,
     };
+    let peer = stream.peer_addr().ok().map(|a| a.ip());
     let n = match peeked {
         // Silent for the first-byte timeout, closed by the client, or a failed socket.
         Err(_) | Ok(Ok(0) | Err(_)) => return,
@@ -78,6 +79,7 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
         registry: registry.clone(),
         id: ticket.id(),
         hints: None,
+        peer: super::Peer(peer),
     };
     let Some(tls) = &shared.tls else {
         if prior_knowledge::is_preface(&first[..n]) {
@@ -107,6 +109,7 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
             slot: &slot,
             id: ticket.id(),
             header_timeout: shared.header_timeout,
+            peer,
         };
         // Boxed, as hyper's state is below, so that a silent connection does not carry it.
         if let fast::End::HandOff(unread) = Box::pin(fast::serve(&mut stream, &conn)).await {
@@ -217,6 +220,7 @@ struct Gate {
     id: u64,
     /// Where `/metrics` offers its page to be sent from a file (plain TCP only).
     hints: Option<Hints>,
+    peer: super::Peer,
 }
 
 type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
@@ -230,6 +234,7 @@ impl hyper::service::Service<Request<Incoming>> for Gate {
         if let Some(hints) = &self.hints {
             req.extensions_mut().insert(hints.clone());
         }
+        req.extensions_mut().insert(self.peer);
         let serving = self.registry.serving(self.id);
         let permit = if is_probe(req.uri().path()) {
             None

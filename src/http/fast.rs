@@ -53,6 +53,7 @@ pub(super) struct Conn<'a> {
     pub slot: &'a Arc<Slot>,
     pub id: u64,
     pub header_timeout: Duration,
+    pub peer: super::ahead::Peer,
 }
 
 /// How the fast path left a connection.
@@ -102,7 +103,7 @@ where
                     return End::HandOff(buf);
                 };
                 buf.advance(len);
-                let (parts, gzip) = super::scrape(c.state, gzip, Some(c.hints)).await;
+                let (parts, gzip) = super::scrape(c.state, gzip, Some(c.hints), c.peer).await;
                 response_head(&mut head, parts[0].len() + parts[1].len(), gzip);
                 let sent = write_all(io, [&head, &parts[0], &parts[1]]).await;
                 drop(permit);

@@ -143,6 +143,7 @@ impl Around {
             slot: self.ticket.slot(),
             id: self.ticket.id(),
             header_timeout,
+            peer: None,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! a reason; the server keeps serving whatever a client sends.
 
 mod admission;
+pub mod ahead;
 mod alertmanager;
 pub mod api;
 mod connection;
@@ -60,6 +61,8 @@ pub struct AppFields {
     pub rules: Option<Arc<crate::rules::RuleMetrics>>,
     /// The remediation dispatcher (`POST /api/v1/alertmanager` feeds it; its hook metrics).
     pub remediation: Option<crate::remediation::Handle>,
+    /// When gzip scrapers come, to compress the page before they do (see `ahead`).
+    pub ahead: Arc<ahead::Ahead>,
 }
 
 impl AppState {
@@ -133,7 +136,8 @@ async fn metrics(State(state): State<AppState>, request: axum::extract::Request)
         .extensions()
         .get::<sendfile::Hints>()
         .filter(|_| request.method() == axum::http::Method::GET);
-    let (parts, gzip) = scrape(&state, gzip, hints).await;
+    let peer = request.extensions().get::<Peer>().and_then(|p| p.0);
+    let (parts, gzip) = scrape(&state, gzip, hints, peer).await;
     let mut response = (
         [
             (header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE)),
@@ -150,6 +154,10 @@ async fn metrics(State(state): State<AppState>, request: axum::extract::Request)
     response
 }
 
+/// The address a request came from, for `ahead` (`None` on a Unix socket).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub ahead::Peer);
+
 /// The body of a scrape of the newest publication, gzipped when `gzip` (and it could be),
 /// with whether it is. With `hints` (a plain-TCP connection about to send the body), the page
 /// is offered to be sent from its memfd, and it then comes last: the head and this scrape's
@@ -159,6 +167,7 @@ pub(super) async fn scrape(
     state: &AppState,
     gzip: bool,
     hints: Option<&sendfile::Hints>,
+    peer: ahead::Peer,
 ) -> ([axum::body::Bytes; 2], bool) {
     let published = state.latest();
     let now = SystemTime::now();
@@ -171,20 +180,27 @@ pub(super) async fn scrape(
         r.metrics.render(&mut extra);
     }
     if gzip && !published.metrics.gzip_ready() {
-        // The first gzip scrape of a publication compresses it (~0.4 ms for the 8-GPU page):
-        // off the async workers, so that probes on the same runtime are never held up.
+        // The first gzip scrape of a publication that was not compressed ahead compresses it
+        // (~0.4 ms for the 8-GPU page): off the async workers, so that probes on the same
+        // runtime are never held up.
         let p = published.clone();
         let e = extra.clone();
-        match tokio::task::spawn_blocking(move || p.metrics.gzip_parts_with(now, e.as_bytes()))
-            .await
-        {
-            Ok(parts) => (parts, true),
+        let compressing = tokio::task::spawn_blocking(move || {
+            let here = p.metrics.compress();
+            (p.metrics.gzip_parts_with(now, e.as_bytes()), here)
+        });
+        match compressing.await {
+            Ok((parts, here)) => {
+                state.ahead.scraped(peer, here);
+                (parts, true)
+            }
             Err(_) => (
                 published.metrics.plain_parts_with(now, extra.as_bytes()),
                 false,
             ),
         }
     } else if gzip {
+        state.ahead.scraped(peer, false);
         (
             published.metrics.gzip_parts_with(now, extra.as_bytes()),
             true,

@@ -71,6 +71,7 @@ fn fields(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppFields 
         sharing: None,
         rules: None,
         remediation: None,
+        ahead: Arc::new(super::ahead::Ahead::new(Arc::default())),
     }
 }
 

@@ -150,4 +150,18 @@ fn reloads(counters: &AgentCounters, out: &mut Families) {
         counters.reloads_failed.load(Ordering::Relaxed) as f64,
     );
     out.push(reloads);
+
+    let mut compressions = Family::counter(
+        "gpu_steward_scrape_compressions_total",
+        "Pages compressed for gzip scrapes: ahead of a scraper due (trigger=\"ahead\"), or by the scrape that asked first (trigger=\"scrape\", which waited for it).",
+    );
+    compressions.add(
+        &[("trigger", "ahead")],
+        counters.gzip_ahead.load(Ordering::Relaxed) as f64,
+    );
+    compressions.add(
+        &[("trigger", "scrape")],
+        counters.gzip_on_scrape.load(Ordering::Relaxed) as f64,
+    );
+    out.push(compressions);
 }

@@ -104,6 +104,16 @@ impl Rendered {
         self.gzip.get().is_some()
     }
 
+    /// Compresses the page unless it is already; true when this call did.
+    pub fn compress(&self) -> bool {
+        let mut did = false;
+        self.gzip.get_or_init(|| {
+            did = true;
+            gzip::GzipPrefix::new(&self.text)
+        });
+        did
+    }
+
     /// The gzip body for a scrape at `now`.
     pub fn gzip(&self, now: SystemTime) -> Vec<u8> {
         self.gzip_parts(now).concat()
