@@ -1,7 +1,7 @@
 //! The agent's own metrics: build, NVML state, poll duration and success per source, errors by
 //! NVML function, snapshot timestamp, config reloads. Always rendered, whatever the families.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{flag, unix_seconds, Families, Family};
 use crate::snapshot::{NvmlStatus, Snapshot};
@@ -137,31 +137,36 @@ fn polls(snapshot: &Snapshot, out: &mut Families) {
 }
 
 fn reloads(counters: &AgentCounters, out: &mut Families) {
-    let mut reloads = Family::counter(
+    out.push(by_label(
         "gpu_steward_config_reloads_total",
         "Configuration reloads (SIGHUP), by result.",
-    );
-    reloads.add(
-        &[("result", "success")],
-        counters.reloads_ok.load(Ordering::Relaxed) as f64,
-    );
-    reloads.add(
-        &[("result", "failure")],
-        counters.reloads_failed.load(Ordering::Relaxed) as f64,
-    );
-    out.push(reloads);
-
-    let mut compressions = Family::counter(
+        "result",
+        [
+            ("success", &counters.reloads_ok),
+            ("failure", &counters.reloads_failed),
+        ],
+    ));
+    out.push(by_label(
         "gpu_steward_scrape_compressions_total",
         "Pages compressed for gzip scrapes: ahead of a scraper due (trigger=\"ahead\"), or by the scrape that asked first (trigger=\"scrape\", which waited for it).",
-    );
-    compressions.add(
-        &[("trigger", "ahead")],
-        counters.gzip_ahead.load(Ordering::Relaxed) as f64,
-    );
-    compressions.add(
-        &[("trigger", "scrape")],
-        counters.gzip_on_scrape.load(Ordering::Relaxed) as f64,
-    );
-    out.push(compressions);
+        "trigger",
+        [
+            ("ahead", &counters.gzip_ahead),
+            ("scrape", &counters.gzip_on_scrape),
+        ],
+    ));
+}
+
+/// A counter family of the agent's own atomics, one series per value of `label`.
+fn by_label<const N: usize>(
+    name: &'static str,
+    help: &'static str,
+    label: &str,
+    series: [(&str, &AtomicU64); N],
+) -> Family {
+    let mut family = Family::counter(name, help);
+    for (value, count) in series {
+        family.add(&[(label, value)], count.load(Ordering::Relaxed) as f64);
+    }
+    family
 }
