@@ -43,24 +43,60 @@ pub struct WarnStep {
     pub grace: Duration,
 }
 
-/// Regular expressions compared by their source (the config derives `PartialEq`).
+/// Regular expressions, compared by their source (the config derives `PartialEq`).
+///
+/// The built-in defaults are compiled when first matched, not at start: with reclaim off
+/// (the default) nothing matches process names, and compiling costs the agent the regex
+/// compiler's code and tables in its resident memory for nothing. Patterns from a file are
+/// compiled as they are read, so a bad one is reported there.
 #[derive(Debug, Clone, Default)]
-pub struct Patterns(pub Vec<regex::Regex>);
+pub struct Patterns {
+    sources: Vec<String>,
+    compiled: std::sync::OnceLock<Vec<regex::Regex>>,
+}
 
 impl PartialEq for Patterns {
     fn eq(&self, other: &Self) -> bool {
-        self.0.len() == other.0.len()
-            && self
-                .0
-                .iter()
-                .zip(&other.0)
-                .all(|(a, b)| a.as_str() == b.as_str())
+        self.sources == other.sources
     }
 }
 
 impl Patterns {
+    /// Compiles each of `sources`; the first that does not compile is the error.
+    pub fn new(sources: Vec<String>) -> Result<Self, (String, regex::Error)> {
+        let compiled = sources
+            .iter()
+            .map(|p| regex::Regex::new(p).map_err(|e| (p.clone(), e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Patterns {
+            sources,
+            compiled: compiled.into(),
+        })
+    }
+
+    /// Known-good patterns, compiled on first use.
+    fn builtin(sources: &[&str]) -> Self {
+        Patterns {
+            sources: sources.iter().map(|s| s.to_string()).collect(),
+            compiled: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub fn sources(&self) -> &[String] {
+        &self.sources
+    }
+
     pub fn matches(&self, s: &str) -> Option<&str> {
-        self.0.iter().find(|r| r.is_match(s)).map(|r| r.as_str())
+        self.compiled
+            .get_or_init(|| {
+                self.sources
+                    .iter()
+                    .filter_map(|p| regex::Regex::new(p).ok())
+                    .collect()
+            })
+            .iter()
+            .find(|r| r.is_match(s))
+            .map(|r| r.as_str())
     }
 }
 
@@ -131,12 +167,7 @@ impl Default for ReclaimConfig {
             action: ActionKind::Signal,
             grace: Duration::from_secs(30),
             exempt: Exemptions {
-                process_names: Patterns(
-                    ["^nvidia-", "^dcgm"]
-                        .iter()
-                        .filter_map(|p| regex::Regex::new(p).ok())
-                        .collect(),
-                ),
+                process_names: Patterns::builtin(&["^nvidia-", "^dcgm"]),
                 ..Exemptions::default()
             },
             max_reclaims_per_hour: 10,
@@ -191,13 +222,7 @@ impl ReclaimConfig {
             thr = self.utilization_threshold * 100.0,
             after = d(self.idle_after),
             max = self.max_reclaims_per_hour,
-            names = self
-                .exempt
-                .process_names
-                .0
-                .iter()
-                .map(|r| r.as_str())
-                .collect::<Vec<_>>(),
+            names = self.exempt.process_names.sources(),
             users = self.exempt.users,
             ns = self.exempt.namespaces,
             gpus = self.exempt.gpus,

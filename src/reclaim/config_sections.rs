@@ -252,18 +252,12 @@ fn at_least_one<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 }
 
 fn patterns<'de, D: Deserializer<'de>>(d: D) -> Result<Patterns, D::Error> {
-    let list = Vec::<String>::deserialize(d)?;
-    list.iter()
-        .map(|p| {
-            regex::Regex::new(p).map_err(|e| {
-                de::Error::custom(format!(
-                    "invalid pattern '{p}': {}; write a regular expression like '^nvidia-'",
-                    e.to_string().lines().last().unwrap_or("")
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Patterns)
+    Patterns::new(Vec::<String>::deserialize(d)?).map_err(|(p, e)| {
+        de::Error::custom(format!(
+            "invalid pattern '{p}': {}; write a regular expression like '^nvidia-'",
+            e.to_string().lines().last().unwrap_or("")
+        ))
+    })
 }
 
 fn argv<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
