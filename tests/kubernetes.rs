@@ -4,17 +4,13 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use common::{wait_for, Agent};
+use common::{fake_grpc, wait_for, Agent};
 use gpu_steward::kubernetes::proto::{
     ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
     PodResources,
 };
-use tonic::codegen::{http, BoxFuture, Service};
 
 const GPU0: &str = "GPU-00000000-1111-2222-3333-444444444444";
 const GPU1: &str = "GPU-00000001-1111-2222-3333-444444444444";
@@ -63,73 +59,18 @@ fn reply(padding_pods: usize) -> ListPodResourcesResponse {
     }
 }
 
-#[derive(Clone)]
-struct Lister(Arc<Mutex<ListPodResourcesResponse>>);
+/// The kubelet's pod-resources API, as far as the agent uses it.
+struct PodResourcesLister;
 
-struct ListCall(Arc<Mutex<ListPodResourcesResponse>>);
-
-impl tonic::server::UnaryService<ListPodResourcesRequest> for ListCall {
+impl fake_grpc::Unary for PodResourcesLister {
+    const SERVICE: &'static str = "v1.PodResourcesLister";
+    type Request = ListPodResourcesRequest;
     type Response = ListPodResourcesResponse;
-    type Future = BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
-    fn call(&mut self, _: tonic::Request<ListPodResourcesRequest>) -> Self::Future {
-        let reply = self.0.lock().expect("reply").clone();
-        Box::pin(async move { Ok(tonic::Response::new(reply)) })
-    }
 }
 
-impl Service<http::Request<tonic::body::Body>> for Lister {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = std::convert::Infallible;
-    type Future = BoxFuture<Self::Response, Self::Error>;
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let reply = self.0.clone();
-        Box::pin(async move {
-            let codec = tonic::codec::ProstCodec::default();
-            let mut grpc = tonic::server::Grpc::new(codec);
-            Ok(grpc.unary(ListCall(reply), req).await)
-        })
-    }
-}
-
-impl tonic::server::NamedService for Lister {
-    const NAME: &'static str = "v1.PodResourcesLister";
-}
-
-/// Accepted connections of a Unix listener, as the stream tonic's server takes.
-struct Incoming(tokio::net::UnixListener);
-
-impl tonic::codegen::tokio_stream::Stream for Incoming {
-    type Item = std::io::Result<tokio::net::UnixStream>;
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_accept(cx).map(|r| Some(r.map(|(s, _)| s)))
-    }
-}
-
-/// Serves `reply` on `socket` from a background runtime until the test ends.
+/// Serves `reply` on `socket` until the test ends.
 fn fake_kubelet(socket: &Path, reply: ListPodResourcesResponse) {
-    let socket = socket.to_path_buf();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::UnixListener::bind(&socket).expect("bind socket");
-            let _ = ready_tx.send(());
-            tonic::transport::Server::builder()
-                .add_service(Lister(Arc::new(Mutex::new(reply))))
-                .serve_with_incoming(Incoming(listener))
-                .await
-                .expect("serve");
-        });
-    });
-    ready_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("fake kubelet listening");
+    fake_grpc::serve::<PodResourcesLister>(socket, reply);
 }
 
 fn config(socket: &Path, extra: &str) -> String {

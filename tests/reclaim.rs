@@ -403,82 +403,22 @@ mod pod_labels {
 
     use std::collections::HashMap;
     use std::path::Path;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
     use std::time::Duration;
 
     use gpu_steward::reclaim::cri::{
         ListPodSandboxRequest, ListPodSandboxResponse, PodSandbox, PodSandboxMetadata,
     };
-    use tonic::codegen::{http, BoxFuture, Service};
 
-    use super::common::{wait_for, Agent};
+    use super::common::{fake_grpc, wait_for, Agent};
     use super::{events_named, scenario, state, Procs, WAIT};
 
-    #[derive(Clone)]
-    struct Runtime(ListPodSandboxResponse);
+    /// A container runtime's CRI, as far as the agent uses it.
+    struct RuntimeService;
 
-    struct ListCall(ListPodSandboxResponse);
-
-    impl tonic::server::UnaryService<ListPodSandboxRequest> for ListCall {
+    impl fake_grpc::Unary for RuntimeService {
+        const SERVICE: &'static str = "runtime.v1.RuntimeService";
+        type Request = ListPodSandboxRequest;
         type Response = ListPodSandboxResponse;
-        type Future = BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
-        fn call(&mut self, _: tonic::Request<ListPodSandboxRequest>) -> Self::Future {
-            let reply = self.0.clone();
-            Box::pin(async move { Ok(tonic::Response::new(reply)) })
-        }
-    }
-
-    impl Service<http::Request<tonic::body::Body>> for Runtime {
-        type Response = http::Response<tonic::body::Body>;
-        type Error = std::convert::Infallible;
-        type Future = BoxFuture<Self::Response, Self::Error>;
-        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            Poll::Ready(Ok(()))
-        }
-        fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-            let reply = self.0.clone();
-            Box::pin(async move {
-                let mut grpc = tonic::server::Grpc::new(tonic::codec::ProstCodec::default());
-                Ok(grpc.unary(ListCall(reply), req).await)
-            })
-        }
-    }
-
-    impl tonic::server::NamedService for Runtime {
-        const NAME: &'static str = "runtime.v1.RuntimeService";
-    }
-
-    struct Incoming(tokio::net::UnixListener);
-
-    impl tonic::codegen::tokio_stream::Stream for Incoming {
-        type Item = std::io::Result<tokio::net::UnixStream>;
-        fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-            self.0.poll_accept(cx).map(|r| Some(r.map(|(s, _)| s)))
-        }
-    }
-
-    fn fake_runtime(socket: &Path, reply: ListPodSandboxResponse) {
-        let socket = socket.to_path_buf();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::UnixListener::bind(&socket).expect("bind socket");
-                let _ = ready_tx.send(());
-                tonic::transport::Server::builder()
-                    .add_service(Runtime(reply))
-                    .serve_with_incoming(Incoming(listener))
-                    .await
-                    .expect("serve");
-            });
-        });
-        ready_rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("fake runtime listening");
     }
 
     fn sandbox(uid: &str, app: &str) -> PodSandbox {
@@ -516,7 +456,7 @@ mod pod_labels {
         const TRAINER: &str = "22222222-2222-4222-8222-222222222222";
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("containerd.sock");
-        fake_runtime(
+        fake_grpc::serve::<RuntimeService>(
             &socket,
             ListPodSandboxResponse {
                 items: vec![sandbox(JUPYTER, "jupyter"), sandbox(TRAINER, "trainer")],

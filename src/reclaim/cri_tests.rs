@@ -1,54 +1,18 @@
 //! The CRI client against a fake container runtime: a tonic server on a Unix socket answering
 //! `/runtime.v1.RuntimeService/ListPodSandbox` with these hand-written messages.
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
-use tonic::codegen::{http, BoxFuture, Service};
-
 use super::*;
 
-#[derive(Clone)]
-struct Runtime(ListPodSandboxResponse);
+#[path = "../../tests/common/fake_grpc.rs"]
+#[allow(dead_code)] // `serve` is for tests that are not async
+mod fake_grpc;
 
-struct ListCall(ListPodSandboxResponse);
+struct RuntimeService;
 
-impl tonic::server::UnaryService<ListPodSandboxRequest> for ListCall {
+impl fake_grpc::Unary for RuntimeService {
+    const SERVICE: &'static str = "runtime.v1.RuntimeService";
+    type Request = ListPodSandboxRequest;
     type Response = ListPodSandboxResponse;
-    type Future = BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
-    fn call(&mut self, _: tonic::Request<ListPodSandboxRequest>) -> Self::Future {
-        let reply = self.0.clone();
-        Box::pin(async move { Ok(tonic::Response::new(reply)) })
-    }
-}
-
-impl Service<http::Request<tonic::body::Body>> for Runtime {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = std::convert::Infallible;
-    type Future = BoxFuture<Self::Response, Self::Error>;
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let reply = self.0.clone();
-        Box::pin(async move {
-            let mut grpc = tonic::server::Grpc::new(ProstCodec::default());
-            Ok(grpc.unary(ListCall(reply), req).await)
-        })
-    }
-}
-
-impl tonic::server::NamedService for Runtime {
-    const NAME: &'static str = "runtime.v1.RuntimeService";
-}
-
-struct Incoming(tokio::net::UnixListener);
-
-impl tonic::codegen::tokio_stream::Stream for Incoming {
-    type Item = std::io::Result<tokio::net::UnixStream>;
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_accept(cx).map(|r| Some(r.map(|(s, _)| s)))
-    }
 }
 
 fn sandbox(uid: &str, labels: &[(&str, &str)]) -> PodSandbox {
@@ -77,12 +41,7 @@ async fn labels_come_from_list_pod_sandbox_over_the_unix_socket() {
             sandbox("uid-b", &[]),
         ],
     };
-    let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(Runtime(reply))
-            .serve_with_incoming(Incoming(listener)),
-    );
+    fake_grpc::spawn::<RuntimeService>(&socket, reply);
     let (_stop_tx, stop) = watch::channel(false);
     let mut feed = spawn(socket.clone(), Duration::from_secs(1), stop);
     let got = tokio::time::timeout(Duration::from_secs(10), feed.0.wait_for(|l| l.up))

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 mod exposition;
+pub mod fake_grpc;
 mod scenarios;
 
 #[allow(unused_imports)] // each test binary uses a different part
