@@ -11,6 +11,9 @@ pub mod api;
 mod connection;
 mod events;
 mod fast;
+#[cfg(any(test, feature = "fixture"))]
+#[doc(hidden)]
+pub mod fixture;
 mod health;
 mod metered;
 mod mig;
