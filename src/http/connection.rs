@@ -78,8 +78,7 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
         shared: shared.clone(),
         registry: registry.clone(),
         id: ticket.id(),
-        hints: None,
-        peer: super::Peer(peer),
+        origin: super::Origin { hints: None, peer },
     };
     let Some(tls) = &shared.tls else {
         if prior_knowledge::is_preface(&first[..n]) {
@@ -90,7 +89,7 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
             return;
         }
         let hints = Hints::default();
-        gate.hints = Some(hints.clone());
+        gate.origin.hints = Some(hints.clone());
         let mut stream = metered(
             SendfileStream::new(stream, hints.clone()),
             &shared,
@@ -218,9 +217,7 @@ struct Gate {
     shared: Arc<Shared>,
     registry: Arc<Registry>,
     id: u64,
-    /// Where `/metrics` offers its page to be sent from a file (plain TCP only).
-    hints: Option<Hints>,
-    peer: super::Peer,
+    origin: super::Origin,
 }
 
 type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
@@ -231,10 +228,7 @@ impl hyper::service::Service<Request<Incoming>> for Gate {
     type Future = Answer;
 
     fn call(&self, mut req: Request<Incoming>) -> Answer {
-        if let Some(hints) = &self.hints {
-            req.extensions_mut().insert(hints.clone());
-        }
-        req.extensions_mut().insert(self.peer);
+        req.extensions_mut().insert(self.origin.clone());
         let serving = self.registry.serving(self.id);
         let permit = if is_probe(req.uri().path()) {
             None

@@ -134,12 +134,12 @@ async fn metrics(State(state): State<AppState>, request: axum::extract::Request)
             .iter()
             .map(HeaderValue::as_bytes),
     );
+    let origin = request.extensions().get::<Origin>();
     // HEAD sends no body: nothing to offer.
-    let hints = request
-        .extensions()
-        .get::<sendfile::Hints>()
+    let hints = origin
+        .and_then(|o| o.hints.as_ref())
         .filter(|_| request.method() == axum::http::Method::GET);
-    let peer = request.extensions().get::<Peer>().and_then(|p| p.0);
+    let peer = origin.and_then(|o| o.peer);
     let (parts, gzip) = scrape(&state, gzip, hints, peer).await;
     let mut response = (
         [
@@ -157,9 +157,14 @@ async fn metrics(State(state): State<AppState>, request: axum::extract::Request)
     response
 }
 
-/// The address a request came from, for `ahead` (`None` on a Unix socket).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Peer(pub ahead::Peer);
+/// What the `/metrics` handler learns of the connection a request came on, as one request
+/// extension: where the page may be offered to be sent from a file (plain TCP only), and the
+/// address it came from, for `ahead` (`None` on a Unix socket).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Origin {
+    pub hints: Option<sendfile::Hints>,
+    pub peer: ahead::Peer,
+}
 
 /// The body of a scrape of the newest publication, gzipped when `gzip` (and it could be),
 /// with whether it is. With `hints` (a plain-TCP connection about to send the body), the page

@@ -70,7 +70,8 @@ async fn serve(len: usize, prefix: &'static str) -> Served {
             let file = file.clone();
             let seen = seen.clone();
             async move {
-                if let Some(hints) = request.extensions().get::<Hints>() {
+                let origin = request.extensions().get::<super::Origin>();
+                if let Some(hints) = origin.and_then(|o| o.hints.as_ref()) {
                     hints.offer(FileBacked::new(memory.clone(), file).expect("same length"));
                     *seen.lock().expect("lock") = Some(hints.clone());
                 }
