@@ -46,8 +46,8 @@ pub struct WarnStep {
 /// Regular expressions, compared by their source (the config derives `PartialEq`).
 ///
 /// The built-in defaults are compiled when first matched, not at start: with reclaim off
-/// (the default) nothing matches process names, and compiling costs the agent the regex
-/// compiler's code and tables in its resident memory for nothing. Patterns from a file are
+/// (the default) nothing matches process names, and compiling them at every start ran the
+/// regex compiler and kept its output on the heap for nothing. Patterns from a file are
 /// compiled as they are read, so a bad one is reported there.
 #[derive(Debug, Clone, Default)]
 pub struct Patterns {
