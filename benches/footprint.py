@@ -3,7 +3,7 @@
 
 - time from process start to the first `/readyz` 200;
 - resident memory (VmRSS, VmHWM) after a minute of polling at the default 5 s interval, and how
-  much of it is the executable's own mappings (see link/hot-text.ld);
+  much of it is the executable's own mappings;
 - NVML calls per poll, per function (from the simulator's NVML_SIM_STATS call counts);
 - SIGTERM to exit with an idle keep-alive connection open;
 - /metrics latency over loopback (plain and gzip), median and p99 of N sequential scrapes.

@@ -5,7 +5,7 @@
 # $OUT/mem. Read-only: it only loads NVML and reads. Needs gcc, curl and gpu-steward beside it.
 # usage: OUT=/tmp/out bash mem-probe.sh
 #        OUT=/tmp/out B_BIN=/path/to/other/gpu-steward bash mem-probe.sh   (B: another build,
-#        e.g. one linked with GPU_STEWARD_HOT_TEXT=0, instead of MALLOC_ARENA_MAX=1)
+#        e.g. one built with other RUSTFLAGS, instead of MALLOC_ARENA_MAX=1)
 #        OUT=/tmp/out B_ENV=MALLOC_ARENA_MAX=2 bash mem-probe.sh   (B: other environment)
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
@@ -25,7 +25,7 @@ kill $A $B; wait $M; cat $R/nvml_min.out
 echo "== $(ldd --version 2>&1 | head -1); B: ${B_ENV:-} $B_BIN"
 for p in M A B; do echo "== $p threads $(cat $R/threads-$p.txt)"; grep -E 'VmRSS|RssAnon|RssFile|RssShmem|VmHWM' $R/status-$p.txt; done
 for p in M A B; do echo "== $p top mappings by Rss"; awk '/^[0-9a-f]+-[0-9a-f]+ /{name=$6; if(name=="")name="[anon]"} /^Rss:/{rss[name]+=$2} END{for(n in rss) if(rss[n]>100) printf "%8d kB %s\n", rss[n], n}' $R/smaps-$p.txt | sort -rn | head -12; done
-# The executable's own mappings (its code, read-only data and relocated data): see link/hot-text.ld.
+# The executable's own mappings (its code, read-only data and relocated data).
 for p in A B; do
   echo "== $p executable $(cat $R/exe-$p.txt), by mapping"
   awk -v exe="$(cat $R/exe-$p.txt)" '/^[0-9a-f]+-[0-9a-f]+ /{ours=($6==exe); perm=$2}
