@@ -1,4 +1,9 @@
-//! Wiring only: start the poller and the HTTP server, handle signals, shut down gracefully.
+//! Wiring only: start the actors, the poller and the HTTP servers, handle signals, shut down
+//! gracefully.
+//!
+//! Each task takes what it needs and the one shutdown signal (`stop`, a `watch` that turns
+//! true). The actors (rules, remediation, reclaim, sharing) receive the poller's publications and
+//! hand the poller their series and findings once, at start; the poller calls none of them.
 //!
 //! SIGHUP reloads the configuration: an invalid new file is rejected, logged and counted, and the
 //! running configuration stays. SIGTERM and SIGINT stop the server and the poller within a second.
@@ -16,10 +21,12 @@ use crate::config::{self, Config, Overrides};
 use crate::health::{Journal, NodeHealth};
 use crate::kubernetes::{self, KubeletFeed};
 use crate::logging::LogHandle;
-use crate::metrics::{self, RenderConfig};
+use crate::metrics::{self, Collector, RenderConfig};
 use crate::mig::service::MigService;
-use crate::poller::{self, Control, PollerConfig, Published};
+use crate::poller::{self, Control, FromActors, PollerConfig};
+use crate::publication::Published;
 use crate::reclaim::cri::{self, PodLabelFeed};
+use crate::reclaim::Reclaim;
 use crate::sharing::Sharing;
 use crate::snapshot::Snapshot;
 use crate::{http, AgentCounters};
@@ -77,7 +84,6 @@ struct Feeds {
 }
 
 fn poller_config(c: &Config, feeds: &Feeds, sharing: &Sharing) -> PollerConfig {
-    let kubelet = feeds.kubelet.clone();
     PollerConfig {
         nvml_lib: c.nvml_lib.clone(),
         interval: c.interval,
@@ -86,12 +92,20 @@ fn poller_config(c: &Config, feeds: &Feeds, sharing: &Sharing) -> PollerConfig {
         render: render_config(c),
         health: c.health.clone(),
         processes: c.processes.clone(),
-        kubelet,
+        kubelet: feeds.kubelet.clone(),
+        sharing: Some(sharing.feed()),
+    }
+}
+
+/// The reclaim actor's view of the configuration.
+fn reclaim_settings(c: &Config, feeds: &Feeds) -> crate::reclaim::Settings {
+    crate::reclaim::Settings {
         reclaim: c.reclaim.clone(),
         pod_labels: feeds.pod_labels.clone(),
         accounting: c.accounting.clone(),
         audit_file: c.audit_file.clone(),
-        sharing: Some(sharing.feed()),
+        procfs: c.processes.procfs.clone(),
+        interval: c.interval,
     }
 }
 
@@ -118,77 +132,21 @@ async fn converge(mig: &Arc<MigService>, when: &'static str) {
     }
 }
 
-/// Runs the daemon until SIGTERM or SIGINT.
-pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result<(), AppError> {
-    let counters = Arc::new(AgentCounters::new());
-    // The kubelet client lives as long as the daemon; `[kubernetes]` changes need a restart.
-    let (kubelet_stop, kubelet_stop_rx) = watch::channel(false);
-    let kubelet = config
-        .kubernetes
-        .enabled
-        .then(|| kubernetes::spawn(&config.kubernetes, kubelet_stop_rx.clone()));
-    // Pod labels for reclaim exemptions, from the CRI socket; changes need a restart too.
-    let r = &config.reclaim;
-    let pod_labels = (r.enabled && !r.exempt.pod_labels.is_empty())
-        .then(|| cri::spawn(r.cri_socket.clone(), cri::REFRESH, kubelet_stop_rx));
-    let feeds = Feeds {
-        kubelet,
-        pod_labels,
-    };
-    let sharing = Sharing::new(
-        config.sharing.clone(),
-        config.nvml_lib.clone(),
-        config.audit_file.clone(),
-    );
-    let pconfig = poller_config(&config, &feeds, &sharing);
-    let first = Snapshot::starting(SystemTime::now());
-    let health = Arc::new(NodeHealth::default());
-    let journal = Arc::new(Mutex::new(Journal::default()));
-    let initial = Published {
-        metrics: metrics::render(&first, &health, &pconfig.render, &counters),
-        snapshot: Arc::new(first),
-        health,
-        journal: journal.clone(),
-        interval: pconfig.interval,
-        reclaim: None,
-    };
-    let (tx, rx) = watch::channel(Arc::new(initial));
+/// The actors that act on publications: rules, remediation and reclaim, and what they give the
+/// poller and the router.
+struct Actors {
+    remediation: crate::remediation::Handle,
+    reclaim: Reclaim,
+    for_poller: FromActors,
+}
 
-    // TLS or basic auth asked for and unusable: serving without them would expose what the
-    // operator meant to protect, so the agent does not start.
-    let web = match &config.web_config_file {
-        None => None,
-        Some(f) => {
-            let w = http::web_config::load(f).map_err(AppError::WebConfig)?;
-            tracing::info!(file = %f.display(), "web config: {}", w.describe());
-            Some(w)
-        }
-    };
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| AppError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-    let local = listener.local_addr()?;
-    tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        config = %config.file.as_ref().map_or("built-in defaults".into(), |p| p.display().to_string()),
-        "listening on {local}"
-    );
-
-    let (stop_tx, stop_rx) = watch::channel(false);
-    if config.api_enabled {
-        // Checked again on every mutating request; said here so that a broken file shows at once.
-        match http::api::load_token(&config.api_token_file) {
-            Ok(_) => {
-                tracing::info!(token_file = %config.api_token_file.display(), "mutating API on")
-            }
-            Err(e) => tracing::error!("{e}"),
-        }
-    }
-    let mig = Arc::new(MigService::new(&config));
-    let published = rx.clone();
+/// Starts remediation (which refuses to start without its audit log), the rules and reclaim.
+fn start_actors(
+    config: &Config,
+    feeds: &Feeds,
+    published: &watch::Receiver<Arc<Published>>,
+    stop: &watch::Receiver<bool>,
+) -> Result<Actors, AppError> {
     let audit = if config.remediation.routes.is_empty() {
         None
     } else {
@@ -206,7 +164,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         )
     };
     let node = crate::remediation::dispatch::Node {
-        published: rx.clone(),
+        published: published.clone(),
         procfs: config.processes.procfs.clone(),
         nvml_lib: config.nvml_lib.clone(),
     };
@@ -214,110 +172,205 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         config.remediation.clone(),
         audit,
         Some(node),
-        stop_rx.clone(),
+        stop.clone(),
     );
-    let rules = (config.rules.rule_count() > 0).then(|| {
+    let mut collectors: Vec<Arc<dyn Collector>> = vec![remediation.metrics.clone()];
+    if config.rules.rule_count() > 0 {
         let metrics = Arc::new(crate::rules::RuleMetrics::default());
         crate::rules::task::spawn(
             config.rules.clone(),
             config.interval,
-            rx.clone(),
+            published.clone(),
             metrics.clone(),
             remediation.clone(),
-            stop_rx.clone(),
+            stop.clone(),
         );
-        metrics
-    });
-    let api = Arc::new(http::api::ApiConfig {
-        enabled: config.api_enabled,
-        token_file: config.api_token_file.clone(),
-        tcp: config.api_tcp,
-    });
-    let ahead = Arc::new(http::ahead::Ahead::new(counters.clone()));
-    tokio::spawn(http::ahead::watch(
-        rx.clone(),
-        ahead.clone(),
-        pconfig.interval,
-    ));
-    let state = http::AppState::new(http::AppFields {
-        ahead,
-        published: rx,
-        api: api.clone(),
-        mig: Some(mig.clone()),
-        sharing: Some(sharing.clone()),
-        rules,
-        remediation: Some(remediation),
-    });
-    let unix = match (&config.api_socket, config.api_enabled) {
-        (Some(path), true) => {
-            let listener = http::unix::bind(path, config.api_socket_mode)?;
-            tracing::info!(socket = %path.display(), "API on the Unix socket");
-            Some(tokio::spawn(http::unix::serve(
-                listener,
-                path.clone(),
-                http::router(state.clone()),
-                config.header_timeout,
-                stop_rx.clone(),
-            )))
-        }
-        _ => None,
+        collectors.push(metrics);
+    }
+    // Reclaim stops when the publications do, after the poller: its last run is recorded.
+    let reclaim = crate::reclaim::task::spawn(reclaim_settings(config, feeds), published.clone());
+    collectors.push(reclaim.series.clone());
+    let for_poller = FromActors {
+        collectors,
+        findings: Some(reclaim.findings.clone()),
     };
-    // Connections answer `GET /metrics` themselves unless basic auth or headers stand in front.
-    let scrape = web
-        .as_ref()
-        .is_none_or(|w| w.auth.is_noop())
-        .then(|| state.clone());
-    let app = http::router(state);
-    let app = http::protect(app, web.as_ref().map(|w| w.auth.clone()), api);
+    Ok(Actors {
+        remediation,
+        reclaim,
+        for_poller,
+    })
+}
+
+/// TLS or basic auth asked for and unusable: serving without them would expose what the
+/// operator meant to protect, so the agent does not start.
+fn load_web_config(config: &Config) -> Result<Option<http::web_config::WebConfig>, AppError> {
+    let Some(f) = &config.web_config_file else {
+        return Ok(None);
+    };
+    let w = http::web_config::load(f).map_err(AppError::WebConfig)?;
+    tracing::info!(file = %f.display(), "web config: {}", w.describe());
+    Ok(Some(w))
+}
+
+/// Starts the HTTP servers: TCP (with the web config's TLS and auth), and the API's Unix socket
+/// when configured.
+async fn start_http(
+    config: &Config,
+    state: http::AppState,
+    web: Option<http::web_config::WebConfig>,
+    stop: &watch::Receiver<bool>,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, AppError> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| AppError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let local = listener.local_addr()?;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        config = %config.file.as_ref().map_or("built-in defaults".into(), |p| p.display().to_string()),
+        "listening on {local}"
+    );
+    let mut servers = Vec::new();
+    if let (Some(path), true) = (&config.api_socket, config.api_enabled) {
+        let listener = http::unix::bind(path, config.api_socket_mode)?;
+        tracing::info!(socket = %path.display(), "API on the Unix socket");
+        servers.push(tokio::spawn(http::unix::serve(
+            listener,
+            path.clone(),
+            http::router(state.clone()),
+            config.header_timeout,
+            stop.clone(),
+        )));
+    }
+    let api = state.api.clone();
+    let app = http::protect(
+        http::router(state),
+        web.as_ref().map(|w| w.auth.clone()),
+        api,
+    );
     let limits = http::server::Limits {
         max_connections: config.max_connections,
         header_timeout: config.header_timeout,
         drain: DRAIN,
     };
     let tls = web.and_then(|w| w.tls);
-    let server = tokio::spawn(http::server::serve(
-        listener, app, scrape, limits, tls, stop_rx,
-    ));
+    servers.push(tokio::spawn(http::server::serve(
+        listener,
+        app,
+        limits,
+        tls,
+        stop.clone(),
+    )));
+    Ok(servers)
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result<(), AppError> {
+    let counters = Arc::new(AgentCounters::new());
+    let (stop_tx, stop) = watch::channel(false);
+    // The kubelet client lives as long as the daemon; `[kubernetes]` changes need a restart.
+    let kubelet = config
+        .kubernetes
+        .enabled
+        .then(|| kubernetes::spawn(&config.kubernetes, stop.clone()));
+    // Pod labels for reclaim exemptions, from the CRI socket; changes need a restart too.
+    let r = &config.reclaim;
+    let pod_labels = (r.enabled && !r.exempt.pod_labels.is_empty())
+        .then(|| cri::spawn(r.cri_socket.clone(), cri::REFRESH, stop.clone()));
+    let feeds = Feeds {
+        kubelet,
+        pod_labels,
+    };
+    let sharing = Sharing::new(
+        config.sharing.clone(),
+        config.nvml_lib.clone(),
+        config.audit_file.clone(),
+    );
+    let pconfig = poller_config(&config, &feeds, &sharing);
+    let first = Snapshot::starting(SystemTime::now());
+    let health = Arc::new(NodeHealth::default());
+    let journal = Arc::new(Mutex::new(Journal::default()));
+    let initial = Published {
+        page: metrics::render(&first, &health, &pconfig.render, &counters, &[]),
+        snapshot: Arc::new(first),
+        health,
+        journal: journal.clone(),
+        interval: pconfig.interval,
+    };
+    let (tx, published) = watch::channel(Arc::new(initial));
+
+    let web = load_web_config(&config)?;
+    if config.api_enabled {
+        // Checked again on every mutating request; said here so that a broken file shows at once.
+        match http::api::load_token(&config.api_token_file) {
+            Ok(_) => {
+                tracing::info!(token_file = %config.api_token_file.display(), "mutating API on")
+            }
+            Err(e) => tracing::error!("{e}"),
+        }
+    }
+    let mig = Arc::new(MigService::new(&config));
+    let actors = start_actors(&config, &feeds, &published, &stop)?;
+    let state = http::AppState::new(http::AppFields {
+        published: published.clone(),
+        api: Arc::new(http::api::ApiConfig {
+            enabled: config.api_enabled,
+            token_file: config.api_token_file.clone(),
+            tcp: config.api_tcp,
+        }),
+        mig: Some(mig.clone()),
+        sharing: Some(sharing.clone()),
+        remediation: Some(actors.remediation),
+        reclaim: Some(actors.reclaim.view.clone()),
+    });
+    let servers = start_http(&config, state, web, &stop).await?;
     // The configured MIG layout is in place before the first snapshot: until then /readyz
     // answers 503 (a reboot loses every instance; the kubelet must not see the GPUs first).
     converge(&mig, "start").await;
-    let poller = poller::spawn(pconfig, counters.clone(), journal, tx)?;
-
+    let poller = poller::spawn(pconfig, counters.clone(), journal, actors.for_poller, tx)?;
     // The device plugin and the memory guard live as long as the daemon.
-    let (sharing_stop, sharing_stop_rx) = watch::channel(false);
-    sharing.start(&config, published, sharing_stop_rx);
+    sharing.start(&config, published, stop.clone());
+
     let control = poller.control.clone();
     let handles = Handles {
         control: &control,
         feeds,
         sharing: &sharing,
         mig: &mig,
+        reclaim: &actors.reclaim,
     };
     wait_for_signals(config, &source, &log, &counters, handles).await?;
 
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
-    let _ = kubelet_stop.send(true);
-    let _ = sharing_stop.send(true);
     // The servers drain for at most DRAIN each, side by side; the margin covers the tasks' exit.
-    let unix = async {
-        if let Some(unix) = unix {
-            let _ = unix.await;
-        }
-    };
-    let both = async {
-        let _ = tokio::join!(server, unix);
-    };
-    if tokio::time::timeout(DRAIN + Duration::from_millis(100), both)
+    let drained = futures_join_all(servers);
+    if tokio::time::timeout(DRAIN + Duration::from_millis(100), drained)
         .await
         .is_err()
     {
         tracing::warn!("the HTTP server did not stop in time");
     }
-    // Joining the poller waits at most for its current NVML call.
+    // Joining the poller waits at most for its current NVML call; its publications then end,
+    // and reclaim writes its accounting state one last time.
     let _ = tokio::task::spawn_blocking(move || poller.stop()).await;
+    if tokio::time::timeout(Duration::from_secs(2), actors.reclaim.stopped())
+        .await
+        .is_err()
+    {
+        tracing::warn!("reclaim did not stop in time; its last accounting state may be lost");
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Waits for every task of `tasks`.
+async fn futures_join_all(tasks: Vec<tokio::task::JoinHandle<()>>) {
+    for t in tasks {
+        let _ = t.await;
+    }
 }
 
 /// What a reload hands the new configuration to.
@@ -326,6 +379,7 @@ struct Handles<'a> {
     feeds: Feeds,
     sharing: &'a Arc<Sharing>,
     mig: &'a Arc<MigService>,
+    reclaim: &'a Reclaim,
 }
 
 async fn wait_for_signals(
@@ -374,6 +428,7 @@ async fn wait_for_signals(
                         }
                         log.set_config_level(new.log_level.as_deref());
                         let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(&new, &h.feeds, h.sharing))));
+                        h.reclaim.reconfigure(reclaim_settings(&new, &h.feeds));
                         h.sharing.reload(&current, &new);
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");

@@ -50,6 +50,7 @@ pub mod metrics;
 pub mod mig;
 pub mod poller;
 pub mod procs;
+pub mod publication;
 pub mod reclaim;
 pub mod remediation;
 pub mod rules;
@@ -65,9 +66,6 @@ pub struct AgentCounters {
     pub started_at: SystemTime,
     pub reloads_ok: AtomicU64,
     pub reloads_failed: AtomicU64,
-    /// Pages compressed ahead of a gzip scrape due (`http::ahead`), and by a gzip scrape itself.
-    pub gzip_ahead: AtomicU64,
-    pub gzip_on_scrape: AtomicU64,
 }
 
 impl AgentCounters {
@@ -76,8 +74,6 @@ impl AgentCounters {
             started_at: SystemTime::now(),
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
-            gzip_ahead: AtomicU64::new(0),
-            gzip_on_scrape: AtomicU64::new(0),
         }
     }
 }

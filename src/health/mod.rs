@@ -30,6 +30,10 @@ use std::time::SystemTime;
 use serde::{Serialize, Serializer};
 
 pub use config::{HealthConfig, XidOverride};
+
+/// Findings about GPUs that an actor made (reclaim's `idle_held`), by GPU index, for the next
+/// judgement: they are raised, kept and cleared like the evaluator's own.
+pub type ExtraFindings = std::sync::Arc<BTreeMap<u32, Vec<conditions::Finding>>>;
 pub use evaluator::Evaluator;
 pub use journal::{EventKind, HealthEvent, Journal};
 pub use readiness::{readiness, Readiness};

@@ -252,11 +252,6 @@ impl Registry {
         slot.wake.notify_one();
     }
 
-    /// True once the server is shutting down.
-    pub fn closing(&self) -> bool {
-        self.closing.load(Ordering::Acquire)
-    }
-
     /// Bytes of unfinished heads over all connections.
     pub fn heads(&self) -> usize {
         self.heads.load(Ordering::Acquire)

@@ -5,9 +5,8 @@
 //! first-byte timeout is closed. Requests take one of the `max_connections` permits when hyper
 //! has parsed their head and give it back when their response is handed to the socket, so idle
 //! or trickling connections never hold one. `/livez` and `/readyz` are answered without a permit:
-//! a busy or attacked server still tells the kubelet it is alive and ready. On plain TCP the
-//! connection first answers `GET /metrics` itself (`fast`) and hands hyper the connection, with
-//! what it read, at the first other request.
+//! a busy or attacked server still tells the kubelet it is alive and ready. Every request, over
+//! plain TCP or TLS, is served by hyper and the router.
 //!
 //! Must not: call NVML or wait on anything but the socket and the registry.
 
@@ -30,10 +29,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt;
 
 use super::admission::{Registry, Serving, Slot, Ticket, Wake};
-use super::fast;
 use super::metered::Metered;
 use super::prior_knowledge;
-use super::sendfile::{Hints, SendfileStream};
 
 /// What every connection's task shares.
 pub struct Shared {
@@ -46,9 +43,6 @@ pub struct Shared {
     /// TLS from the web config; the handshake must finish within the header timeout.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     pub header_timeout: Duration,
-    /// What plain-TCP connections answer `GET /metrics` from themselves (see `fast`); `None`
-    /// when the web config puts basic auth or headers in front of the router.
-    pub scrape: Option<super::AppState>,
 }
 
 /// Paths answered without a permit: cheap (no body to render) and what the kubelet acts on.
@@ -68,17 +62,15 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
         // Nothing asked yet: whether evicted or shutting down, closing loses no answer.
         _ = slot.woken(&registry) => return,
     };
-    let peer = stream.peer_addr().ok().map(|a| a.ip());
     let n = match peeked {
         // Silent for the first-byte timeout, closed by the client, or a failed socket.
         Err(_) | Ok(Ok(0) | Err(_)) => return,
         Ok(Ok(n)) => n,
     };
-    let mut gate = Gate {
+    let gate = Gate {
         shared: shared.clone(),
         registry: registry.clone(),
         id: ticket.id(),
-        origin: super::Origin { hints: None, peer },
     };
     let Some(tls) = &shared.tls else {
         if prior_knowledge::is_preface(&first[..n]) {
@@ -88,33 +80,8 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
             }
             return;
         }
-        let hints = Hints::default();
-        gate.origin.hints = Some(hints.clone());
-        let mut stream = metered(
-            SendfileStream::new(stream, hints.clone()),
-            &shared,
-            &registry,
-            &slot,
-        );
-        let Some(state) = &shared.scrape else {
-            drive(stream, gate, &shared, &registry, &slot).await;
-            return;
-        };
-        let conn = fast::Conn {
-            state,
-            hints: &hints,
-            requests: &shared.requests,
-            registry: &registry,
-            slot: &slot,
-            id: ticket.id(),
-            header_timeout: shared.header_timeout,
-            peer,
-        };
-        // Boxed, as hyper's state is below, so that a silent connection does not carry it.
-        if let fast::End::HandOff(unread) = Box::pin(fast::serve(&mut stream, &conn)).await {
-            let stream = fast::Rewind::new(unread, stream);
-            drive(stream, gate, &shared, &registry, &slot).await;
-        }
+        let stream = metered(stream, &shared, &registry, &slot);
+        drive(stream, gate, &shared, &registry, &slot).await;
         return;
     };
     // A TLS connection opens with a handshake record (22); anything else is most likely plain
@@ -217,7 +184,6 @@ struct Gate {
     shared: Arc<Shared>,
     registry: Arc<Registry>,
     id: u64,
-    origin: super::Origin,
 }
 
 type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
@@ -227,8 +193,7 @@ impl hyper::service::Service<Request<Incoming>> for Gate {
     type Error = Infallible;
     type Future = Answer;
 
-    fn call(&self, mut req: Request<Incoming>) -> Answer {
-        req.extensions_mut().insert(self.origin.clone());
+    fn call(&self, req: Request<Incoming>) -> Answer {
         let serving = self.registry.serving(self.id);
         let permit = if is_probe(req.uri().path()) {
             None

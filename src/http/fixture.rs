@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use super::{api, AppFields, AppState};
 use crate::health::{Evaluator, HealthConfig, Journal};
 use crate::metrics::{self, RenderConfig};
-use crate::poller::Published;
+use crate::publication::Published;
 use crate::snapshot::{GpuIdentity, GpuReading, GpuSnapshot, GpuStatus, NvmlStatus, Snapshot};
 use crate::AgentCounters;
 
@@ -55,14 +55,13 @@ pub fn fields(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppFie
         hostname: "node-1".into(),
         hostname_label: "Hostname".into(),
     };
-    let metrics = metrics::render(&snapshot, &health, &render, &AgentCounters::new());
+    let page = metrics::render(&snapshot, &health, &render, &AgentCounters::new(), &[]);
     let published = Published {
         snapshot: Arc::new(snapshot),
         health: Arc::new(health),
         journal: Arc::new(Mutex::new(Journal::default())),
-        metrics,
+        page,
         interval: Duration::from_secs(5),
-        reclaim: None,
     };
     let (tx, rx) = tokio::sync::watch::channel(Arc::new(published));
     std::mem::forget(tx);
@@ -71,8 +70,7 @@ pub fn fields(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppFie
         api: api::ApiConfig::disabled(),
         mig: None,
         sharing: None,
-        rules: None,
         remediation: None,
-        ahead: Arc::new(super::ahead::Ahead::new(Arc::default())),
+        reclaim: None,
     }
 }

@@ -5,12 +5,10 @@
 //! a reason; the server keeps serving whatever a client sends.
 
 mod admission;
-pub mod ahead;
 mod alertmanager;
 pub mod api;
 mod connection;
 mod events;
-mod fast;
 #[cfg(any(test, feature = "fixture"))]
 #[doc(hidden)]
 pub mod fixture;
@@ -19,14 +17,12 @@ mod metered;
 mod mig;
 mod prior_knowledge;
 mod reclaim;
-pub mod sendfile;
 pub mod server;
 mod sharing;
 pub mod unix;
 pub mod web_config;
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode, Uri};
@@ -36,7 +32,7 @@ use axum::Router;
 use tokio::sync::watch;
 
 use crate::metrics::CONTENT_TYPE;
-use crate::poller::Published;
+use crate::publication::Published;
 
 /// What every handler can read, behind one `Arc`: a request clones one pointer rather than
 /// every field.
@@ -60,12 +56,11 @@ pub struct AppFields {
     pub mig: Option<Arc<crate::mig::service::MigService>>,
     /// The sharing subsystem (`/api/v1/sharing`); `None` in router tests.
     pub sharing: Option<Arc<crate::sharing::Sharing>>,
-    /// Alert states and evaluation failures of the local rules, when rules are loaded.
-    pub rules: Option<Arc<crate::rules::RuleMetrics>>,
-    /// The remediation dispatcher (`POST /api/v1/alertmanager` feeds it; its hook metrics).
+    /// The remediation dispatcher (`POST /api/v1/alertmanager` feeds it).
     pub remediation: Option<crate::remediation::Handle>,
-    /// When gzip scrapers come, to compress the page before they do (see `ahead`).
-    pub ahead: Arc<ahead::Ahead>,
+    /// The reclaim actor's latest view (`/api/v1/reclaim`); `None` when it has not run yet or
+    /// in router tests.
+    pub reclaim: Option<watch::Receiver<Option<Arc<crate::reclaim::View>>>>,
 }
 
 impl AppState {
@@ -125,147 +120,41 @@ pub fn protect(
     }
 }
 
-async fn metrics(State(state): State<AppState>, request: axum::extract::Request) -> Response {
-    // The request itself rather than a `HeaderMap` extractor, which would clone the headers.
-    let headers = request.headers();
+/// The newest publication's page, as it was rendered: gzipped when the scraper accepts it (the
+/// first gzip scrape of a publication compresses it, off the async workers so that probes on the
+/// same runtime are never held up; the others share that copy).
+async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
     let gzip = accepts_gzip(
         headers
             .get_all(header::ACCEPT_ENCODING)
             .iter()
             .map(HeaderValue::as_bytes),
     );
-    let origin = request.extensions().get::<Origin>();
-    // HEAD sends no body: nothing to offer.
-    let hints = origin
-        .and_then(|o| o.hints.as_ref())
-        .filter(|_| request.method() == axum::http::Method::GET);
-    let peer = origin.and_then(|o| o.peer);
-    let (parts, gzip) = scrape(&state, gzip, hints, peer).await;
+    let published = state.latest();
+    let body = if !gzip {
+        None
+    } else if published.page.gzip_ready() {
+        Some(published.page.gzip())
+    } else {
+        let p = published.clone();
+        tokio::task::spawn_blocking(move || p.page.gzip())
+            .await
+            .ok()
+    };
     let mut response = (
         [
             (header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE)),
             (header::VARY, HeaderValue::from_static("Accept-Encoding")),
         ],
-        axum::body::Body::new(Parts::new(parts)),
+        body.clone().unwrap_or_else(|| published.page.text.clone()),
     )
         .into_response();
-    if gzip {
+    if body.is_some() {
         response
             .headers_mut()
             .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
     response
-}
-
-/// What the `/metrics` handler learns of the connection a request came on, as one request
-/// extension: where the page may be offered to be sent from a file (plain TCP only), and the
-/// address it came from, for `ahead` (`None` on a Unix socket).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Origin {
-    pub hints: Option<sendfile::Hints>,
-    pub peer: ahead::Peer,
-}
-
-/// The body of a scrape of the newest publication, gzipped when `gzip` (and it could be),
-/// with whether it is. With `hints` (a plain-TCP connection about to send the body), the page
-/// is offered to be sent from its memfd, and it then comes last: the head and this scrape's
-/// few lines go first in one segment with the page's start (families may come in any order).
-/// Shared by the router's handler and the connection's own `GET /metrics` path (`fast`).
-pub(super) async fn scrape(
-    state: &AppState,
-    gzip: bool,
-    hints: Option<&sendfile::Hints>,
-    peer: ahead::Peer,
-) -> ([axum::body::Bytes; 2], bool) {
-    let published = state.latest();
-    let now = SystemTime::now();
-    // Rules and hooks change between polls: rendered at scrape time (a few lines).
-    let mut extra = String::new();
-    if let Some(r) = &state.rules {
-        r.render(&mut extra);
-    }
-    if let Some(r) = &state.remediation {
-        r.metrics.render(&mut extra);
-    }
-    if gzip && !published.metrics.gzip_ready() {
-        // The first gzip scrape of a publication that was not compressed ahead compresses it
-        // (~0.4 ms for the 8-GPU page): off the async workers, so that probes on the same
-        // runtime are never held up.
-        let p = published.clone();
-        let e = extra.clone();
-        let compressing = tokio::task::spawn_blocking(move || {
-            let here = p.metrics.compress();
-            (p.metrics.gzip_parts_with(now, e.as_bytes()), here)
-        });
-        match compressing.await {
-            Ok((parts, here)) => {
-                state.ahead.scraped(peer, here);
-                (parts, true)
-            }
-            Err(_) => (
-                published.metrics.plain_parts_with(now, extra.as_bytes()),
-                false,
-            ),
-        }
-    } else if gzip {
-        state.ahead.scraped(peer, false);
-        (
-            published.metrics.gzip_parts_with(now, extra.as_bytes()),
-            true,
-        )
-    } else {
-        let [page, tail] = published.metrics.plain_parts_with(now, extra.as_bytes());
-        let offered = hints.and_then(|hints| {
-            let file = published.metrics.plain_file()?;
-            hints.offer(file);
-            Some(())
-        });
-        match offered {
-            Some(()) => ([tail, page], false),
-            None => ([page, tail], false),
-        }
-    }
-}
-
-/// A body of a few shared buffers with an exact length: the page rendered once per poll goes
-/// to the socket by reference (hyper writes the parts with one vectored write), never copied.
-struct Parts {
-    parts: std::collections::VecDeque<axum::body::Bytes>,
-    remaining: u64,
-}
-
-impl Parts {
-    fn new(parts: [axum::body::Bytes; 2]) -> Parts {
-        let remaining = parts.iter().map(|p| p.len() as u64).sum();
-        Parts {
-            parts: parts.into_iter().filter(|p| !p.is_empty()).collect(),
-            remaining,
-        }
-    }
-}
-
-impl http_body::Body for Parts {
-    type Data = axum::body::Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        let next = self.parts.pop_front();
-        if let Some(p) = &next {
-            self.remaining -= p.len() as u64;
-        }
-        std::task::Poll::Ready(next.map(|p| Ok(http_body::Frame::data(p))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.parts.is_empty()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        http_body::SizeHint::with_exact(self.remaining)
-    }
 }
 
 /// True when the `Accept-Encoding` values list gzip with a non-zero quality.
@@ -325,8 +214,6 @@ async fn method_not_allowed() -> (StatusCode, &'static str) {
     )
 }
 
-#[cfg(test)]
-mod sendfile_tests;
 #[cfg(test)]
 mod server_tests;
 #[cfg(test)]

@@ -9,8 +9,8 @@ use serde_json::json;
 use super::AppState;
 
 pub(super) async fn reclaim(State(state): State<AppState>) -> Response {
-    let published = state.latest();
-    let Some(view) = published.reclaim.as_deref() else {
+    let view = state.reclaim.as_ref().and_then(|r| r.borrow().clone());
+    let Some(view) = view.as_deref() else {
         return Json(json!({"enabled": false, "reason": "no poll yet", "candidates": []}))
             .into_response();
     };

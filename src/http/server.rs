@@ -15,9 +15,7 @@
 //! - HTTP/2 with prior knowledge answered with HTTP/2's own "HTTP/1.1 required" (see
 //!   `prior_knowledge`);
 //! - graceful shutdown: stop accepting, close at once the connections that asked nothing, let
-//!   the responses in flight finish within the drain time;
-//! - on plain TCP, `GET /metrics` answered by the connection itself (see `fast`) under the same
-//!   limits, every other request by hyper and the router.
+//!   the responses in flight finish within the drain time.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -44,8 +42,7 @@ const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(2);
 const RESERVED_FDS: u64 = 128;
 
 /// Most connections open at once, whatever the descriptor limit: a silent one costs about
-/// 1.2 KiB, one that has begun its head about 5 KiB (the fast path's buffer, see `fast`) or
-/// 15 KiB once hyper has it, plus its head.
+/// 1.2 KiB, one that hyper serves about 15 KiB, plus its head.
 const MAX_OPEN: usize = 1024;
 const MIN_OPEN: usize = 16;
 
@@ -82,22 +79,6 @@ impl Derived {
     }
 }
 
-/// Limits no test runs into: 8 requests at once, 16 connections, 30 s timeouts.
-#[cfg(test)]
-pub(super) fn roomy() -> (Limits, Derived) {
-    let limits = Limits {
-        max_connections: 8,
-        header_timeout: Duration::from_secs(30),
-        drain: Duration::from_secs(1),
-    };
-    let derived = Derived {
-        open_budget: 16,
-        head_budget: 1 << 20,
-        first_byte: Duration::from_secs(30),
-    };
-    (limits, derived)
-}
-
 /// The open-connection budget for a soft descriptor limit of `nofile`.
 fn open_budget(nofile: u64) -> usize {
     let usable = usize::try_from(nofile.saturating_sub(RESERVED_FDS)).unwrap_or(MAX_OPEN);
@@ -105,26 +86,22 @@ fn open_budget(nofile: u64) -> usize {
 }
 
 /// Serves `app` on `listener` (over TLS when `tls` is given) until `stop` turns true, then
-/// drains. With `scrape`, plain-TCP connections answer `GET /metrics` from it themselves (see
-/// `fast`); give it only when nothing in `app` stands in front of `/metrics` (basic auth, the
-/// web config's headers).
+/// drains.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
-    scrape: Option<super::AppState>,
     limits: Limits,
     tls: Option<Arc<rustls::ServerConfig>>,
     stop: watch::Receiver<bool>,
 ) {
     let derived = Derived::new(&limits);
     tracing::debug!(open_budget = derived.open_budget, "connection limits");
-    serve_with(listener, app, scrape, limits, derived, tls, stop).await;
+    serve_with(listener, app, limits, derived, tls, stop).await;
 }
 
 pub(super) async fn serve_with(
     listener: TcpListener,
     app: Router,
-    scrape: Option<super::AppState>,
     limits: Limits,
     derived: Derived,
     tls: Option<Arc<rustls::ServerConfig>>,
@@ -136,7 +113,7 @@ pub(super) async fn serve_with(
         .header_read_timeout(limits.header_timeout)
         // A client may shut down its side once its request is sent (`nc -N`, some HTTP/1.0
         // tools): without this hyper may drop the request unanswered when it reads that EOF
-        // before the response is written (found by the `http_fast` fuzz target).
+        // before the response is written (found by fuzzing).
         .half_close(true)
         .max_buf_size(MAX_HEAD_BYTES)
         // Exact, unlike `max_buf_size` alone: a head that arrives whole in one read is measured too.
@@ -149,7 +126,6 @@ pub(super) async fn serve_with(
         first_byte: derived.first_byte,
         tls: tls.map(tokio_rustls::TlsAcceptor::from),
         header_timeout: limits.header_timeout,
-        scrape,
     });
     let registry = Registry::new(derived.open_budget, derived.head_budget);
     let mut tasks = JoinSet::new();

@@ -57,9 +57,7 @@ async fn start(max_connections: usize, open_budget: usize, drain: Duration) -> S
         head_budget: 1 << 20,
         first_byte: Duration::from_secs(60),
     };
-    let task = tokio::spawn(serve_with(
-        listener, app, None, limits, derived, None, stop_rx,
-    ));
+    let task = tokio::spawn(serve_with(listener, app, limits, derived, None, stop_rx));
     Server {
         port,
         stop,
@@ -267,4 +265,37 @@ async fn http2_prior_knowledge_is_told_http_1_1_is_required() {
     assert!(fetch(server.port, "/fast")
         .await
         .starts_with("HTTP/1.1 200"));
+}
+
+/// A client that sends its request and shuts down its side (`shutdown(SHUT_WR)`, as `nc -N`
+/// and some HTTP/1.0 tools do) gets its answer. Found by fuzzing (the input is kept as
+/// `fuzz/corpus/http/regression-half-close-http10`): hyper without `half_close` dropped such a
+/// request unanswered when it read the EOF before writing the response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_half_closes_after_its_request_gets_the_answer() {
+    let server = start(8, 16, Duration::from_secs(1)).await;
+    let requests: [&[u8]; 4] = [
+        b"PH ;* HTTP/1.0\r\n\r\n",
+        b"GET /nowhere HTTP/1.0\r\n\r\n",
+        b"GET /livez HTTP/1.1\r\n\r\n",
+        b"GET /fast HTTP/1.1\r\nHost: x\r\n\r\n",
+    ];
+    for request in requests {
+        for _ in 0..25 {
+            let mut s = connect(server.port).await;
+            s.write_all(request).await.expect("write");
+            s.shutdown().await.expect("shutdown");
+            let mut answer = Vec::new();
+            tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
+                .await
+                .expect("closed within 10 s")
+                .expect("read");
+            assert!(
+                answer.starts_with(b"HTTP/1."),
+                "{:?}: {:?}",
+                String::from_utf8_lossy(request),
+                String::from_utf8_lossy(&answer)
+            );
+        }
+    }
 }

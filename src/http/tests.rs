@@ -38,13 +38,56 @@ pub(super) fn healthy() -> AppState {
 }
 
 #[tokio::test]
-async fn metrics_serve_the_rendered_snapshot_with_a_live_age() {
-    let (status, body) = call(healthy(), "GET", "/metrics").await;
+async fn metrics_serve_the_page_rendered_at_the_poll() {
+    let state = healthy();
+    let (status, body) = call(state.clone(), "GET", "/metrics").await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("DCGM_FI_DEV_GPU_UTIL{gpu=\"1\""), "{body}");
     assert!(body.contains("gpu_steward_gpu_utilization_ratio{gpu=\"0\",uuid=\"GPU-00000000\"} 0.5"));
     assert!(body.ends_with('\n'));
-    assert!(body.contains("\ngpu_steward_snapshot_age_seconds "));
+    // Byte for byte the publication's page: nothing is added per scrape.
+    assert_eq!(body.as_bytes(), &state.latest().page.text[..]);
+    assert!(body.contains("\ngpu_steward_snapshot_timestamp_seconds "));
+}
+
+#[tokio::test]
+async fn a_gzip_scrape_gets_the_same_page_compressed_once_per_publication() {
+    use std::io::Read;
+    let state = healthy();
+    assert!(!state.latest().page.gzip_ready());
+    let ask = || {
+        Request::builder()
+            .uri("/metrics")
+            .header("accept-encoding", "gzip, deflate")
+            .body(Body::empty())
+            .expect("request")
+    };
+    let first = router(state.clone())
+        .oneshot(ask())
+        .await
+        .expect("infallible");
+    assert_eq!(first.headers()["content-encoding"], "gzip");
+    let first = axum::body::to_bytes(first.into_body(), 1 << 24)
+        .await
+        .expect("body");
+    assert!(state.latest().page.gzip_ready());
+    let second = router(state.clone())
+        .oneshot(ask())
+        .await
+        .expect("infallible");
+    let second = axum::body::to_bytes(second.into_body(), 1 << 24)
+        .await
+        .expect("body");
+    assert_eq!(
+        first.as_ptr(),
+        second.as_ptr(),
+        "the second scrape shares the first's copy"
+    );
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(&first[..])
+        .read_to_end(&mut text)
+        .expect("valid gzip");
+    assert_eq!(text, state.latest().page.text);
 }
 
 #[tokio::test]

@@ -146,15 +146,6 @@ fn reloads(counters: &AgentCounters, out: &mut Families) {
             ("failure", &counters.reloads_failed),
         ],
     ));
-    out.push(by_label(
-        "gpu_steward_scrape_compressions_total",
-        "Pages compressed for gzip scrapes: ahead of a scraper due (trigger=\"ahead\"), or by the scrape that asked first (trigger=\"scrape\", which waited for it).",
-        "trigger",
-        [
-            ("ahead", &counters.gzip_ahead),
-            ("scrape", &counters.gzip_on_scrape),
-        ],
-    ));
 }
 
 /// A counter family of the agent's own atomics, one series per value of `label`.

@@ -1,4 +1,4 @@
-//! `/metrics`: two families rendered from a snapshot, once per poll.
+//! `/metrics`: the page, rendered once per poll from a snapshot and its health.
 //!
 //! - `dcgm`: names, units and labels of NVIDIA's dcgm-exporter 4.x, so existing dashboards, alert
 //!   rules and autoscaler queries keep working;
@@ -6,16 +6,18 @@
 //!   `_total` counters, identity in `gpu_steward_gpu_info`);
 //! - `agent`: the agent's own health (always on); `kubelet`: the pod-resources client's.
 //! - `gpm` (profiling, both families) and `processes` (per-process, native) have their own files.
+//! - the actors' own series (rules, remediation, reclaim) through [`Collector`]s they hand to
+//!   the poller, collected into the same page.
 //!
-//! Rendering happens on the poller thread right after a poll; a scrape copies the bytes and
-//! appends one line computed at scrape time (the snapshot's age). Nothing here calls NVML.
+//! Rendering happens on the poller thread right after a poll, once; every scrape of the
+//! publication serves the same bytes (`publication::Page`). Nothing here calls NVML or knows
+//! how the page is served.
 
 mod agent;
 mod dcgm;
 mod dcgm_xid;
 mod family;
 mod gpm;
-mod gzip;
 mod health;
 mod kubelet;
 mod mig;
@@ -23,13 +25,13 @@ mod native;
 mod processes;
 mod sharing;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
 
 use crate::health::NodeHealth;
-use crate::http::sendfile::{FileBacked, PageFile};
+use crate::publication::Page;
 use crate::snapshot::Snapshot;
 use crate::AgentCounters;
 
@@ -50,114 +52,40 @@ pub struct RenderConfig {
     pub hostname_label: String,
 }
 
-/// One snapshot's exposition, ready to serve.
-#[derive(Debug, Clone)]
-pub struct Rendered {
-    /// Shared by reference with every scrape of this publication: serving copies no body.
-    pub text: Bytes,
-    /// Compressed when a scraper first asks for gzip, then shared by every gzip scrape of this
-    /// publication. Polls outnumber scrapes (a 1 s poll against a 15-30 s scrape), so
-    /// compressing every poll spent a third of the agent's own CPU on pages nobody fetched.
-    gzip: OnceLock<gzip::GzipPrefix>,
-    /// `text` in a sealed memfd, made when a plain-TCP scraper first asks for this publication,
-    /// so that scrapes send it with `sendfile` (see `http::sendfile`); `None` inside when the
-    /// kernel refused a memfd.
-    file: OnceLock<Option<Arc<PageFile>>>,
-    taken_at: SystemTime,
+/// A source of series outside the snapshot: an actor's own state (alert counts, hook runs, the
+/// reclaim view), collected into the page each time it is rendered. Implementors copy out what
+/// they hold under a short lock; they must not block or do I/O.
+pub trait Collector: Send + Sync {
+    /// Appends complete families in the text format.
+    fn collect(&self, out: &mut String);
 }
 
-impl Rendered {
-    /// The plain body for a scrape at `now`.
-    pub fn plain(&self, now: SystemTime) -> Vec<u8> {
-        self.plain_parts(now).concat()
-    }
+/// Series an actor rendered itself and posted for the next page (the reclaim actor's, which it
+/// renders from its own view after each of its runs).
+#[derive(Debug, Default)]
+pub struct Posted(std::sync::Mutex<String>);
 
-    /// The plain body as its two parts: the shared page and this scrape's tail.
-    pub fn plain_parts(&self, now: SystemTime) -> [Bytes; 2] {
-        self.plain_parts_with(now, b"")
-    }
-
-    /// The plain parts with `extra` (series rendered at scrape time, e.g. alert states) added
-    /// to the tail.
-    pub fn plain_parts_with(&self, now: SystemTime, extra: &[u8]) -> [Bytes; 2] {
-        let mut tail = self.tail(now);
-        tail.extend_from_slice(extra);
-        [self.text.clone(), Bytes::from(tail)]
-    }
-
-    /// The shared page with its memfd copy, made on first use; `None` when memfds are refused.
-    pub fn plain_file(&self) -> Option<FileBacked> {
-        let file =
-            self.file
-                .get_or_init(|| match PageFile::new(c"gpu-steward-metrics", &self.text) {
-                    Ok(file) => Some(Arc::new(file)),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "no memfd for the page; scrapes copy it");
-                        None
-                    }
-                });
-        FileBacked::new(self.text.clone(), file.clone()?)
-    }
-
-    /// Whether the gzip body is compressed already (a gzip scrape then only copies).
-    pub fn gzip_ready(&self) -> bool {
-        self.gzip.get().is_some()
-    }
-
-    /// Compresses the page unless it is already; true when this call did.
-    pub fn compress(&self) -> bool {
-        let mut did = false;
-        self.gzip.get_or_init(|| {
-            did = true;
-            gzip::GzipPrefix::new(&self.text)
-        });
-        did
-    }
-
-    /// The gzip body for a scrape at `now`.
-    pub fn gzip(&self, now: SystemTime) -> Vec<u8> {
-        self.gzip_parts(now).concat()
-    }
-
-    /// The gzip body as its two parts: the shared compressed page and this scrape's tail with
-    /// the trailer.
-    pub fn gzip_parts(&self, now: SystemTime) -> [Bytes; 2] {
-        self.gzip_parts_with(now, b"")
-    }
-
-    /// The gzip parts with `extra` added to the tail (compressed after the shared prefix).
-    pub fn gzip_parts_with(&self, now: SystemTime, extra: &[u8]) -> [Bytes; 2] {
-        let mut tail = self.tail(now);
-        tail.extend_from_slice(extra);
-        self.gzip
-            .get_or_init(|| gzip::GzipPrefix::new(&self.text))
-            .finish_parts(&tail)
-    }
-
-    fn tail(&self, now: SystemTime) -> Vec<u8> {
-        use std::io::Write;
-        // Every scrape runs this: the constant text is copied, and the age, rounded to the
-        // millisecond, is formatted as integers (float formatting cost more than the rest).
-        const HEAD: &str = "# HELP gpu_steward_snapshot_age_seconds Seconds since the snapshot \
-             served by this scrape was taken, computed at scrape time.\n\
-             # TYPE gpu_steward_snapshot_age_seconds gauge\n\
-             gpu_steward_snapshot_age_seconds ";
-        let age = now.duration_since(self.taken_at).unwrap_or_default();
-        let ms = (age.as_nanos() + 500_000) / 1_000_000;
-        let mut tail = Vec::with_capacity(HEAD.len() + 32);
-        tail.extend_from_slice(HEAD.as_bytes());
-        let _ = writeln!(tail, "{}.{:03}", ms / 1000, ms % 1000);
-        tail
+impl Posted {
+    /// Replaces what was posted before.
+    pub fn post(&self, text: String) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = text;
     }
 }
 
-/// Renders every enabled family of `snapshot`.
+impl Collector for Posted {
+    fn collect(&self, out: &mut String) {
+        out.push_str(&self.0.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+}
+
+/// Renders every enabled family of `snapshot`, and the collectors' series, into one page.
 pub fn render(
     snapshot: &Snapshot,
     health: &NodeHealth,
     config: &RenderConfig,
     counters: &AgentCounters,
-) -> Rendered {
+    collectors: &[Arc<dyn Collector>],
+) -> Page {
     let mut families = Families::default();
     if config.dcgm {
         dcgm::render(snapshot, health, config, &mut families);
@@ -172,13 +100,22 @@ pub fn render(
     }
     agent::render(snapshot, counters, &mut families);
     kubelet::render(snapshot, &mut families);
-    let text = Bytes::from(families.encode().into_bytes());
-    Rendered {
-        gzip: OnceLock::new(),
-        file: OnceLock::new(),
-        text,
-        taken_at: snapshot.taken_at,
+    let mut text = families.encode();
+    // The actors' series are native ones (`gpu_steward_*`): off with the native family.
+    if config.native {
+        for c in collectors {
+            c.collect(&mut text);
+        }
     }
+    let series = count_series(&text);
+    Page::new(Bytes::from(text.into_bytes()), series)
+}
+
+/// Sample lines of a page in the text format: every line that is not a comment.
+fn count_series(text: &str) -> usize {
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count()
 }
 
 /// 1 for true, 0 for false: the value of a boolean series.

@@ -93,10 +93,7 @@ impl Enricher {
             nvml_calls: obs.nvml_calls,
             polls,
             kubernetes: kubelet,
-            sharing: config
-                .sharing
-                .as_ref()
-                .map(crate::sharing::SharingFeed::latest),
+            sharing: config.sharing.as_ref().map(crate::snapshot::Feed::latest),
         }
     }
 

@@ -1,25 +1,26 @@
 //! The poller: the one task that talks to NVML.
 //!
 //! It runs on a dedicated blocking thread (NVML calls block, sometimes for long), polls every GPU
-//! each interval, renders the metrics once, and publishes an immutable `Published` through a
-//! `tokio::sync::watch` channel. Scrapes and health checks only read what was published.
+//! each interval, renders the page once, and publishes an immutable [`Published`] through a
+//! `tokio::sync::watch` channel. Scrapes, health checks and every actor only read what was
+//! published; the poller calls none of them and imports none of them.
 //!
 //! It must never exit on an NVML failure: a missing library or driver is retried with backoff, a
 //! lost GPU is reported while the others keep reporting, and a changed device count triggers a
 //! re-enumeration. Only `Control::Shutdown` (or the control channel closing) stops it.
 //!
-//! A poll is six stages with one owner each:
+//! A poll is five stages with one owner each:
 //!
 //! 1. **observe** ([`observe`]): the NVML session, one worker thread per GPU ([`worker`]) that
 //!    owns its device's NVML state and reads it by tiers of cost ([`schedule`]), and the XID
 //!    watcher. GPUs are read in parallel; a hung one does not hold the others.
 //! 2. **enrich** ([`enrich`]): per-board accumulations ([`boards`]: XID and dropped-process
-//!    counts, by UUID), procfs attribution, kubelet pods. The result is a [`Snapshot`].
-//! 3. **reclaim** ([`crate::reclaim::stage`]): idleness, accounting, the reclaim ladder (its
-//!    actions run on threads of their own); its findings (`idle_held`) go to judge.
-//! 4. **judge**: the pure health evaluator, and the journal of its changes.
-//! 5. **render**: both metric families, once, with reclaim's series appended.
-//! 6. **publish**: one `Arc<Published>` on the watch channel.
+//!    counts, by UUID), procfs attribution, kubelet pods, the sharing status. The result is a
+//!    [`Snapshot`].
+//! 3. **judge**: the pure health evaluator, with the findings actors made (reclaim's
+//!    `idle_held`, from the publication before), and the journal of its changes.
+//! 4. **render**: every family, once, with the actors' collectors ([`metrics::Collector`]).
+//! 5. **publish**: one `Arc<Published>` on the watch channel.
 
 mod boards;
 mod enrich;
@@ -28,8 +29,6 @@ mod pool;
 mod schedule;
 mod worker;
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -38,12 +37,11 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 
 use crate::attribution::ProcessesConfig;
-use crate::health::conditions::Finding;
-use crate::health::{self, Evaluator, HealthConfig, Journal, NodeHealth};
+use crate::health::{self, Evaluator, ExtraFindings, HealthConfig, Journal, NodeHealth};
 use crate::kubernetes::KubeletFeed;
-use crate::metrics::{self, RenderConfig, Rendered};
-use crate::reclaim::{self, AccountingConfig, ReclaimConfig};
-use crate::snapshot::{NvmlStatus, Snapshot};
+use crate::metrics::{self, Collector, RenderConfig};
+use crate::publication::Published;
+use crate::snapshot::{Feed, NvmlStatus, SharingStatus, Snapshot};
 use crate::AgentCounters;
 
 use enrich::Enricher;
@@ -65,27 +63,17 @@ pub struct PollerConfig {
     pub processes: ProcessesConfig,
     /// The kubelet client's latest mapping, when `[kubernetes] enabled`.
     pub kubelet: Option<KubeletFeed>,
-    /// `[reclaim]`, `[accounting]` and `[audit] file`: the reclaim stage's settings.
-    pub reclaim: ReclaimConfig,
-    /// The container runtime's pod labels, when `[reclaim] exempt_pod_labels` needs them.
-    pub pod_labels: Option<reclaim::cri::PodLabelFeed>,
-    pub accounting: AccountingConfig,
-    pub audit_file: PathBuf,
     /// The sharing subsystem's latest status, when `[sharing]` configures anything.
-    pub sharing: Option<crate::sharing::SharingFeed>,
+    pub sharing: Option<Feed<SharingStatus>>,
 }
 
-impl PollerConfig {
-    fn reclaim_settings(&self) -> reclaim::stage::Settings {
-        reclaim::stage::Settings {
-            reclaim: self.reclaim.clone(),
-            pod_labels: self.pod_labels.clone(),
-            accounting: self.accounting.clone(),
-            audit_file: self.audit_file.clone(),
-            procfs: self.processes.procfs.clone(),
-            interval: self.interval,
-        }
-    }
+/// What the actors hand the poller once, at start: their series and their findings.
+#[derive(Default)]
+pub struct FromActors {
+    /// Collected into every page, after the poller's own families.
+    pub collectors: Vec<Arc<dyn Collector>>,
+    /// The reclaim actor's latest findings, added to each judgement.
+    pub findings: Option<watch::Receiver<ExtraFindings>>,
 }
 
 /// Messages to the poller thread.
@@ -94,22 +82,6 @@ pub enum Control {
     /// Boxed: the config is large and reloads are rare.
     Reconfigure(Box<PollerConfig>),
     Shutdown,
-}
-
-/// What the poller publishes each interval: the snapshot, its health and its rendered metrics.
-#[derive(Debug)]
-pub struct Published {
-    pub snapshot: Arc<Snapshot>,
-    /// Per-GPU verdicts computed from `snapshot` (and the ones before it).
-    pub health: Arc<NodeHealth>,
-    /// The health event journal: the same `Arc` in every publication. The poller appends once
-    /// per poll; readers hold the lock only to copy entries out, so they never stall a poll.
-    pub journal: Arc<Mutex<Journal>>,
-    pub metrics: Rendered,
-    /// The poll interval in force when this was published (readiness uses it).
-    pub interval: Duration,
-    /// Idleness, reclaim candidates and accounting (`None` before the first poll).
-    pub reclaim: Option<Arc<reclaim::stage::View>>,
 }
 
 /// Handle to the running poller thread.
@@ -133,12 +105,13 @@ pub fn spawn(
     config: PollerConfig,
     counters: Arc<AgentCounters>,
     journal: Arc<Mutex<Journal>>,
+    actors: FromActors,
     out: watch::Sender<Arc<Published>>,
 ) -> std::io::Result<PollerHandle> {
     let (control, rx) = mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("poller".into())
-        .spawn(move || Poller::new(config, counters, journal).run(&rx, &out))?;
+        .spawn(move || Poller::new(config, counters, journal, actors).run(&rx, &out))?;
     Ok(PollerHandle {
         control,
         thread: Some(thread),
@@ -152,7 +125,7 @@ struct Poller {
     observer: Observer,
     enricher: Enricher,
     evaluator: Evaluator,
-    reclaim: reclaim::stage::Stage,
+    actors: FromActors,
     journal: Arc<Mutex<Journal>>,
     polls: u64,
 }
@@ -162,12 +135,13 @@ impl Poller {
         config: PollerConfig,
         counters: Arc<AgentCounters>,
         journal: Arc<Mutex<Journal>>,
+        actors: FromActors,
     ) -> Self {
         Poller {
             observer: Observer::new(),
             enricher: Enricher::new(&config),
             evaluator: Evaluator::new(config.health.clone()),
-            reclaim: reclaim::stage::Stage::new(&config.reclaim_settings()),
+            actors,
             journal,
             config,
             counters,
@@ -182,27 +156,20 @@ impl Poller {
             let slow_gpus = observation.slow_gpus;
             self.polls += 1;
             let snapshot = Arc::new(self.enricher.enrich(observation, &self.config, self.polls));
-            let (reclaim, findings) = self
-                .reclaim
-                .observe(&snapshot, &self.config.reclaim_settings());
-            let health = Arc::new(self.judge(&snapshot, &findings));
-            let mut metrics =
-                metrics::render(&snapshot, &health, &self.config.render, &self.counters);
-            if self.config.render.native {
-                // Before the page is first served (or compressed): one copy per poll.
-                let extra = reclaim::metrics::render(&reclaim, &snapshot);
-                let mut page = Vec::with_capacity(metrics.text.len() + extra.len());
-                page.extend_from_slice(&metrics.text);
-                page.extend_from_slice(extra.as_bytes());
-                metrics.text = page.into();
-            }
+            let health = Arc::new(self.judge(&snapshot));
+            let page = metrics::render(
+                &snapshot,
+                &health,
+                &self.config.render,
+                &self.counters,
+                &self.actors.collectors,
+            );
             out.send_replace(Arc::new(Published {
                 snapshot: snapshot.clone(),
                 health,
                 journal: self.journal.clone(),
-                metrics,
+                page,
                 interval: self.config.interval,
-                reclaim: Some(reclaim),
             }));
             tracing::debug!(
                 poll = self.polls,
@@ -221,7 +188,6 @@ impl Poller {
                 Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
             }
         }
-        self.reclaim.shutdown(&self.config.reclaim_settings());
         self.observer.shutdown();
     }
 
@@ -232,15 +198,19 @@ impl Poller {
         }
         self.evaluator.set_config(config.health.clone());
         self.enricher.reconfigure(&config);
-        self.reclaim.reconfigure(&config.reclaim_settings());
         self.config = config;
     }
 
-    /// Judges the snapshot, logs each condition change once and journals it.
-    fn judge(&mut self, snapshot: &Snapshot, extra: &BTreeMap<u32, Vec<Finding>>) -> NodeHealth {
+    /// Judges the snapshot with the actors' findings, logs each condition change once and
+    /// journals it.
+    fn judge(&mut self, snapshot: &Snapshot) -> NodeHealth {
+        let extra = match &self.actors.findings {
+            Some(f) => f.borrow().clone(),
+            None => ExtraFindings::default(),
+        };
         let (health, events) = self
             .evaluator
-            .evaluate_with(snapshot, extra, SystemTime::now());
+            .evaluate_with(snapshot, &extra, SystemTime::now());
         if !events.is_empty() {
             events.iter().for_each(health::journal::log);
             self.journal

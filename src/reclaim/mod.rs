@@ -2,7 +2,9 @@
 //!
 //! - [`idle`]: idleness per GPU and MIG instance, a pure function over successive snapshots;
 //! - [`ladder`]: which step is due for which unit, pure, with exemptions and the hourly limit;
-//! - [`config`]: `[reclaim]` and `[accounting]`.
+//! - [`config`]: `[reclaim]` and `[accounting]`;
+//! - [`stage`]: what reclaim keeps across polls, run once per publication by [`task`], the
+//!   actor that receives publications and hands on its view, findings and series.
 //!
 //! Decisions are pure; everything that touches the node (hooks, signals) is elsewhere and is
 //! off unless `[reclaim] enabled = true` and `dry_run = false`.
@@ -15,8 +17,11 @@ pub mod idle;
 pub mod ladder;
 pub mod metrics;
 pub mod stage;
+pub mod task;
 
 #[cfg(test)]
 mod testkit;
 
 pub use config::{AccountingConfig, ActionKind, ReclaimConfig};
+pub use stage::{Settings, View};
+pub use task::Reclaim;

@@ -1,9 +1,10 @@
-//! The reclaim stage of the poll, between enrich and judge: idleness, accounting, the ladder,
-//! and the dispatch of its decisions. It owns everything reclaim keeps across polls and
-//! publishes a [`View`] with each snapshot for `/metrics`, `/health` and `/api/v1/reclaim`.
+//! What reclaim does with each snapshot: idleness, accounting, the ladder, and the dispatch of
+//! its decisions. It owns everything reclaim keeps across polls and makes a [`View`] of each run
+//! for `/metrics`, `/health` and `/api/v1/reclaim`.
 //!
-//! It runs on the poller thread and never blocks it: procfs reads are one `stat` per holder,
-//! audit records are rare, and hooks and signals run on threads of their own ([`super::act`]).
+//! The reclaim actor ([`super::task`]) runs it on a blocking thread, one run per publication:
+//! procfs reads are one `stat` per holder, audit records are rare, and hooks and signals run on
+//! threads of their own ([`super::act`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

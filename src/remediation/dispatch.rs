@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::audit::AuditLog;
 use crate::exec::{self, CommandSpec};
-use crate::poller::Published;
+use crate::publication::Published;
 
 use super::alert::Alert;
 use super::config::{Action, RemediationConfig, Route};

@@ -1,5 +1,6 @@
 //! `gpu_steward_hook_runs_total{hook,result}` and `gpu_steward_hook_duration_seconds{hook}`,
-//! written in the text format at scrape time (a few series; they change only when hooks run).
+//! written in the text format when the page is rendered (a few series; they change only when
+//! hooks run).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -26,6 +27,12 @@ pub struct HookMetrics {
 struct Inner {
     runs: BTreeMap<(String, &'static str), u64>,
     durations: BTreeMap<String, Histogram>,
+}
+
+impl crate::metrics::Collector for HookMetrics {
+    fn collect(&self, out: &mut String) {
+        self.render(out);
+    }
 }
 
 impl HookMetrics {

@@ -111,12 +111,18 @@ impl RuleSet {
     }
 }
 
-/// Counters and gauges of the rules, read by `/metrics`.
+/// Counters and gauges of the rules, collected into the page at each poll.
 #[derive(Debug, Default)]
 pub struct RuleMetrics {
     pub evaluation_failures: AtomicU64,
     /// (alertname, pending, firing) per rule name, replaced after each step.
     pub alerts: Mutex<Vec<(String, usize, usize)>>,
+}
+
+impl crate::metrics::Collector for RuleMetrics {
+    fn collect(&self, out: &mut String) {
+        self.render(out);
+    }
 }
 
 impl RuleMetrics {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::poller::Published;
+use crate::publication::Published;
 use crate::remediation::{Handle, Source};
 
 use super::{Engine, RuleMetrics, RuleSet};
@@ -52,7 +52,7 @@ pub fn spawn(
             // thread, so that the HTTP workers never wait for it.
             let (e, step, us) = match tokio::task::spawn_blocking(move || {
                 let started = std::time::Instant::now();
-                let text = String::from_utf8_lossy(&p.metrics.text);
+                let text = String::from_utf8_lossy(&p.page.text);
                 let step = engine.step(&text, p.snapshot.taken_at);
                 let us = started.elapsed().as_micros() as u64;
                 (engine, step, us)

@@ -21,8 +21,8 @@ use super::plugin::devices::GpuState;
 use super::service::Sharing;
 use super::settings::{GuardAction, MemoryGuardConfig, TimeSlicing};
 use crate::audit::AuditLog;
-use crate::poller::Published;
 use crate::procs::{self, ProcessIdentity};
+use crate::publication::Published;
 use crate::snapshot::{OverLimit, Snapshot};
 
 /// The memory share per GPU UUID: `memory_per_replica` of the `nvidia.com/gpu` resource that

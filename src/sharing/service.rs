@@ -13,20 +13,7 @@ use crate::audit::AuditLog;
 use crate::snapshot::SharingStatus;
 
 /// The receiving end of the status channel, comparable so that `PollerConfig` stays `Eq`.
-#[derive(Debug, Clone)]
-pub struct SharingFeed(pub watch::Receiver<Arc<SharingStatus>>);
-
-impl PartialEq for SharingFeed {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.same_channel(&other.0)
-    }
-}
-
-impl SharingFeed {
-    pub fn latest(&self) -> Arc<SharingStatus> {
-        self.0.borrow().clone()
-    }
-}
+pub type SharingFeed = crate::snapshot::Feed<SharingStatus>;
 
 /// What an apply runs against; replaced on reload.
 #[derive(Debug, Clone)]
@@ -66,7 +53,7 @@ impl Sharing {
     }
 
     pub fn feed(&self) -> SharingFeed {
-        SharingFeed(self.status.subscribe())
+        crate::snapshot::Feed(self.status.subscribe())
     }
 
     pub fn config(&self) -> SharingConfig {
@@ -105,7 +92,7 @@ impl Sharing {
     pub fn start(
         self: &Arc<Self>,
         config: &crate::config::Config,
-        published: watch::Receiver<Arc<crate::poller::Published>>,
+        published: watch::Receiver<Arc<crate::publication::Published>>,
         stop: watch::Receiver<bool>,
     ) {
         let c = &config.sharing;

@@ -20,6 +20,29 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+/// The latest value of a source that runs beside the poller (the sharing status): a `watch`
+/// receiver that compares by channel, so that a configuration holding one can be compared.
+#[derive(Debug)]
+pub struct Feed<T>(pub tokio::sync::watch::Receiver<Arc<T>>);
+
+impl<T> Clone for Feed<T> {
+    fn clone(&self) -> Self {
+        Feed(self.0.clone())
+    }
+}
+
+impl<T> PartialEq for Feed<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.same_channel(&other.0)
+    }
+}
+
+impl<T> Feed<T> {
+    pub fn latest(&self) -> Arc<T> {
+        self.0.borrow().clone()
+    }
+}
+
 /// The state of the NVML library as the poller last saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NvmlStatus {

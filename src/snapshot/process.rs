@@ -40,7 +40,7 @@ pub struct GpuProcess {
     pub compute_instance_id: Option<u32>,
     /// Name, user and owner from procfs; `None` when the process could not be read (gone,
     /// another pid namespace without `hostPID`, or `[processes] enabled = false`).
-    pub info: Option<Arc<crate::attribution::ProcessInfo>>,
+    pub info: Option<Arc<ProcessInfo>>,
 }
 
 /// The attribution of one process; every field is optional.

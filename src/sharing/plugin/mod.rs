@@ -37,7 +37,7 @@ use self::server::{Counters, PluginService, ResourceState};
 use super::service::Sharing;
 use super::settings::SharingConfig;
 use crate::health::Status;
-use crate::poller::Published;
+use crate::publication::Published;
 use crate::snapshot::{GpuStatus, NvmlStatus, PluginResource};
 
 /// How often the sockets are looked at.
