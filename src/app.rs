@@ -329,6 +329,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     // The configured MIG layout is in place before the first snapshot: until then /readyz
     // answers 503 (a reboot loses every instance; the kubelet must not see the GPUs first).
     converge(&mig, "start").await;
+    actors.reclaim.started(Duration::from_secs(5)).await;
     let poller = poller::spawn(pconfig, counters.clone(), journal, actors.for_poller, tx)?;
     // The device plugin and the memory guard live as long as the daemon.
     sharing.start(&config, published, stop.clone());

@@ -203,6 +203,9 @@ fn a_scenario_change_fires_after_for_runs_the_hook_once_and_resolves() {
     assert_eq!(calls[1]["stdin"]["status"], "resolved");
     assert_eq!(calls[1]["fp"], calls[0]["fp"]);
     assert_ne!(calls[1]["stdin"]["endsAt"], "0001-01-01T00:00:00Z");
+    // The rules' and hooks' series are collected into the page at each poll: the next
+    // publication shows them.
+    wait_polls(&agent, 2);
     assert_eq!(alerts(&agent, "GpuHot", "firing"), Some(0.0));
     let m = agent.metrics();
     assert_eq!(
@@ -269,6 +272,8 @@ fn a_hanging_hook_is_killed_with_its_children() {
         Duration::from_secs(5),
         || (!pid_alive(hook) && !pid_alive(child)).then_some(()),
     );
+    // The hooks' series are collected into the page at each poll: the next one shows the run.
+    wait_polls(&agent, 2);
     assert_eq!(
         agent.metrics().value(
             "gpu_steward_hook_runs_total",

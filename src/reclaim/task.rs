@@ -43,6 +43,13 @@ impl Reclaim {
         });
     }
 
+    /// Waits (at most `limit`) until the actor's first run is posted: its series and findings
+    /// are then in the poller's first page and judgement.
+    pub async fn started(&self, limit: std::time::Duration) {
+        let mut view = self.view.clone();
+        let _ = tokio::time::timeout(limit, view.wait_for(Option::is_some)).await;
+    }
+
     /// Waits until the actor has written its last state and stopped.
     pub async fn stopped(self) {
         let _ = self.task.await;
@@ -65,20 +72,27 @@ pub fn spawn(settings: Settings, mut published: watch::Receiver<Arc<Published>>)
             return;
         };
         let mut last_taken: Option<SystemTime> = None;
+        // The first run is on the publication in the channel now (before the poller's first):
+        // accounting restored from the state file is in the first page the poller renders.
+        let mut first = true;
         loop {
-            tokio::select! {
-                changed = published.changed() => if changed.is_err() { break },
-                changed = settings_rx.changed() => {
-                    if changed.is_err() {
-                        break;
+            if first {
+                first = false;
+            } else {
+                tokio::select! {
+                    changed = published.changed() => if changed.is_err() { break },
+                    changed = settings_rx.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        current = settings_rx.borrow_and_update().clone();
+                        let s = current.clone();
+                        match tokio::task::spawn_blocking(move || { stage.reconfigure(&s); stage }).await {
+                            Ok(s) => stage = s,
+                            Err(_) => return,
+                        }
+                        continue;
                     }
-                    current = settings_rx.borrow_and_update().clone();
-                    let s = current.clone();
-                    match tokio::task::spawn_blocking(move || { stage.reconfigure(&s); stage }).await {
-                        Ok(s) => stage = s,
-                        Err(_) => return,
-                    }
-                    continue;
                 }
             }
             let p = published.borrow_and_update().clone();
