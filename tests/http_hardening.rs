@@ -297,7 +297,7 @@ fn sigterm_with_stalled_connections_exits_0_well_within_a_second() {
     assert_eq!(status.code(), Some(0), "{}", agent.log());
     assert!(
         took < Duration::from_secs(1),
-        "took {took:?}, the README says within a second"
+        "took {took:?}, docs/http.md says within a second"
     );
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-# Provenance: a copy of ../shared/gpu/load.py (unchanged but for these three lines),
-# the script that measured ../shared/reference/real-h100/ on 2026-11-22.
+# Provenance: a copy (unchanged but for these three lines) of the script that measured the real
+# H100 on 2026-11-22 (its captures: nvml-sim/tests/data/real-h100/; its figures: BENCHMARKS.md).
 # real-check.sh's load phase (needs torch): GPU work, no GPU setting changed.
 """GPU work for the checks: 'busy SECONDS GB' runs bf16 matmuls holding GB of memory;
 'idle SECONDS GB' holds GB and computes nothing."""

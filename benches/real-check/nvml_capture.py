@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-# Provenance: a copy of ../shared/gpu/nvml_capture.py (unchanged but for these three lines),
-# the script that measured ../shared/reference/real-h100/ on 2026-11-22.
+# Provenance: a copy (unchanged but for these three lines) of the script that measured the real
+# H100 on 2026-11-22 (its captures: nvml-sim/tests/data/real-h100/; its figures: BENCHMARKS.md).
 # real-check.sh runs it (needs pynvml); it only reads NVML.
 """Ask an NVML library (a real driver or the simulator) a fixed list of questions about every GPU
 and write what it answers, with each call's median latency, as JSON.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-# Provenance: a copy of ../shared/gpu/nvml_cost.py (unchanged but for these three lines),
-# the script that measured ../shared/reference/real-h100/ on 2026-11-22.
+# Provenance: a copy (unchanged but for these three lines) of the script that measured the real
+# H100 on 2026-11-22 (its captures: nvml-sim/tests/data/real-h100/; its figures: BENCHMARKS.md).
 # real-check.sh runs it (needs pynvml); it only reads NVML.
 """What each NVML call the agent makes per poll costs on this machine: wall time and the
 process's CPU time, median of REPS calls. usage: nvml_cost.py OUT.json [REPS]"""

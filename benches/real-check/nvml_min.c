@@ -1,5 +1,5 @@
-/* Provenance: copied unchanged (but for this comment) from ../shared/gpu/nvml_min.c, which measured
-   the NVML memory floor in ../shared/reference/real-h100/ on 2026-11-22. Built and run by
+/* Provenance: copied unchanged (but for this comment) from the program that measured the NVML
+   memory floor of the real H100 in BENCHMARKS.md on 2026-11-22. Built and run by
    real-check.sh (gcc -O2 -o nvml_min nvml_min.c -ldl); it only reads. */
 /* The smallest useful NVML exporter loop: load NVML, read four fields of every GPU once a second.
    Its resident memory is the floor for any agent that uses NVML. usage: nvml_min SECONDS */

@@ -25,8 +25,8 @@
 # Exit codes: 0 done (findings are in the output), 1 findings with --strict, 2 the check could not
 # run (no agent, no NVML library, the agent did not start).
 #
-# Started from ../shared/gpu/real-check.sh (the run behind ../shared/reference/real-h100/); the
-# helper scripts beside it are copies of ../shared/gpu/ (see their headers) plus agent_meter.py
+# Started from the script of the real H100 run in BENCHMARKS.md; the helper scripts beside it
+# are copies of that run's scripts (see their headers) plus agent_meter.py
 # and side_by_side.py. Optional: nvidia-smi, python3 modules pynvml / prometheus_client / torch,
 # wrk (here or on PATH, with its libraries in lib/), gcc; each missing one skips its part, loudly.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-# Provenance: a copy of ../shared/gpu/seed_exporter.py (unchanged but for these three lines),
-# the script that measured ../shared/reference/real-h100/ on 2026-11-22.
+# Provenance: a copy (unchanged but for these three lines) of the script that measured the real
+# H100 on 2026-11-22 (its captures: nvml-sim/tests/data/real-h100/; its figures: BENCHMARKS.md).
 # real-check.sh runs it for comparison; it only reads NVML.
 """The seeds' GPUMonitor (pynvml + prometheus_client), run as an exporter for comparison.
 usage: seed_exporter.py PORT INTERVAL_S"""

@@ -7,7 +7,7 @@
 //!
 //! Plain data out, typed codes for errors. Setting the compute mode needs root, takes effect at
 //! once and lasts until the driver unloads (Linux resets it to DEFAULT on reboot); on a GPU with
-//! MIG enabled NVML wants MIG device handles instead (`reference/nvml-mig-timeslicing.md` §6.3).
+//! MIG enabled NVML wants MIG device handles instead (nvml.h, `nvmlDeviceSetComputeMode`).
 
 use std::ffi::OsStr;
 

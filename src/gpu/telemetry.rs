@@ -232,7 +232,7 @@ pub(super) fn mig_mode(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
     out.mig_mode_current = mode.as_ref().map(|m| m.current == 1);
     out.mig_mode_pending = mode.as_ref().map(|m| m.pending == 1);
     r.observe_mig(out.mig_mode_current);
-    // 4.1 µs on a real H100 (reference/real-h100/nvml-cost-table.json): free at this tier.
+    // 4.1 µs on a real H100 (nvml-sim/costs/h100-driver-580.json): free at this tier.
     out.compute_mode = r
         .log
         .read("nvmlDeviceGetComputeMode", || d.compute_mode())

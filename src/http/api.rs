@@ -1,4 +1,4 @@
-//! The mutating API (CONTRACT §3): routes that change the node are off unless `[api] enabled`,
+//! The mutating API (docs/http.md): routes that change the node are off unless `[api] enabled`,
 //! and then need `Authorization: Bearer <token>` with the token from `[api] token_file`.
 //!
 //! The token file is read on every mutating request (they are rare), so a rotated token takes

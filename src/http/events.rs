@@ -1,5 +1,5 @@
 //! `GET /api/v1/events`: the health event journal, newest first, optionally `?since=` an
-//! RFC 3339 time or Unix seconds. Read-only, so it needs no token (CONTRACT §3).
+//! RFC 3339 time or Unix seconds. Read-only, so it needs no token (docs/http.md).
 
 use std::collections::HashMap;
 

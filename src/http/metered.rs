@@ -74,7 +74,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
                 tracing::warn!(
                     largest = %largest,
                     "unfinished request heads hold more than their budget: closing the largest; \
-                     see the HTTP section of the README"
+                     see docs/http.md"
                 );
             }
         }

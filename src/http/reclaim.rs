@@ -1,5 +1,5 @@
 //! `GET /api/v1/reclaim`: the idle-GPU candidates, what is exempt and what happens when.
-//! Read-only, so it needs no token (CONTRACT §3); reclaim itself is configured, not requested.
+//! Read-only, so it needs no token (docs/http.md); reclaim itself is configured, not requested.
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};

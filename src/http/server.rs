@@ -176,7 +176,7 @@ fn admit(
                     budget = registry.budget(),
                     busiest = %busiest,
                     "open-connection budget spent: closing the oldest idle connections of the \
-                     busiest peer to make room; see the HTTP section of the README"
+                     busiest peer to make room; see docs/http.md"
                 );
             }
             let _ = stream.set_nodelay(true);

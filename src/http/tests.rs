@@ -194,8 +194,9 @@ fn guarded_app(config: Arc<api::ApiConfig>) -> axum::Router {
         .with_state(AppState::new(fields))
 }
 
-/// The guard of CONTRACT §3 on a route that would change the node: off → 404, unusable token
-/// file → 503 with the reason, no or wrong token → 401, the right one → the handler.
+/// The guard of docs/http.md ("The API token") on a route that would change the node: off → 404,
+/// unusable token file → 503 with the reason, no or wrong token → 401, the right one → the
+/// handler.
 #[tokio::test]
 async fn mutating_routes_need_the_api_switch_and_the_token() {
     use std::os::unix::fs::PermissionsExt;

@@ -18,7 +18,7 @@
 //!
 //! Basic authentication covers every path but the probes (`/livez`, `/readyz`, `/health`,
 //! `/health/gpus...`), which the kubelet and load balancers call without credentials. Requests
-//! under `/api/v1/` may instead carry the API's bearer token (CONTRACT §3). What gpu-steward
+//! under `/api/v1/` may instead carry the API's bearer token (docs/http.md). What gpu-steward
 //! cannot do as exporter-toolkit does is refused with the reason rather than ignored: TLS 1.0
 //! and 1.1, Go cipher-suite and curve names (rustls offers only modern suites), client
 //! certificates accepted without verification, and HTTP/2.

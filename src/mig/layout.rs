@@ -1,9 +1,9 @@
-//! Named MIG layouts with the meaning of mig-parted's `mig-configs` (nvml-mig-timeslicing.md
-//! §5.1): each layout is a list of entries; an entry applies to the GPUs its `device-filter`
-//! (PCI device ids, optional) **and** `devices` (`all` or enumeration indices) select, and says
-//! whether MIG is on (`mig-enabled`) and which instances to have (`mig-devices`: profile →
-//! count). When several entries of a layout select a GPU the last one wins, as when mig-parted
-//! applies them in order. GPUs no entry selects are left alone.
+//! Named MIG layouts with the meaning of mig-parted's `mig-configs` (NVIDIA/mig-parted
+//! `api/spec/v1/spec.go`): each layout is a list of entries; an entry applies to the GPUs its
+//! `device-filter` (PCI device ids, optional) **and** `devices` (`all` or enumeration indices)
+//! select, and says whether MIG is on (`mig-enabled`) and which instances to have
+//! (`mig-devices`: profile → count). When several entries of a layout select a GPU the last one
+//! wins, as when mig-parted applies them in order. GPUs no entry selects are left alone.
 //!
 //! The same entry type reads the `[mig.layouts]` tables of the TOML config and mig-parted's
 //! YAML (`yaml.rs`); validation happens while deserialising, so errors carry positions.

@@ -7,7 +7,7 @@
 //! - The instances still to create get **placements chosen by search** (depth-first over each
 //!   profile's memory-slice starts, largest profiles first) in the slices the kept ones leave, so
 //!   a target that fits in any arrangement is found; mig-parted instead lets the driver place
-//!   instances and retries creation orders (nvml-mig-timeslicing.md §5.2).
+//!   instances and retries creation orders (NVIDIA/mig-parted `pkg/mig/config/config.go`).
 //! - A target that cannot fit at all (unknown profile, more instances than the profile allows,
 //!   more than the GPU's compute slices, or no arrangement of memory slices) is **rejected**
 //!   before anything changes, naming the GPU and the reason.

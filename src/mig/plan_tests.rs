@@ -2,8 +2,8 @@ use super::*;
 use crate::mig::layout::{DeviceFilter, Devices, LayoutEntry};
 use crate::snapshot::mig::{ComputeInstance, GpuProcess, MigMode};
 
-/// The H100 80GB HBM3 table (nvml-mig-timeslicing.md §4.1-4.2): (index, id, name, slices,
-/// instances, starts, size).
+/// The H100 80GB HBM3 table (NVIDIA's MIG User Guide, `nvidia-smi mig -lgipp`): (index, id,
+/// name, slices, instances, starts, size).
 type Row = (u32, u32, &'static str, u32, u32, &'static [u32], u32);
 
 const H100: &[Row] = &[

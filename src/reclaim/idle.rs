@@ -7,12 +7,13 @@
 //! NVML did not give (a process listed since the last per-process read, an unsupported or
 //! failed read) is not evidence of idleness, so the window starts again once it is known.
 //!
-//! The real driver's facts this rests on (`reference/real-h100/`): per-process utilization
-//! lists only processes with a sample, so an idle holder is absent there; `gpu::processes`
-//! turns "absent although covered by the read" into 0 and "too new to have a sample" into
-//! `None`, which is what this module sees. On MIG, NVML gives neither GPU nor per-process
-//! utilization (nvml.h: not supported on MIG-enabled GPUs), so a MIG instance with holders is
-//! always `Unknown`: never judged idle, never reclaimed; its held memory is still reported.
+//! The real driver's facts this rests on (a real H100, driver 580; docs/reclaim.md): per-process
+//! utilization lists only processes with a sample, so an idle holder is absent there;
+//! `gpu::processes` turns "absent although covered by the read" into 0 and "too new to have a
+//! sample" into `None`, which is what this module sees. On MIG, NVML gives neither GPU nor
+//! per-process utilization (nvml.h: not supported on MIG-enabled GPUs), so a MIG instance with
+//! holders is always `Unknown`: never judged idle, never reclaimed; its held memory is still
+//! reported.
 //!
 //! "Allocated but unused" (the kubelet allocated the GPU to a pod, and no process runs on it)
 //! is tracked with its own clock, for reporting only: there is no process to act on.

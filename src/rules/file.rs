@@ -159,7 +159,7 @@ pub fn parse(name: &Path, text: &str, needs: &mut Needs) -> Result<Vec<Group>, R
                 )
             })?;
             check::check(&expr, needs).map_err(|construct| {
-                at(expr_pos, format!("rule '{alert}': {construct} is not supported by the agent's evaluator (see README, \"Remediation\")"))
+                at(expr_pos, format!("rule '{alert}': {construct} is not supported by the agent's evaluator (see docs/rules.md)"))
             })?;
             let duration = |key: &str, v: &Option<String>| -> Result<Duration, RuleError> {
                 v.as_deref().map_or(Ok(Duration::ZERO), |s| {

@@ -1,6 +1,6 @@
 //! The TOML shape of `[sharing]`, validated while parsing so that every error carries the
 //! position of the offending key or value. The meaning of `[sharing.time_slicing]` is that of
-//! k8s-device-plugin's `sharing.timeSlicing` (`reference/nvml-mig-timeslicing.md` §6.1), in the
+//! k8s-device-plugin's `sharing.timeSlicing` (NVIDIA/k8s-device-plugin `api/config/v1/`), in the
 //! agent's snake_case; NVIDIA's own YAML is read by [`super::yaml`] into the same types.
 
 use std::path::PathBuf;

@@ -11,7 +11,7 @@ use crate::gpu::ComputeMode;
 
 /// The CUDA time-slice length, as `nvidia-smi compute-policy --set-timeslice` numbers it
 /// (0=DEFAULT, 1=SHORT, 2=MEDIUM, 3=LONG: the help text of the real H100's nvidia-smi, in
-/// `reference/real-h100/nvidia-smi-compute-policy-and-mig.txt`).
+/// driver 580.159.04; also quoted in NVIDIA/k8s-device-plugin#354).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Timeslice {

@@ -1,10 +1,10 @@
 //! The CUDA time-slice length through `nvidia-smi compute-policy`: there is no public NVML
 //! function for it (nvml.h API 13 has none; NVIDIA's own DRA driver shells out the same way,
-//! `reference/nvml-mig-timeslicing.md` §6.3).
+//! NVIDIA/k8s-dra-driver-gpu `cmd/gpu-kubelet-plugin/sharing.go`).
 //!
 //! Commands run through [`crate::exec::run`]: argv, no shell, with a timeout. The listing is
-//! the table `nvidia-smi compute-policy -l` prints on driver 580 (captured on a real H100 in
-//! `reference/real-h100/nvidia-smi-compute-policy-and-mig.txt`):
+//! the table `nvidia-smi compute-policy -l` prints on driver 580 (captured on a real H100,
+//! driver 580.159.04):
 //!
 //! ```text
 //! |   0   Timeslice       Default       |

@@ -1,7 +1,7 @@
 //! A reader for k8s-device-plugin's own config file (YAML, `version: v1`), so that a node moving
 //! from NVIDIA's plugin keeps its ConfigMap: only `sharing.timeSlicing` is read; `flags` and the
 //! rest are NVIDIA-specific and ignored. Keys inside `sharing` are checked strictly, and every
-//! error names the file, line and column (`reference/nvml-mig-timeslicing.md` §6.1).
+//! error names the file, line and column (format: NVIDIA/k8s-device-plugin `api/config/v1/`).
 
 use std::path::Path;
 

@@ -129,7 +129,8 @@ pub fn profile_index_shape(index: u32) -> Option<(u32, &'static str)> {
 }
 
 /// mig-parted's profile name for a GI profile: `{G}g.{GB}gb{attrs}` with
-/// GB = round(ceil(mem / total × 8) / 8 × ceil(total in GiB)) (nvml-mig-timeslicing.md §4.4).
+/// GB = round(ceil(mem / total × 8) / 8 × ceil(total in GiB)) (NVIDIA/go-nvlib
+/// `pkg/nvlib/device/mig_profile.go`).
 pub fn profile_name(index: u32, memory_mib: u64, total_mib: u64) -> Option<String> {
     let (g, attrs) = profile_index_shape(index)?;
     if total_mib == 0 {
@@ -147,7 +148,8 @@ mod tests {
 
     #[test]
     fn names_follow_go_nvlib() {
-        // H100 80GB HBM3 (81559 MiB) and H200 (143771 MiB), the worked check of §4.4.
+        // H100 80GB HBM3 (81559 MiB) and H200 (143771 MiB). A worked check of the formula: the
+        // H200's 3g has 71168 MiB, 71168 / 143771 × 8 = 3.96 → 4/8 × 141 GiB = 70.5 → 3g.71gb.
         assert_eq!(profile_name(0, 9984, 81559).as_deref(), Some("1g.10gb"));
         assert_eq!(profile_name(7, 9984, 81559).as_deref(), Some("1g.10gb+me"));
         assert_eq!(profile_name(2, 40448, 81559).as_deref(), Some("3g.40gb"));

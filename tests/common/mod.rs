@@ -246,7 +246,7 @@ impl Agent {
         });
     }
 
-    /// Replaces the scenario the way the contract says: write a temporary file, rename it over.
+    /// Replaces the scenario as docs/simulator.md says: write a temporary file, rename it over.
     pub fn rewrite_scenario(&self, text: &str) {
         let tmp = self.dir.path().join("scenario.toml.tmp");
         std::fs::write(&tmp, text).expect("write scenario");
