@@ -1,5 +1,5 @@
 //! The cost model (`NVML_SIM_COST`): a JSON table in the format of
-//! `tests/nvml-sim/costs/h100-driver-580.json` (`{"functions": {"nvmlSymbol": {"wall_us": f,
+//! `nvml-sim/costs/h100-driver-580.json` (`{"functions": {"nvmlSymbol": {"wall_us": f,
 //! "cpu_us": f|null}}}`) read at the `nvmlInit*` that takes the ref count from 0 to 1 and
 //! dropped at the last `nvmlShutdown`. While it is loaded, every call of a listed export burns
 //! `cpu_us` of this thread's CPU time (`wall_us` when `cpu_us` is null), then sleeps until

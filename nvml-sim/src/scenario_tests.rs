@@ -187,7 +187,7 @@ fn render_is_one_line_with_file_position() {
 
 #[test]
 fn shared_scenarios_parse() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/scenarios");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/scenarios");
     let Ok(entries) = std::fs::read_dir(&dir) else {
         println!(
             "note: {} does not exist; shared scenarios not checked",

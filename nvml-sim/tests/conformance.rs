@@ -68,7 +68,7 @@ fn data(board: &str, file: &str) -> Value {
 
 fn scenario(file: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../scenarios")
+        .join("../tests/scenarios")
         .join(file);
     std::fs::read_to_string(path).expect("scenario file")
 }
