@@ -3,11 +3,16 @@
 //! computed deterministically from the index and model. Exports read only these values.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use toml::Spanned;
 
 use crate::ffi::{code_by_name, Ret};
 use crate::models::Model;
 pub use crate::pci::PciAddr;
-use crate::scenario::{Ecc, ProcessKind, RawGpm, RawGpu, RemappedRows, RetiredPages};
+use crate::scenario::{
+    Ecc, ProcessKind, RawEvent, RawGpm, RawGpu, RawProcess, RemappedRows, RetiredPages,
+};
 
 /// One scenario, resolved.
 #[derive(Debug, Clone)]
@@ -184,172 +189,157 @@ fn derived_uuid(index: u32, model: &Model) -> String {
     )
 }
 
-impl Gpu {
-    /// Resolves entry `g` (already validated) as GPU number `index`.
-    pub(crate) fn build(index: u32, model: &'static Model, g: &RawGpu) -> Gpu {
-        let pct = |v: &Option<toml::Spanned<u32>>| v.as_ref().map_or(0, |p| *p.get_ref());
-        let gpu_util = pct(&g.gpu_util_percent);
-        let mig_devices: Vec<String> = g
-            .mig_devices
-            .iter()
-            .flatten()
-            .map(|d| d.get_ref().clone())
-            .collect();
-        let mut clocks = model.idle_clocks;
-        if let Some(sm) = g.sm_clock_mhz {
-            clocks.sm = sm;
-            clocks.graphics = sm;
-        }
-        if let Some(mem) = g.mem_clock_mhz {
-            clocks.mem = mem;
-        }
-        let throttle_reasons = match &g.throttle_reasons {
-            Some(list) => list.iter().fold(0, |acc, r| acc | *r as u64),
-            // CHOSEN: without a list, an idle GPU reports GpuIdle and a busy one nothing.
-            None if gpu_util == 0 => 0x1,
-            None => 0,
-        };
-        let power_w = g
-            .power_w
+/// CHOSEN: a derived serial is a fixed 13-digit prefix, a number from the model and the index.
+fn derived_serial(index: u32, model: &Model) -> String {
+    let n = 1_320_000_000_000 + stable_hash(model.key.as_bytes()) % 1_000_000 * 1000;
+    format!("{}", n + u64::from(index))
+}
+
+/// CHOSEN: derived bus numbers start at 0x10 and step by one per index.
+fn derived_pci(index: u32) -> PciAddr {
+    PciAddr {
+        domain: 0,
+        bus: 0x10 + index,
+        device: 0,
+        function: 0,
+    }
+}
+
+/// The value of a key the scenario may leave out.
+fn given<T>(v: &Option<Spanned<T>>) -> Option<&T> {
+    v.as_ref().map(Spanned::get_ref)
+}
+
+/// A percentage the scenario may leave out (0).
+fn pct(v: &Option<Spanned<u32>>) -> u32 {
+    given(v).copied().unwrap_or(0)
+}
+
+/// A value the scenario may leave out (its default).
+fn or_default<T: Copy + Default>(v: &Option<Spanned<T>>) -> T {
+    given(v).copied().unwrap_or_default()
+}
+
+/// A list of names the scenario may leave out (empty).
+fn names<C: FromIterator<String>>(v: &Option<Vec<Spanned<String>>>) -> C {
+    v.iter().flatten().map(|s| s.get_ref().clone()).collect()
+}
+
+/// The model's idle clocks, with the scenario's SM (= graphics) and memory clocks.
+fn clocks(model: &Model, g: &RawGpu) -> crate::models::Clocks {
+    let mut clocks = model.idle_clocks;
+    if let Some(sm) = g.sm_clock_mhz {
+        clocks.sm = sm;
+        clocks.graphics = sm;
+    }
+    if let Some(mem) = g.mem_clock_mhz {
+        clocks.mem = mem;
+    }
+    clocks
+}
+
+fn throttle_reasons(g: &RawGpu, gpu_util: u32) -> u64 {
+    match &g.throttle_reasons {
+        Some(list) => list.iter().fold(0, |acc, r| acc | *r as u64),
+        // CHOSEN: without a list, an idle GPU reports GpuIdle and a busy one nothing.
+        None if gpu_util == 0 => 0x1,
+        None => 0,
+    }
+}
+
+/// Per-function overrides (`errors`, `delay_ms`): function name → value.
+fn by_function<T, U>(
+    map: &Option<BTreeMap<Spanned<String>, Spanned<T>>>,
+    value: impl Fn(&T) -> Option<U>,
+) -> BTreeMap<String, U> {
+    map.iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.get_ref().clone(), value(v.get_ref())?)))
+        .collect()
+}
+
+fn process(p: &RawProcess, mig_devices: &[String]) -> Process {
+    Process {
+        pid: p.pid,
+        kind: p.kind,
+        used_memory_mib: p.used_memory_mib,
+        sm_util_percent: pct(&p.sm_util_percent),
+        mem_util_percent: pct(&p.mem_util_percent),
+        mig_device: p
+            .mig_device
             .as_ref()
-            .map_or(model.idle_power_w, |p| *p.get_ref());
+            .and_then(|d| mig_devices.iter().position(|m| m == d.get_ref())),
+    }
+}
+
+fn event(e: &RawEvent) -> Event {
+    Event {
+        id: *e.id.get_ref(),
+        xid: e.xid,
+    }
+}
+
+impl Gpu {
+    /// Resolves entry `g` (already validated) as GPU number `index`: one line per field, the
+    /// scenario's value or the model's (or a derived) default.
+    pub(crate) fn build(index: u32, model: &'static Model, g: &RawGpu) -> Gpu {
+        let (gpu_util, mem_util) = (pct(&g.gpu_util_percent), pct(&g.mem_util_percent));
+        let (tx_kib, rx_kib) = (g.pcie_tx_kib_s.unwrap_or(0), g.pcie_rx_kib_s.unwrap_or(0));
+        let mig_devices: Vec<String> = names(&g.mig_devices);
+        let power_w = given(&g.power_w).copied().unwrap_or(model.idle_power_w);
+        let power_limit_w = given(&g.power_limit_w)
+            .copied()
+            .unwrap_or(model.power_default_w);
         Gpu {
             index,
             model,
-            uuid: g
-                .uuid
-                .as_ref()
-                .map_or_else(|| derived_uuid(index, model), |u| u.get_ref().clone()),
-            serial: g.serial.as_ref().map_or_else(
-                || {
-                    format!(
-                        "{}",
-                        1_320_000_000_000
-                            + stable_hash(model.key.as_bytes()) % 1_000_000 * 1000
-                            + u64::from(index)
-                    )
-                },
-                |s| s.get_ref().clone(),
-            ),
-            pci: g
-                .pci_bus_id
-                .as_ref()
-                .and_then(|p| PciAddr::parse(p.get_ref()))
-                // CHOSEN: derived bus numbers start at 0x10 and step by one per index.
-                .unwrap_or(PciAddr {
-                    domain: 0,
-                    bus: 0x10 + index,
-                    device: 0,
-                    function: 0,
-                }),
-            mig_mode: g.mig_mode.as_ref().is_some_and(|m| *m.get_ref()),
+            uuid: given(&g.uuid).map_or_else(|| derived_uuid(index, model), String::clone),
+            serial: given(&g.serial).map_or_else(|| derived_serial(index, model), String::clone),
+            pci: given(&g.pci_bus_id)
+                .and_then(|p| PciAddr::parse(p))
+                .unwrap_or(derived_pci(index)),
+            mig_mode: given(&g.mig_mode).copied().unwrap_or(false),
             compute_mode: g.compute_mode.unwrap_or_default() as u32,
             mig_devices: mig_devices.clone(),
             reset_count: g.reset_count.unwrap_or(0),
             mig_reset_required: g.mig_reset_required.unwrap_or(false),
-            mig_faults: g
-                .mig_faults
-                .iter()
-                .flatten()
-                .map(|(k, v)| (k.get_ref().clone(), v.get_ref().calls()))
-                .collect(),
-            power_limit_mw: g
-                .power_limit_w
-                .as_ref()
-                .map_or(model.power_default_w, |p| *p.get_ref())
-                * 1000,
+            mig_faults: by_function(&g.mig_faults, |f| Some(f.calls())),
+            power_limit_mw: power_limit_w * 1000,
             lost: g.lost.unwrap_or(false),
             recovery_action: g.recovery_action.unwrap_or_default() as u32,
-            unsupported: g
-                .unsupported
-                .iter()
-                .flatten()
-                .map(|f| f.get_ref().clone())
-                .collect(),
-            errors: g
-                .errors
-                .iter()
-                .flatten()
-                .filter_map(|(k, v)| Some((k.get_ref().clone(), code_by_name(v.get_ref())?)))
-                .collect(),
-            delays: g
-                .delay_ms
-                .iter()
-                .flatten()
-                .map(|(k, v)| {
-                    let ms = std::time::Duration::from_millis(*v.get_ref());
-                    (k.get_ref().clone(), ms)
-                })
-                .collect(),
+            unsupported: names(&g.unsupported),
+            errors: by_function(&g.errors, |name| code_by_name(name)),
+            delays: by_function(&g.delay_ms, |ms| Some(Duration::from_millis(*ms))),
             gpu_util,
-            mem_util: pct(&g.mem_util_percent),
+            mem_util,
             enc_util: pct(&g.enc_util_percent),
             dec_util: pct(&g.dec_util_percent),
-            memory_used_mib: g.memory_used_mib.as_ref().map_or(0, |m| *m.get_ref()),
+            memory_used_mib: or_default(&g.memory_used_mib),
             temperature_c: g.temperature_c.unwrap_or(model.idle_temp_c),
             memory_temperature_c: model
                 .idle_mem_temp_c
-                .map(|idle| g.memory_temperature_c.unwrap_or(idle)),
+                .map(|t| g.memory_temperature_c.unwrap_or(t)),
             power_mw: (power_w * 1000.0).round() as u32,
-            clocks,
-            pcie_tx_kib_s: g.pcie_tx_kib_s.unwrap_or(0),
-            pcie_rx_kib_s: g.pcie_rx_kib_s.unwrap_or(0),
+            clocks: clocks(model, g),
+            pcie_tx_kib_s: tx_kib,
+            pcie_rx_kib_s: rx_kib,
             pcie_replay_count: g.pcie_replay_count.unwrap_or(0),
-            fan_percent: (model.fans > 0)
-                .then(|| g.fan_percent.as_ref().map_or(30, |f| *f.get_ref())),
+            fan_percent: (model.fans > 0).then(|| given(&g.fan_percent).copied().unwrap_or(30)),
             ecc: g.ecc.unwrap_or_default(),
-            ecc_sram: g
-                .ecc_sram
-                .as_ref()
-                .map(|e| *e.get_ref())
-                .unwrap_or_default(),
+            ecc_sram: or_default(&g.ecc_sram),
             // CHOSEN: SXM module ids count from 1 in index order unless the scenario says.
             module_id: g.module_id.unwrap_or(index + 1),
             virtualization_mode: g.virtualization_mode.unwrap_or_default() as u32,
-            remapped_rows: g
-                .remapped_rows
-                .as_ref()
-                .map(|r| *r.get_ref())
-                .unwrap_or_default(),
-            retired_pages: g
-                .retired_pages
-                .as_ref()
-                .map(|r| *r.get_ref())
-                .unwrap_or_default(),
-            throttle_reasons,
-            gpm: Gpm::derive(
-                g.gpm.as_ref().map(|v| *v.get_ref()).unwrap_or_default(),
-                gpu_util,
-                pct(&g.mem_util_percent),
-                g.pcie_tx_kib_s.unwrap_or(0),
-                g.pcie_rx_kib_s.unwrap_or(0),
-            ),
+            remapped_rows: or_default(&g.remapped_rows),
+            retired_pages: or_default(&g.retired_pages),
+            throttle_reasons: throttle_reasons(g, gpu_util),
+            gpm: Gpm::derive(or_default(&g.gpm), gpu_util, mem_util, tx_kib, rx_kib),
             processes: g
                 .process
                 .iter()
-                .map(|p| {
-                    let p = p.get_ref();
-                    Process {
-                        pid: p.pid,
-                        kind: p.kind,
-                        used_memory_mib: p.used_memory_mib,
-                        sm_util_percent: pct(&p.sm_util_percent),
-                        mem_util_percent: pct(&p.mem_util_percent),
-                        mig_device: p
-                            .mig_device
-                            .as_ref()
-                            .and_then(|d| mig_devices.iter().position(|m| m == d.get_ref())),
-                    }
-                })
+                .map(|p| process(p.get_ref(), &mig_devices))
                 .collect(),
-            events: g
-                .event
-                .iter()
-                .map(|e| Event {
-                    id: *e.id.get_ref(),
-                    xid: e.xid,
-                })
-                .collect(),
+            events: g.event.iter().map(event).collect(),
         }
     }
 
