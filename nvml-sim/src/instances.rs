@@ -1,6 +1,6 @@
 //! The MIG instance lifecycle of one GPU as plain data: MIG mode (current and pending), GPU
 //! instances on the 8 memory slices and 7 compute slices, compute instances inside them, and
-//! the driver's rules for creating and destroying them (nvml-mig-timeslicing.md §3.4, §4):
+//! the driver's rules for creating and destroying them (`nvml-sim/README.md`, "MIG instances"):
 //!
 //! - a GPU instance takes `placement_size` memory slices at one of its profile's starts and
 //!   `slices` compute slices; placements may not overlap, compute slices add up to at most 7,
@@ -120,7 +120,7 @@ pub struct CiProfile {
 const CI_SLICES: [(u32, u32); 5] = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 7)];
 
 /// The CI profiles a GPU instance of `g` compute slices offers: c ≤ g and (c = g or 2c ≤ g+1)
-/// (nvml-mig-timeslicing.md §4.3), `instances` = ⌊g/c⌋.
+/// (`nvml-sim/README.md`, "Compute instances"), `instances` = ⌊g/c⌋.
 pub fn ci_profiles(g: u32) -> Vec<CiProfile> {
     CI_SLICES
         .iter()

@@ -1,9 +1,9 @@
-//! The scenario file (CONTRACT §5, version 1): its serde shape, and strict validation that
-//! reports the first problem as `LINE:COL: message` (1-based, from the TOML span of the
-//! offending key or value, else the `[[gpu]]` table). Validation accepts exactly what the
-//! contract allows; anything else (unknown keys, models, return-code or function names,
-//! impossible memory or MIG layouts, out-of-range percentages...) is an error, so a typo in a
-//! test scenario fails loudly instead of silently taking a default.
+//! The scenario file (version 1; keys in `nvml-sim/README.md`, examples in `tests/scenarios/`): its
+//! serde shape, and strict validation that reports the first problem as `LINE:COL: message`
+//! (1-based, from the TOML span of the offending key or value, else the `[[gpu]]` table).
+//! Validation accepts exactly what the format allows; anything else (unknown keys, models,
+//! return-code or function names, impossible memory or MIG layouts, out-of-range percentages...) is
+//! an error, so a typo in a test scenario fails loudly instead of silently taking a default.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;

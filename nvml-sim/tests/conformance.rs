@@ -1,5 +1,5 @@
 //! Conformance with real drivers: every question the captures of a real H100 and a real H200
-//! (driver 580.159.04, `tests/data/real-h*/`, copied from `shared/reference/real-h*`) asked is
+//! (driver 580.159.04, `tests/data/real-h*/`, provenance in `tests/data/README.md`) asked is
 //! replayed against the simulator, loaded as a dynamic library and configured as that board by
 //! `tests/scenarios/real-h*.toml`. The test fails on any difference in return code, and on any
 //! difference in value except the ones in [`VARYING`] (readings that change from run to run or

@@ -164,7 +164,7 @@ export!(
 export!(
     /// nvml.h: "Requires root/admin permissions"; EXCLUSIVE_THREAD (1) was removed (CUDA 8)
     /// and answers NOT_SUPPORTED; with MIG enabled a full-GPU handle cannot take a compute
-    /// mode (`reference/nvml-mig-timeslicing.md` §6.3), NOT_SUPPORTED. Fault injection through
+    /// mode (`nvml-sim/README.md`, "MIG instances"), NOT_SUPPORTED. Fault injection through
     /// the scenario's `errors = { nvmlDeviceSetComputeMode = "NO_PERMISSION" }`.
     fn nvmlDeviceSetComputeMode(device: nvmlDevice_t, mode: nvmlComputeMode_t) {
         let g = gpu(device)?;

@@ -1,6 +1,6 @@
 //! Memory error reporting: ECC mode and counters, page retirement (T4 only) and row remapping
 //! (A100, H100, H200, L4), each NOT_SUPPORTED on the models that use the other scheme, as
-//! gpu-models.md records from `nvidia-smi -q` captures.
+//! `nvidia-smi -q` captures of each model show (`nvml-sim/README.md`).
 
 use std::ffi::{c_uint, c_ulonglong};
 

@@ -1,7 +1,8 @@
 //! Utilisation, memory, temperature and power: the values the agent polls every tick, in
 //! NVML's units (percent, bytes, °C, mW, mJ). Memory keeps bytes exact: v2 has
 //! `total = reserved + used + free` with `used` excluding reserved; v1 reports
-//! `used = reserved + allocated` and `total = free + used` (nvml.h, gpu-models.md).
+//! `used = reserved + allocated` and `total = free + used` (nvml.h: `nvmlMemory_v2_t`,
+//! `nvmlMemory_t`).
 
 use std::ffi::{c_int, c_uint, c_ulonglong};
 

@@ -1,9 +1,9 @@
 //! MIG GPU-instance profiles as NVML reports them with `nvmlDeviceGetGpuInstanceProfileInfo*`
 //! and `nvmlDeviceGetGpuInstancePossiblePlacements_v2`, MIG enabled or not. The geometry (profile
 //! index, hardware id, slices, instance count, memory-slice placements) is the same on A100,
-//! H100 and H200 (nvml-mig-timeslicing.md §4.1; exactly what the real H100 and H200 answered on
-//! driver 580.159.04); SM, engine and memory figures differ per model (§4.2 for the A100s, the
-//! captures for H100 and H200).
+//! H100 and H200 (NVIDIA's MIG User Guide; exactly what the real H100 and H200 answered on
+//! driver 580.159.04); SM, engine and memory figures differ per model (the guide's tables for
+//! the A100s, the captures in `nvml-sim/tests/data/` for H100 and H200).
 
 /// One GPU-instance profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +127,7 @@ const fn gi(
 
 // Rows are in NVML profile-index order (0, 1, 2, 3, 4, 7, 9), as the driver enumerates them.
 
-/// nvml-mig-timeslicing.md §4.2 (MIG User Guide; memory = guide GiB × 1024).
+/// NVIDIA's MIG User Guide, A100 profile table (memory = guide GiB × 1024).
 pub static A100_40GB: &[GiProfile] = &[
     gi(G1, "1g.5gb", 14, [1, 0, 0, 0, 0], 4864),
     gi(G2, "2g.10gb", 28, [2, 1, 0, 0, 0], 9856),
@@ -138,8 +138,9 @@ pub static A100_40GB: &[GiProfile] = &[
     gi(G1_2X, "1g.10gb", 14, [1, 1, 0, 0, 0], 9856),
 ];
 
-/// nvml-mig-timeslicing.md §4.2. CHOSEN where the guide gives a range or an approximation:
-/// 1g.20gb 19968 MB (≈ 19.50 GiB), 3g.40gb and 4g.40gb 40192 MB (39.25 of 39.25-39.50 GiB).
+/// NVIDIA's MIG User Guide, A100 profile table. CHOSEN where the guide gives a range or an
+/// approximation: 1g.20gb 19968 MB (≈ 19.50 GiB), 3g.40gb and 4g.40gb 40192 MB (39.25 of
+/// 39.25-39.50 GiB).
 pub static A100_80GB: &[GiProfile] = &[
     gi(G1, "1g.10gb", 14, [1, 0, 0, 0, 0], 9728),
     gi(G2, "2g.20gb", 28, [2, 1, 0, 0, 0], 19968),
@@ -150,7 +151,8 @@ pub static A100_80GB: &[GiProfile] = &[
     gi(G1_2X, "1g.20gb", 14, [1, 1, 0, 0, 0], 19968),
 ];
 
-/// The real H100 80GB HBM3, driver 580.159.04 (`real-h100/nvml-call-cost.json` `mig_profiles`).
+/// The real H100 80GB HBM3, driver 580.159.04 (`nvml-sim/tests/data/real-h100/nvml-call-cost.json`
+/// `mig_profiles`).
 pub static H100_80GB: &[GiProfile] = &[
     gi(G1, "1g.10gb", 16, [1, 1, 0, 1, 0], 9984),
     gi(G2, "2g.20gb", 32, [2, 2, 0, 2, 0], 20096),
@@ -161,8 +163,8 @@ pub static H100_80GB: &[GiProfile] = &[
     gi(G1_2X, "1g.20gb", 26, [1, 1, 0, 1, 0], 20096),
 ];
 
-/// The real H200, driver 580.159.04 (`real-h200/nvml-call-cost.json` `mig_profiles`; its
-/// memory sizes differ from the MIG guide's in §4.2).
+/// The real H200, driver 580.159.04 (`nvml-sim/tests/data/real-h200/nvml-call-cost.json`
+/// `mig_profiles`; its memory sizes differ from the MIG guide's).
 pub static H200_141GB: &[GiProfile] = &[
     gi(G1, "1g.18gb", 16, [1, 1, 0, 1, 0], 16384),
     gi(G2, "2g.35gb", 32, [2, 2, 0, 2, 0], 33280),

@@ -1,10 +1,10 @@
-//! The per-model table: one [`Model`] value per supported GPU, as data (`table.rs`), with the
-//! MIG GPU-instance profile tables in `mig.rs`. Values come from the real H100 and H200 captured
-//! on driver 580.159.04 (`tests/data/real-h100`, `tests/data/real-h200`, copied from
-//! `/work/shared/reference/real-h*`) and `/work/shared/reference/gpu-models.md` (captured
-//! `nvidia-smi -q` outputs, nvml.h); where neither says, the value chosen here is marked `CHOSEN`
-//! and listed in the README. Exports read everything model-specific from here and never branch
-//! on a model name.
+//! The per-model table: one [`Model`] value per supported GPU, as data (`table.rs`), with the MIG
+//! GPU-instance profile tables in `mig.rs`. Values come from the real H100 and H200 captured on
+//! driver 580.159.04 (`nvml-sim/tests/data/real-h100`, `…/real-h200`; provenance in
+//! `nvml-sim/tests/data/README.md`) and, for the other models, captured `nvidia-smi -q` outputs and
+//! nvml.h (summarised in `nvml-sim/README.md`); where neither says, the value chosen here is marked
+//! `CHOSEN` and listed in the README. Exports read everything model-specific from here and never
+//! branch on a model name.
 
 mod mig;
 mod table;

@@ -1,7 +1,7 @@
-//! The six supported models as data. Sources per field are in gpu-models.md (S-keys there); the
-//! H100 and H200 rows follow the real boards captured on driver 580.159.04
-//! (`tests/data/real-h100/`, `tests/data/real-h200/`), which override gpu-models.md where they
-//! differ. `CHOSEN` marks values without a source (all listed in the README).
+//! The six supported models as data. Values come from captured `nvidia-smi -q` outputs and nvml.h
+//! (see `nvml-sim/README.md`); the H100 and H200 rows follow the real boards captured on driver
+//! 580.159.04 (`nvml-sim/tests/data/real-h100/`, `…/real-h200/`), which override those outputs
+//! where they differ. `CHOSEN` marks values without a source (all listed in the README).
 
 use super::mig;
 use super::{Board, Clocks, Model, Thresholds, HOPPER};
@@ -158,7 +158,7 @@ pub static MODELS: &[Model] = &[
             part_number: "692-2G520-0200-000",
         },
         memory_total_mib: 81559,
-        // Exactly 480 MiB on 580.159.04 (479 MiB @ 590.48.01 in gpu-models.md).
+        // Exactly 480 MiB on 580.159.04 (479 MiB @ 590.48.01 in an `nvidia-smi -q` capture).
         memory_reserved_bytes: 503_316_480,
         bar1_total_mib: 131072,
         power_default_w: 700,
@@ -190,7 +190,8 @@ pub static MODELS: &[Model] = &[
         key: "H200-SXM-141GB",
         name: "NVIDIA H200",
         pci_device_id: 0x2335_10DE,
-        // The captured 692-2G520-0282 board (gpu-models.md's 695-2G520-0280 boards: 0x18BE).
+        // The captured 692-2G520-0282 board (`nvidia-smi -q` captures of 695-2G520-0280 boards:
+        // 0x18BE).
         pci_subsystem_id: 0x18BF_10DE,
         architecture: HOPPER,
         cuda_cc: (9, 0),
@@ -201,7 +202,7 @@ pub static MODELS: &[Model] = &[
             part_number: "692-2G520-0282-000",
         },
         memory_total_mib: 143771,
-        // 615.06 MiB on 580.159.04 (614 MiB @ 590.48.01 in gpu-models.md).
+        // 615.06 MiB on 580.159.04 (614 MiB @ 590.48.01 in an `nvidia-smi -q` capture).
         memory_reserved_bytes: 644_939_776,
         bar1_total_mib: 262144,
         power_default_w: 700,

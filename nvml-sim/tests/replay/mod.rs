@@ -1,8 +1,8 @@
-//! Replays the questions of a real-driver capture (`shared/gpu/nvml_capture.py`,
-//! `nvml_mig_probe.py`, `nvml_cost.py`) against the simulator loaded as a dynamic library, with
-//! the same NVML symbol, arguments and count-probe sequence as the capture's pynvml 13.610
-//! used, and answers in the capture's JSON shape (`plain()` of pynvml's value). A key this
-//! module cannot map answers `None`, so the caller can fail on it.
+//! Replays the questions of a real-driver capture (`benches/real-check/nvml_capture.py`,
+//! `nvml_cost.py` and the MIG probe; see `nvml-sim/tests/data/README.md`) against the simulator
+//! loaded as a dynamic library, with the same NVML symbol, arguments and count-probe sequence as
+//! the capture's pynvml 13.610 used, and answers in the capture's JSON shape (`plain()` of pynvml's
+//! value). A key this module cannot map answers `None`, so the caller can fail on it.
 
 #![allow(dead_code)]
 
