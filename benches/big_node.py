@@ -123,7 +123,7 @@ def main():
     port = port_sock.getsockname()[1]
     port_sock.close()
     env = dict(os.environ, NVML_SIM_SCENARIO=scen, RUST_LOG="warn",
-               NVML_SIM_COST=os.path.join(ROOT, "tests/nvml-sim/costs/h100-driver-580.json"))
+               NVML_SIM_COST=os.path.join(ROOT, "nvml-sim/costs/h100-driver-580.json"))
     log = open(os.path.join(work, "agent.log"), "w")
     agent = subprocess.Popen([agent_bin, "run", "--listen", f"127.0.0.1:{port}", "--nvml-lib", sim,
                               "--interval", "1s", "--config", "/dev/null"],

@@ -66,7 +66,7 @@ def main():
                     os.path.join(ROOT, "benches", "real-check", "nvml_min.c"), "-ldl"], check=True)
     env = dict(os.environ, RUST_LOG="warn", LD_LIBRARY_PATH=work,
                NVML_SIM_SCENARIO=os.path.join(ROOT, "tests", "scenarios", "real-h100.toml"),
-               NVML_SIM_COST=os.path.join(ROOT, "tests", "nvml-sim", "costs",
+               NVML_SIM_COST=os.path.join(ROOT, "nvml-sim", "costs",
                                           "h100-driver-580.json"))
     floor = subprocess.Popen([nvml_min, str(args.seconds + 20)], env=env,
                              stdout=subprocess.DEVNULL)

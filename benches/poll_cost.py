@@ -30,7 +30,7 @@ Options:
   --cost-model on|off|both  which runs (default both)
   --seconds N           measured seconds per run (default 60 at intervals of 1 s and more, 20 below)
   --warmup N            seconds before the window (default: 3 intervals, at least 2 s)
-  --cost FILE           NVML_SIM_COST table (default tests/nvml-sim/costs/h100-driver-580.json;
+  --cost FILE           NVML_SIM_COST table (default nvml-sim/costs/h100-driver-580.json;
                         the format of ../shared/reference/real-h100/nvml-cost-table.json)
   --scenario FILE       simulator scenario (default: the demo's bundled 8xH100 node)
   --profile NAME        cargo profile whose target/NAME/gpu-steward runs (default release)
@@ -55,7 +55,7 @@ sys.path.insert(0, os.path.join(ROOT, "benches", "real-check"))
 sys.dont_write_bytecode = True  # no __pycache__ left in the checkout
 import agent_meter as am  # noqa: E402  (lives beside real-check.sh, which uses it too)
 
-DEFAULT_COST = os.path.join(ROOT, "tests", "nvml-sim", "costs", "h100-driver-580.json")
+DEFAULT_COST = os.path.join(ROOT, "nvml-sim", "costs", "h100-driver-580.json")
 WALL_TARGET_MS = 25.0
 CPU_TARGET_MS = 10.0
 CPU_TARGET_INTERVAL = 1.0

@@ -147,7 +147,7 @@ def main():
         with open(scen, "w") as f:
             f.write(scenario_for(args.gpus))
         env = dict(os.environ, NVML_SIM_SCENARIO=scen,
-                   NVML_SIM_COST=os.path.join(ROOT, "tests/nvml-sim/costs/h100-driver-580.json"),
+                   NVML_SIM_COST=os.path.join(ROOT, "nvml-sim/costs/h100-driver-580.json"),
                    RUST_LOG="warn")
         agent_port = free_port()
         procs.append(subprocess.Popen(

@@ -29,7 +29,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cost_table():
-    for rel in ("nvml-sim/costs/h100-driver-580.json", "tests/nvml-sim/costs/h100-driver-580.json"):
+    for rel in ("nvml-sim/costs/h100-driver-580.json",):
         p = os.path.join(ROOT, rel)
         if os.path.exists(p):
             return p

@@ -2,7 +2,7 @@
 //!
 //! Each [`Read`] is a small group of calls with one outcome, filed under a *source* (the unit
 //! operators see in `gpu_steward_poll_source_*`) and a [`Tier`] chosen from what the calls cost
-//! on a real H100 (driver 580, `tests/nvml-sim/costs/`) and how fast their values move. The
+//! on a real H100 (driver 580, `nvml-sim/costs/`) and how fast their values move. The
 //! poller decides when each tier is due; the reader only runs reads and keeps what must persist
 //! between them (the process-utilization cursor, GPM samples, the fan count, what the device
 //! lacks).

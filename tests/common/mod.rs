@@ -51,11 +51,11 @@ pub fn sim_lib() -> PathBuf {
         });
     // `cargo test --workspace --test X` builds no cdylib: a simulator older than its sources
     // would make the tests pass or fail for the wrong reasons.
-    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nvml-sim/src");
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("nvml-sim/src");
     if let Some(newest) = newest_mtime(&sources) {
         assert!(
             newest <= built,
-            "{} is older than tests/nvml-sim/src: run `cargo build --workspace` (or the whole \
+            "{} is older than nvml-sim/src: run `cargo build --workspace` (or the whole \
              `cargo test --workspace`) first",
             lib.display()
         );
