@@ -6,33 +6,27 @@
 //!
 //! # Layout
 //!
-//! - [`cli`]: command line (clap); [`config`]: one validated `Config` from file, env and flags.
-//! - [`gpu`]: the NVML boundary, the only module that names `nvml_wrapper`; plain data and
-//!   typed errors out; the table of reads and their cost tiers.
-//! - [`poller`]: observe (per-GPU workers) → enrich → judge → render → publish `Published`.
-//! - [`snapshot`]: the immutable view of the node at one instant; plain data, imports nothing.
-//! - [`metrics`]: renders the snapshot once per poll (dcgm family, native family, agent).
-//! - [`attribution`]: process name, user and owner (container, pod, unit, Slurm job) from procfs.
-//! - [`kubernetes`]: the kubelet pod-resources client (GPU → pod, namespace, container).
-//! - [`health`]: pure verdicts (agent readiness, per-GPU health and actions).
-//! - [`reclaim`]: idle GPUs (pure idleness and ladder, the acting path) and per-owner accounting;
-//!   a stage of the poll between enrich and judge.
-//! - [`http`]: the axum router (`/metrics`, `/health*`, `/livez`, `/readyz`, `/`).
-//! - [`mig`]: MIG layouts (mig-parted compatible), the planner and the applier.
-//! - [`sharing`]: time-slicing (compute mode, time-slice length) and the Kubernetes device
-//!   plugin.
-//! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
-//! - Shared by everything that changes the node: [`audit`] (the fsynced JSON-lines log of
-//!   decisions), [`exec`] (hooks: argv, no shell, process group, timeout, bounded output),
-//!   [`procs`] (signals checked against the process start time), `http::api` (the API switch
-//!   and its bearer token).
-//! - [`rules`]: Prometheus alerting rules evaluated over the agent's own published series;
-//!   [`remediation`]: routes, safety rails, hooks and built-in actions for the alerts of the
-//!   rules and of Alertmanager's webhook.
+//! From the bottom up; every arrow points down.
 //!
-//! Dependencies point one way: `app` → `http`/`poller` → `metrics`/`health` → `snapshot`;
-//! `poller` → `gpu`/`attribution`/`kubernetes` → `snapshot`; `app` → `rules` → `remediation`
-//! → `exec`/`audit`/`procs`/`snapshot`.
+//! - Data: [`snapshot`] (the immutable view of the node at one instant; imports nothing of the
+//!   crate), [`health`] (pure verdicts over snapshots: per-GPU health and actions, readiness),
+//!   and [`publication`] (what each poll publishes: snapshot, health, journal and the page).
+//! - Boundaries: [`gpu`] (the only module that names `nvml_wrapper`: plain data and typed
+//!   errors out, the table of reads and their cost tiers), [`attribution`] (process owners from
+//!   procfs), [`kubernetes`] (the kubelet pod-resources client), [`audit`], [`exec`], [`procs`].
+//! - [`metrics`]: renders a snapshot into the page once per poll (dcgm family, native family,
+//!   agent) and collects the actors' series through [`metrics::Collector`].
+//! - [`poller`]: observe (per-GPU workers) → enrich → judge → render → publish. It calls no
+//!   actor: the actors hand it their collectors and findings once, at start.
+//! - Actors that receive publications: [`rules`] (Prometheus alerting rules over the page),
+//!   [`remediation`] (routes, safety rails, hooks and built-in actions), [`reclaim`] (idle GPUs
+//!   and per-owner accounting), [`sharing`] (time-slicing, the memory guard and the Kubernetes
+//!   device plugin), [`mig`] (MIG layouts, mig-parted compatible: planner and applier).
+//! - [`http`]: the axum router and its server (`/metrics`, `/health*`, `/livez`, `/readyz`,
+//!   `/api/v1`), reading publications and the actors' handles.
+//! - [`config`]: one validated `Config` from file, environment and flags; [`cli`]: the command
+//!   line and its subcommands; [`app`]: wiring, signals, graceful shutdown; [`logging`];
+//!   [`demo`].
 
 pub mod app;
 pub mod attribution;
