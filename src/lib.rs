@@ -13,7 +13,8 @@
 //! - [`snapshot`]: the immutable view of the node at one instant; plain data, imports nothing.
 //! - [`metrics`]: renders the snapshot once per poll (dcgm family, native family, agent).
 //! - [`attribution`]: process name, user and owner (container, pod, unit, Slurm job) from procfs.
-//! - [`kubernetes`]: the kubelet pod-resources client (GPU → pod, namespace, container).
+//! - [`kubernetes`]: the kubelet pod-resources client (GPU → pod, namespace, container);
+//!   [`grpc`]: the gRPC-over-Unix-socket client it, `reclaim` and `sharing` share.
 //! - [`health`]: pure verdicts (agent readiness, per-GPU health and actions).
 //! - [`reclaim`]: idle GPUs (pure idleness and ladder, the acting path) and per-owner accounting;
 //!   a stage of the poll between enrich and judge.
@@ -42,6 +43,7 @@ pub mod config;
 pub mod demo;
 pub mod exec;
 pub mod gpu;
+pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod kubernetes;
