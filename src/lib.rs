@@ -6,7 +6,9 @@
 //!
 //! # Layout
 //!
-//! - [`cli`]: command line (clap); [`config`]: one validated `Config` from file, env and flags.
+//! - [`cli`]: command line (clap) and the one-shot subcommands (`mig`, `sharing`,
+//!   `check-config`) over the library.
+//! - [`config`]: one validated `Config` from file, env and flags.
 //! - [`gpu`]: the NVML boundary, the only module that names `nvml_wrapper`; plain data and
 //!   typed errors out; the table of reads and their cost tiers.
 //! - [`poller`]: observe (per-GPU workers) → enrich → judge → render → publish `Published`.
