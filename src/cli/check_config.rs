@@ -10,10 +10,7 @@ use crate::config::{self, Overrides};
 pub fn run(file: &Path) -> u8 {
     match config::load(file, true, &Overrides::default()) {
         Ok(c) => {
-            let web = c
-                .web_config_file
-                .as_ref()
-                .map(|f| crate::http::web_config::load(f));
+            let web = c.web_config_file.as_ref().map(|f| config::web::load(f));
             if let Some(Err(e)) = web {
                 eprintln!("{e}");
                 return 2;
