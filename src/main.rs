@@ -7,7 +7,7 @@ use clap::Parser;
 
 use gpu_steward::cli::{self, Cli, Command, RunArgs, SharingAction};
 use gpu_steward::config;
-use gpu_steward::{app, demo, logging};
+use gpu_steward::{app, logging};
 
 fn main() -> ExitCode {
     match Cli::parse().command {
@@ -18,42 +18,13 @@ fn main() -> ExitCode {
             SharingAction::Show(args) => cli::sharing::run(&args, true),
             SharingAction::Apply { dry_run, args } => cli::sharing::run(&args, dry_run),
         }),
-        Command::Demo(mut args) => {
-            if args.run.listen.is_none() {
-                args.run.listen = config::parse_listen("127.0.0.1:9400").ok();
-            }
-            if args.run.nvml_lib.is_none() {
-                match demo::find_sim() {
-                    Ok(p) => args.run.nvml_lib = Some(p.display().to_string()),
-                    Err(e) => {
-                        eprintln!("gpu-steward: {e}");
-                        return ExitCode::from(2);
-                    }
-                }
-            }
-            let _guard;
-            let scenario = match args.scenario {
-                Some(path) if !path.is_file() => {
-                    eprintln!("gpu-steward: scenario '{}' does not exist", path.display());
-                    return ExitCode::from(2);
-                }
-                Some(path) => path,
-                None => match demo::bundled_scenario() {
-                    Ok(g) => {
-                        let p = g.path.clone();
-                        _guard = g;
-                        p
-                    }
-                    Err(e) => {
-                        eprintln!("gpu-steward: {e}");
-                        return ExitCode::from(1);
-                    }
-                },
-            };
-            // Set before any thread starts: the simulator reads it at nvmlInit_v2.
-            std::env::set_var("NVML_SIM_SCENARIO", &scenario);
-            run(args.run)
-        }
+        Command::Demo(args) => match cli::demo::prepare(args) {
+            Ok(cli::demo::Prepared {
+                run: args,
+                scenario: _scenario,
+            }) => run(args),
+            Err(code) => ExitCode::from(code),
+        },
     }
 }
 
