@@ -40,10 +40,12 @@ pub fn find_sim() -> Result<PathBuf, String> {
         })
 }
 
+pub use tempfile_guard::Guard;
+
 /// Writes the bundled scenario to a private file and returns its path; the file is removed
 /// when the returned guard drops.
-pub fn bundled_scenario() -> Result<tempfile_guard::Guard, String> {
-    tempfile_guard::Guard::write(DGX_H100)
+pub fn bundled_scenario() -> Result<Guard, String> {
+    Guard::write(DGX_H100)
 }
 
 mod tempfile_guard {

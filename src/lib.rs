@@ -36,6 +36,7 @@ pub mod config;
 pub mod demo;
 pub mod exec;
 pub mod gpu;
+pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod kubernetes;

@@ -12,7 +12,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use common::{wait_for, Agent};
-use gpu_steward::sharing::plugin::proto::{self, *};
+use gpu_steward::grpc;
+use gpu_steward::sharing::plugin::proto::*;
 use tonic::codegen::tokio_stream::wrappers::UnixListenerStream;
 use tonic::codegen::tokio_stream::StreamExt;
 use tonic::codegen::{http, BoxFuture, Service};
@@ -132,7 +133,9 @@ async fn watch_until(
 }
 
 async fn list_and_watch(socket: &Path) -> tonic::codec::Streaming<ListAndWatchResponse> {
-    let channel = proto::connect(socket).await.expect("connect to the plugin");
+    let channel = grpc::connect(socket, Some(Duration::from_secs(5)))
+        .await
+        .expect("connect to the plugin");
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.expect("ready");
     let codec: tonic::codec::ProstCodec<Empty, ListAndWatchResponse> = Default::default();
@@ -178,8 +181,10 @@ fn registers_advertises_replicas_follows_health_allocates_and_registers_again() 
     assert!(options.get_preferred_allocation_available && !options.pre_start_required);
 
     rt.block_on(async {
-        let channel = proto::connect(&plugin_sock).await.expect("connect");
-        let o: DevicePluginOptions = proto::unary(channel, OPTIONS_PATH, Empty {})
+        let channel = grpc::connect(&plugin_sock, Some(Duration::from_secs(5)))
+            .await
+            .expect("connect");
+        let o: DevicePluginOptions = grpc::unary(channel, OPTIONS_PATH, Empty {})
             .await
             .expect("options");
         assert!(o.get_preferred_allocation_available);
@@ -221,8 +226,10 @@ fn registers_advertises_replicas_follows_health_allocates_and_registers_again() 
             };
             let sock = plugin_sock.clone();
             async move {
-                let channel = proto::connect(&sock).await.expect("connect");
-                proto::unary::<AllocateRequest, AllocateResponse>(channel, ALLOCATE_PATH, req).await
+                let channel = grpc::connect(&sock, Some(Duration::from_secs(5)))
+                    .await
+                    .expect("connect");
+                grpc::unary::<AllocateRequest, AllocateResponse>(channel, ALLOCATE_PATH, req).await
             }
         };
         let ok = allocate(&[format!("{GPU1}::1")])
@@ -245,8 +252,10 @@ fn registers_advertises_replicas_follows_health_allocates_and_registers_again() 
         assert!(unknown.message().contains("unknown device"), "{unknown:?}");
 
         // Preferred allocation: distinct physical GPUs.
-        let channel = proto::connect(&plugin_sock).await.expect("connect");
-        let pref: PreferredAllocationResponse = proto::unary(
+        let channel = grpc::connect(&plugin_sock, Some(Duration::from_secs(5)))
+            .await
+            .expect("connect");
+        let pref: PreferredAllocationResponse = grpc::unary(
             channel,
             PREFERRED_PATH,
             PreferredAllocationRequest {

@@ -3,10 +3,15 @@
 //! Precedence: flag > `GPU_STEWARD_*` environment variable > config file > default. Flags and
 //! environment variables are resolved by clap into `Overrides`; this module merges them over the
 //! file. Every error names the file, line and column and says how to fix it.
+//!
+//! The files the configuration names are read and checked here too: [`web`] (the web config,
+//! TLS and basic auth) and [`token`] (the API token); the HTTP layer serves what they yield.
 
 mod file;
 mod labels;
 mod sections;
+pub mod token;
+pub mod web;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -381,7 +386,7 @@ impl Config {
                     ),
                     None => String::new(),
                 };
-                match crate::http::api::load_token(&self.api_token_file) {
+                match token::load_token(&self.api_token_file) {
                     Ok(_) => format!("on, token from {}{socket}", self.api_token_file.display()),
                     Err(e) => format!("on, but the token is unusable: {e}{socket}"),
                 }
@@ -391,7 +396,7 @@ impl Config {
             audit = self.audit_file.display(),
             web = match &self.web_config_file {
                 None => "off (no web_config_file)".to_string(),
-                Some(f) => match crate::http::web_config::load(f) {
+                Some(f) => match web::load(f) {
                     Ok(w) => format!("{} from {}", w.describe(), f.display()),
                     Err(e) => format!("unusable: {e}"),
                 },

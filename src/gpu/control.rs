@@ -3,18 +3,18 @@
 //!
 //! Remediation's built-in actions write the power limit and the compute mode through the free
 //! functions at the end, each with a session of its own (the poller's stays with the poller),
-//! reading the value back so that the caller records what the driver now says.
+//! opened by [`Session::open`] like every other, reading the value back so that the caller
+//! records what the driver now says.
 //!
-//! Plain data out, typed codes for errors. Setting the compute mode needs root, takes effect at
-//! once and lasts until the driver unloads (Linux resets it to DEFAULT on reboot); on a GPU with
-//! MIG enabled NVML wants MIG device handles instead (nvml.h, `nvmlDeviceSetComputeMode`).
+//! Plain data out; writes fail with a [`ControlError`], reads with a typed code. Setting the
+//! compute mode needs root, takes effect at once and lasts until the driver unloads (Linux
+//! resets it to DEFAULT on reboot); on a GPU with MIG enabled NVML wants MIG device handles
+//! instead (nvml.h, `nvmlDeviceSetComputeMode`).
 
-use std::ffi::OsStr;
-
-use nvml_wrapper::Nvml;
+use nvml_wrapper::error::NvmlError;
 use serde::Serialize;
 
-use super::{code, Session};
+use super::{code, InitError, Session};
 use crate::snapshot::NvmlCode;
 
 pub use crate::snapshot::ComputeMode;
@@ -85,56 +85,101 @@ impl Session {
     }
 
     /// Sets the compute mode of GPU `index` (`nvmlDeviceSetComputeMode`).
-    pub fn set_compute_mode(&self, index: u32, mode: ComputeMode) -> Result<(), NvmlCode> {
-        let mut device = self.nvml.device_by_index(index).map_err(|e| code(&e))?;
+    pub fn set_compute_mode(&self, index: u32, mode: ComputeMode) -> Result<(), ControlError> {
+        let mut device = self
+            .nvml
+            .device_by_index(index)
+            .map_err(failed("nvmlDeviceGetHandleByIndex"))?;
         device
             .set_compute_mode(to_wrapper(mode))
-            .map_err(|e| code(&e))
+            .map_err(failed("nvmlDeviceSetComputeMode"))
     }
 }
-fn open(lib: &str) -> Result<Nvml, String> {
-    Nvml::builder()
-        .lib_path(OsStr::new(lib))
-        .init()
-        .map_err(|e| format!("NVML init ({lib}): {e}"))
+
+/// Why a write through this module failed. The words are those of the audit records and the
+/// reports that carry them (`remediation/actions.rs`, `sharing/apply.rs`).
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// NVML could not be brought up (the reason says what to check).
+    #[error("{0}")]
+    Init(#[from] InitError),
+    /// No handle for the GPU with this UUID.
+    #[error("GPU {uuid}: {source}")]
+    Device { uuid: String, source: NvmlError },
+    /// A call failed; `call` names it, with its argument where that helps.
+    #[error("{call}: {source}")]
+    Call { call: String, source: NvmlError },
 }
 
-/// Sets the power management limit of the GPU `uuid` to `watts`, or back to its default when
-/// `None`; returns the limit in force afterwards, in watts.
-pub fn set_power_limit(lib: &str, uuid: &str, watts: Option<u32>) -> Result<f64, String> {
-    let nvml = open(lib)?;
-    let mut device = nvml
-        .device_by_uuid(uuid)
-        .map_err(|e| format!("GPU {uuid}: {e}"))?;
-    let mw = match watts {
-        Some(w) => w.saturating_mul(1000),
-        None => device
-            .power_management_limit_default()
-            .map_err(|e| format!("nvmlDeviceGetPowerManagementDefaultLimit: {e}"))?,
-    };
-    device
-        .set_power_management_limit(mw)
-        .map_err(|e| format!("nvmlDeviceSetPowerManagementLimit({mw} mW): {e}"))?;
-    let now = device
-        .power_management_limit()
-        .map_err(|e| format!("nvmlDeviceGetPowerManagementLimit: {e}"))?;
-    Ok(f64::from(now) / 1000.0)
+impl ControlError {
+    /// NVML's code for the failure.
+    pub fn code(&self) -> NvmlCode {
+        match self {
+            ControlError::Init(e) => e.code,
+            ControlError::Device { source, .. } | ControlError::Call { source, .. } => code(source),
+        }
+    }
 }
 
-/// Sets the compute mode of the GPU `uuid`: `PROHIBITED` when `prohibit` (no new CUDA contexts;
-/// running ones keep running), else `DEFAULT`; returns the mode in force afterwards.
-pub fn set_compute_mode(lib: &str, uuid: &str, prohibit: bool) -> Result<String, String> {
-    let nvml = open(lib)?;
-    let mut device = nvml
-        .device_by_uuid(uuid)
-        .map_err(|e| format!("GPU {uuid}: {e}"))?;
-    use nvml_wrapper::enum_wrappers::device::ComputeMode as W;
-    let mode = if prohibit { W::Prohibited } else { W::Default };
-    device
-        .set_compute_mode(mode)
-        .map_err(|e| format!("nvmlDeviceSetComputeMode({mode:?}): {e}"))?;
-    let now = device
-        .compute_mode()
-        .map_err(|e| format!("nvmlDeviceGetComputeMode: {e}"))?;
-    Ok(format!("{now:?}"))
+fn failed(call: impl Into<String>) -> impl FnOnce(NvmlError) -> ControlError {
+    let call = call.into();
+    move |source| ControlError::Call { call, source }
+}
+
+impl Session {
+    fn device_by_uuid(&self, uuid: &str) -> Result<nvml_wrapper::Device<'_>, ControlError> {
+        self.nvml
+            .device_by_uuid(uuid)
+            .map_err(|source| ControlError::Device {
+                uuid: uuid.to_string(),
+                source,
+            })
+    }
+
+    /// Sets the power management limit of the GPU `uuid` to `watts`, or back to its default
+    /// when `None`; returns the limit in force afterwards, in watts.
+    pub fn set_power_limit(&self, uuid: &str, watts: Option<u32>) -> Result<f64, ControlError> {
+        let mut device = self.device_by_uuid(uuid)?;
+        let mw = match watts {
+            Some(w) => w.saturating_mul(1000),
+            None => device
+                .power_management_limit_default()
+                .map_err(failed("nvmlDeviceGetPowerManagementDefaultLimit"))?,
+        };
+        device
+            .set_power_management_limit(mw)
+            .map_err(failed(format!(
+                "nvmlDeviceSetPowerManagementLimit({mw} mW)"
+            )))?;
+        let now = device
+            .power_management_limit()
+            .map_err(failed("nvmlDeviceGetPowerManagementLimit"))?;
+        Ok(f64::from(now) / 1000.0)
+    }
+
+    /// Sets the compute mode of the GPU `uuid`: `PROHIBITED` when `prohibit` (no new CUDA
+    /// contexts; running ones keep running), else `DEFAULT`; returns the mode in force
+    /// afterwards.
+    pub fn fence(&self, uuid: &str, prohibit: bool) -> Result<String, ControlError> {
+        let mut device = self.device_by_uuid(uuid)?;
+        use nvml_wrapper::enum_wrappers::device::ComputeMode as W;
+        let mode = if prohibit { W::Prohibited } else { W::Default };
+        device
+            .set_compute_mode(mode)
+            .map_err(failed(format!("nvmlDeviceSetComputeMode({mode:?})")))?;
+        let now = device
+            .compute_mode()
+            .map_err(failed("nvmlDeviceGetComputeMode"))?;
+        Ok(format!("{now:?}"))
+    }
+}
+
+/// [`Session::set_power_limit`] with a session of its own (the poller's stays with the poller).
+pub fn set_power_limit(lib: &str, uuid: &str, watts: Option<u32>) -> Result<f64, ControlError> {
+    Session::open(lib)?.set_power_limit(uuid, watts)
+}
+
+/// [`Session::fence`] with a session of its own.
+pub fn set_compute_mode(lib: &str, uuid: &str, prohibit: bool) -> Result<String, ControlError> {
+    Session::open(lib)?.fence(uuid, prohibit)
 }

@@ -22,7 +22,7 @@ mod reader;
 mod telemetry;
 
 pub use calls::CallLog;
-pub use control::{ComputeMode, GpuControl};
+pub use control::{ComputeMode, ControlError, GpuControl};
 pub use error::InitError;
 pub use events::{Coverage, XidEvent, XidWatcher};
 pub use identity::IdentityRead;

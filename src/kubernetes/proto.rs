@@ -9,9 +9,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tonic::codec::ProstCodec;
-use tonic::transport::Endpoint;
-
 /// `ListPodResourcesRequest {}`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ListPodResourcesRequest {}
@@ -85,40 +82,21 @@ pub async fn list(
 }
 
 async fn list_inner(socket: PathBuf, path: &str) -> Result<ListPodResourcesResponse, KubeletError> {
-    // The URI is required by the API but unused: the connector below dials the Unix socket.
-    let endpoint = Endpoint::from_static("http://[::]:50051");
-    let channel = endpoint
-        .connect_with_connector(tower::service_fn(move |_| {
-            let socket = socket.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(socket).await?,
-                ))
-            }
-        }))
+    let channel = crate::grpc::connect(&socket, None)
         .await
         .map_err(|source| KubeletError::Connect {
             path: path.to_string(),
             source,
         })?;
-    let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
-    let call = |status| KubeletError::Call {
+    crate::grpc::call(
+        channel,
+        LIST_PATH,
+        ListPodResourcesRequest {},
+        Some(MAX_MESSAGE_BYTES),
+    )
+    .await
+    .map_err(|e| KubeletError::Call {
         path: path.to_string(),
-        status,
-    };
-    grpc.ready()
-        .await
-        .map_err(|e| call(tonic::Status::unavailable(e.to_string())))?;
-    let codec: ProstCodec<ListPodResourcesRequest, ListPodResourcesResponse> =
-        ProstCodec::default();
-    let method = tonic::codegen::http::uri::PathAndQuery::from_static(LIST_PATH);
-    let reply = grpc
-        .unary(
-            tonic::Request::new(ListPodResourcesRequest {}),
-            method,
-            codec,
-        )
-        .await
-        .map_err(call)?;
-    Ok(reply.into_inner())
+        status: e.into_status(),
+    })
 }

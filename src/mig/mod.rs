@@ -10,7 +10,6 @@
 //! a command, a configured `layout` or an authenticated API call asks for it.
 
 pub mod apply;
-pub mod cli;
 pub mod config;
 pub mod layout;
 pub mod plan;

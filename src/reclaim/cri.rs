@@ -15,8 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tonic::codec::ProstCodec;
-use tonic::transport::Endpoint;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ListPodSandboxRequest {}
@@ -105,33 +103,24 @@ pub fn labels(reply: &ListPodSandboxResponse) -> HashMap<String, BTreeMap<String
 pub async fn list(socket: &Path, timeout: Duration) -> Result<ListPodSandboxResponse, String> {
     let path = socket.display().to_string();
     let call = async {
-        let socket = socket.to_path_buf();
-        // The URI is required but unused: the connector dials the Unix socket.
-        let channel = Endpoint::from_static("http://[::]:50051")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let socket = socket.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                        tokio::net::UnixStream::connect(socket).await?,
-                    ))
-                }
-            }))
+        let channel = crate::grpc::connect(socket, None)
             .await
             .map_err(|e| format!("cannot connect to the container runtime at '{path}': {e}"))?;
-        let mut grpc =
-            tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
-        grpc.ready()
-            .await
-            .map_err(|e| format!("the container runtime at '{path}' is not ready: {e}"))?;
-        let codec: ProstCodec<ListPodSandboxRequest, ListPodSandboxResponse> =
-            ProstCodec::default();
-        let method = tonic::codegen::http::uri::PathAndQuery::from_static(LIST_PATH);
-        grpc.unary(tonic::Request::new(ListPodSandboxRequest {}), method, codec)
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|s| {
+        crate::grpc::call(
+            channel,
+            LIST_PATH,
+            ListPodSandboxRequest {},
+            Some(MAX_MESSAGE_BYTES),
+        )
+        .await
+        .map_err(|e| match e {
+            crate::grpc::CallError::NotReady(e) => {
+                format!("the container runtime at '{path}' is not ready: {e}")
+            }
+            crate::grpc::CallError::Status(s) => {
                 format!("the container runtime at '{path}' answered ListPodSandbox with {s}")
-            })
+            }
+        })
     };
     tokio::time::timeout(timeout, call).await.map_err(|_| {
         format!("the container runtime at '{path}' did not answer within {timeout:?}")

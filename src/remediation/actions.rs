@@ -69,10 +69,10 @@ pub fn run(
     }
 }
 
-fn written(r: Result<Value, String>) -> (&'static str, Value) {
+fn written(r: Result<Value, control::ControlError>) -> (&'static str, Value) {
     match r {
         Ok(v) => ("success", v),
-        Err(e) => ("failure", json!({"error": e})),
+        Err(e) => ("failure", json!({"error": e.to_string()})),
     }
 }
 

@@ -26,9 +26,10 @@ impl Status {
     }
 }
 
-/// One alert (Alertmanager's `alerts[]` element).
+/// One alert (Alertmanager's `alerts[]` element). Read from the webhook with unknown fields
+/// tolerated (newer Alertmanagers may add some).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Alert {
     pub status: Status,
     pub labels: BTreeMap<String, String>,
@@ -113,25 +114,7 @@ pub struct WebhookPayload {
     pub common_annotations: BTreeMap<String, String>,
     #[serde(rename = "externalURL", default)]
     pub external_url: String,
-    pub alerts: Vec<WebhookAlert>,
-}
-
-/// An alert as Alertmanager sends it: the same fields, unknown ones tolerated (newer
-/// Alertmanagers may add some).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WebhookAlert {
-    pub status: Status,
-    pub labels: BTreeMap<String, String>,
-    #[serde(default)]
-    pub annotations: BTreeMap<String, String>,
-    pub starts_at: String,
-    #[serde(default = "zero_time")]
-    pub ends_at: String,
-    #[serde(rename = "generatorURL", default)]
-    pub generator_url: String,
-    #[serde(default)]
-    pub fingerprint: String,
+    pub alerts: Vec<Alert>,
 }
 
 impl WebhookPayload {
@@ -148,7 +131,7 @@ impl WebhookPayload {
         p.alerts
             .into_iter()
             .enumerate()
-            .map(|(i, a)| {
+            .map(|(i, mut a)| {
                 if a.labels.get("alertname").is_none_or(|n| n.is_empty()) {
                     return Err(format!("alerts[{i}] has no 'alertname' label"));
                 }
@@ -158,20 +141,10 @@ impl WebhookPayload {
                         a.starts_at
                     ));
                 }
-                let fingerprint = if a.fingerprint.is_empty() {
-                    fingerprint(&a.labels)
-                } else {
-                    a.fingerprint
-                };
-                Ok(Alert {
-                    status: a.status,
-                    labels: a.labels,
-                    annotations: a.annotations,
-                    starts_at: a.starts_at,
-                    ends_at: a.ends_at,
-                    generator_url: a.generator_url,
-                    fingerprint,
-                })
+                if a.fingerprint.is_empty() {
+                    a.fingerprint = fingerprint(&a.labels);
+                }
+                Ok(a)
             })
             .collect()
     }
@@ -214,5 +187,10 @@ mod tests {
         )
         .expect_err("bad");
         assert!(e.contains("alerts[0] has no 'alertname'"), "{e}");
+        // Fields a newer Alertmanager adds are tolerated; a missing fingerprint is computed.
+        let newer = br#"{"version":"4","status":"firing","alerts":[{"status":"firing",
+            "labels":{"alertname":"X"},"startsAt":"2026-11-22T22:00:00Z","silencedBy":[]}]}"#;
+        let alerts = WebhookPayload::parse(newer).expect("unknown alert fields are tolerated");
+        assert_eq!(alerts[0].fingerprint.len(), 16);
     }
 }

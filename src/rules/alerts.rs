@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::remediation::alert::{fingerprint, rfc3339, Alert, Status, ZERO_TIME};
 
-use super::eval::Sample;
 use super::file::Rule;
+use super::sample::Sample;
 
 /// How long a resolved alert is kept (Prometheus's `resolvedRetention`).
 const RESOLVED_RETENTION: Duration = Duration::from_secs(15 * 60);

@@ -11,8 +11,8 @@ use promql_parser::parser::token::{
 };
 use promql_parser::parser::{BinaryExpr, LabelModifier};
 
-use super::eval::{drop_name, LabelSet, Sample};
 use super::history::Labels;
+use super::sample::{drop_name, LabelSet, Sample};
 
 pub(super) fn is_comparison(op: u16) -> bool {
     [T_EQLC, T_NEQ, T_GTR, T_LSS, T_GTE, T_LTE].contains(&op)

@@ -21,19 +21,13 @@ use promql_parser::parser::{
     AggregateExpr, BinaryExpr, Call, Expr, LabelModifier, Offset, VectorSelector,
 };
 
+use super::binary::{is_comparison, scalar_op, set_op, vector_scalar, vector_vector, Signature};
+use super::functions::{absent_labels, range_function};
 use super::history::{is_stale, History, Labels, LOOKBACK_MS};
+use super::sample::{drop_name, LabelSet, Sample};
 
-/// A label set, sorted by name.
-pub(super) type LabelSet = Vec<(String, String)>;
 /// Each matching series with its points in a range.
 type RangeSeries = Vec<(Labels, Vec<(i64, f64)>)>;
-
-/// One element of an instant vector.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
-    pub labels: Labels,
-    pub value: f64,
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -83,14 +77,6 @@ fn matches(labels: &[(String, String)], vs: &VectorSelector) -> bool {
         .matchers
         .iter()
         .all(|m: &Matcher| m.is_match(label(labels, &m.name)))
-}
-
-pub(super) fn drop_name(labels: &Labels) -> Labels {
-    if labels.first().is_some_and(|(k, _)| k == "__name__") {
-        Arc::new(labels[1..].to_vec())
-    } else {
-        labels.clone()
-    }
 }
 
 impl Ctx<'_> {
@@ -289,6 +275,3 @@ impl Ctx<'_> {
         }
     }
 }
-
-use super::binary::{is_comparison, scalar_op, set_op, vector_scalar, vector_vector, Signature};
-use super::functions::{absent_labels, range_function};

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use promql_parser::parser::Expr;
 
-use super::eval::LabelSet;
+use super::sample::LabelSet;
 
 /// Labels of `absent(selector)`: its equality matchers, except names matched more than once.
 pub(super) fn absent_labels(arg: &Expr) -> LabelSet {

@@ -3,10 +3,10 @@
 //! The same rule files serve Prometheus and the agent: [`file`] loads them (YAML; errors with
 //! `FILE:LINE:COLUMN`, the rule and the construct), [`check`] admits the supported subset of
 //! PromQL, [`history`] keeps each selected series in a bounded ring buffer at poll resolution,
-//! [`eval`] evaluates an expression at one instant, and [`alerts`] keeps the pending → firing →
-//! resolved states exactly as Prometheus does. [`Engine::step`] is the pure decision: one
-//! publication in, the alerts that changed state out. [`task`] runs it after every poll and
-//! hands those alerts to the remediation routes.
+//! [`eval`] evaluates an expression at one instant (over the plain values of [`sample`]), and
+//! [`alerts`] keeps the pending → firing → resolved states exactly as Prometheus does.
+//! [`Engine::step`] is the pure decision: one publication in, the alerts that changed state out.
+//! [`task`] runs it after every poll and hands those alerts to the remediation routes.
 //!
 //! It must not call NVML or block a scrape: it reads the rendered text the poller published.
 
@@ -17,6 +17,7 @@ pub mod eval;
 pub mod file;
 mod functions;
 pub mod history;
+pub mod sample;
 pub mod task;
 pub mod template;
 
@@ -218,7 +219,7 @@ impl Engine {
                 let result = match eval::evaluate(&rule.expr, &self.history, ts_ms) {
                     Ok(eval::Value::Vector(v)) => Ok(v),
                     // As Prometheus's EngineQueryFunc: a scalar is one element without labels.
-                    Ok(eval::Value::Scalar(v)) => Ok(vec![eval::Sample {
+                    Ok(eval::Value::Scalar(v)) => Ok(vec![sample::Sample {
                         labels: Arc::new(Vec::new()),
                         value: v,
                     }]),

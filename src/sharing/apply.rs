@@ -36,7 +36,7 @@ impl Node for NvmlNode<'_> {
             Change::ComputeMode { to, .. } => self
                 .session
                 .set_compute_mode(gpu, to)
-                .map_err(|c| format!("nvmlDeviceSetComputeMode answered {c}")),
+                .map_err(|e| format!("nvmlDeviceSetComputeMode answered {}", e.code())),
             Change::Timeslice { to, .. } => {
                 timeslice::set(&self.nvidia_smi, self.timeout, uuid, to)
             }

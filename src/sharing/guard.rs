@@ -18,8 +18,8 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::plugin::devices::GpuState;
-use super::service::Sharing;
 use super::settings::{GuardAction, MemoryGuardConfig, TimeSlicing};
+use super::status::StatusSink;
 use crate::audit::AuditLog;
 use crate::procs::{self, ProcessIdentity};
 use crate::publication::Published;
@@ -120,7 +120,7 @@ pub fn spawn(
     procfs: PathBuf,
     audit_file: PathBuf,
     mut published: watch::Receiver<Arc<Published>>,
-    sharing: Arc<Sharing>,
+    status: StatusSink,
     mut stop: watch::Receiver<bool>,
 ) {
     tokio::spawn(async move {
@@ -172,9 +172,9 @@ pub fn spawn(
                     tokio::task::spawn_blocking(move || act(&offender, &config, &procfs, &a))
                         .await
                         .unwrap_or("failed");
-                sharing.update_status(|s| *s.guard_signals_total.entry(label).or_default() += 1);
+                status.update(|s| *s.guard_signals_total.entry(label).or_default() += 1);
             }
-            sharing.update_status(|s| {
+            status.update(|s| {
                 if s.over_limit != over {
                     s.over_limit = over;
                 }

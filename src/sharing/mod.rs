@@ -7,7 +7,8 @@
 //! - [`plan`]: observe → diff (pure); [`apply`]: the steps, with undo on failure and audit;
 //!   [`timeslice`]: the `nvidia-smi compute-policy` backend; [`spec`]: values TOML and YAML
 //!   share.
-//! - [`service`]: the daemon's handle (applies at start, SIGHUP and API; status for metrics).
+//! - [`service`]: the daemon's handle (applies at start, SIGHUP and API); [`status`]: what it,
+//!   the plugin and the guard publish for metrics.
 //! - [`plugin`]: the Kubernetes device plugin; [`guard`]: the replica memory guard.
 //!
 //! Nothing here runs unless `[sharing]` asks for it: without compute mode or time-slice keys
@@ -22,10 +23,12 @@ pub mod plugin;
 pub mod service;
 pub mod settings;
 pub mod spec;
+pub mod status;
 pub mod timeslice;
 pub mod yaml;
 
-pub use service::{Sharing, SharingFeed};
+pub use service::Sharing;
 pub use settings::{
     Devices, GpuSelector, NodeSettings, SharedResource, SharingConfig, TimeSlicing, Timeslice,
 };
+pub use status::{SharingFeed, StatusSink};

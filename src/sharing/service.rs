@@ -1,6 +1,7 @@
 //! The sharing subsystem inside the daemon: applies at start, on SIGHUP and through the API,
 //! one at a time, off the async workers (NVML and nvidia-smi block); keeps the last report;
-//! and publishes [`SharingStatus`] for metrics through a `watch` channel the poller reads.
+//! and publishes [`SharingStatus`] for metrics through the [`StatusSink`] it shares with the
+//! device plugin and the memory guard (it starts them; they do not import it).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -9,11 +10,9 @@ use tokio::sync::watch;
 
 use super::apply::{self, Report};
 use super::settings::SharingConfig;
+use super::status::{SharingFeed, StatusSink};
 use crate::audit::AuditLog;
 use crate::snapshot::SharingStatus;
-
-/// The receiving end of the status channel, comparable so that `PollerConfig` stays `Eq`.
-pub type SharingFeed = crate::snapshot::Feed<SharingStatus>;
 
 /// What an apply runs against; replaced on reload.
 #[derive(Debug, Clone)]
@@ -33,12 +32,11 @@ pub struct Sharing {
     /// One apply at a time (start, SIGHUP and API may race).
     running: tokio::sync::Mutex<()>,
     last: Mutex<Option<Arc<Report>>>,
-    status: watch::Sender<Arc<SharingStatus>>,
+    status: StatusSink,
 }
 
 impl Sharing {
     pub fn new(config: SharingConfig, nvml_lib: String, audit_file: PathBuf) -> Arc<Self> {
-        let (status, _) = watch::channel(Arc::new(SharingStatus::default()));
         Arc::new(Sharing {
             current: Mutex::new(Current {
                 config,
@@ -48,12 +46,12 @@ impl Sharing {
             audit: Mutex::new(None),
             running: tokio::sync::Mutex::new(()),
             last: Mutex::new(None),
-            status,
+            status: StatusSink::new(),
         })
     }
 
     pub fn feed(&self) -> SharingFeed {
-        crate::snapshot::Feed(self.status.subscribe())
+        self.status.feed()
     }
 
     pub fn config(&self) -> SharingConfig {
@@ -97,7 +95,7 @@ impl Sharing {
     ) {
         let c = &config.sharing;
         if c.device_plugin.enabled {
-            super::plugin::spawn(c, published.clone(), self.clone(), stop.clone());
+            super::plugin::spawn(c, published.clone(), self.status.clone(), stop.clone());
         }
         if let Some(ts) = c
             .time_slicing
@@ -110,7 +108,7 @@ impl Sharing {
                 config.processes.procfs.clone(),
                 config.audit_file.clone(),
                 published,
-                self.clone(),
+                self.status.clone(),
                 stop,
             );
         }
@@ -138,13 +136,13 @@ impl Sharing {
     }
 
     /// Changes the published status.
-    pub fn update_status(&self, f: impl FnOnce(&mut SharingStatus)) {
-        self.status.send_modify(|s| f(Arc::make_mut(s)));
+    fn update_status(&self, f: impl FnOnce(&mut SharingStatus)) {
+        self.status.update(f);
     }
 
     /// The status published to metrics.
     pub fn status(&self) -> Arc<SharingStatus> {
-        self.status.borrow().clone()
+        self.status.latest()
     }
 
     pub fn last_report(&self) -> Option<Arc<Report>> {

@@ -34,8 +34,8 @@ use tonic::codegen::tokio_stream::wrappers::UnixListenerStream;
 use self::devices::{GpuState, MigDevice};
 use self::proto::Device;
 use self::server::{Counters, PluginService, ResourceState};
-use super::service::Sharing;
 use super::settings::SharingConfig;
+use super::status::StatusSink;
 use crate::health::Status;
 use crate::publication::Published;
 use crate::snapshot::{GpuStatus, NvmlStatus, PluginResource};
@@ -54,7 +54,7 @@ pub fn socket_name(resource: &str) -> String {
 pub fn spawn(
     config: &SharingConfig,
     published: watch::Receiver<Arc<Published>>,
-    sharing: Arc<Sharing>,
+    status: StatusSink,
     stop: watch::Receiver<bool>,
 ) {
     let ts = config.time_slicing.clone();
@@ -72,12 +72,12 @@ pub fn spawn(
             devices: rx,
             fail_gt_one,
             counters: Arc::new(Counters::default()),
-            sharing: sharing.clone(),
+            status: status.clone(),
             stop: stop.clone(),
         };
         tokio::spawn(task.run());
     }
-    tokio::spawn(inventory_task(ts, published, senders, sharing, stop));
+    tokio::spawn(inventory_task(ts, published, senders, status, stop));
 }
 
 /// GPUs from a publication: healthy unless failing, lost or gone; `known` remembers every
@@ -138,7 +138,7 @@ async fn inventory_task(
     ts: Option<crate::sharing::TimeSlicing>,
     mut published: watch::Receiver<Arc<Published>>,
     senders: BTreeMap<String, watch::Sender<Arc<Vec<Device>>>>,
-    sharing: Arc<Sharing>,
+    status: StatusSink,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut known = BTreeMap::new();
@@ -166,7 +166,7 @@ async fn inventory_task(
                     }
                 });
             }
-            sharing.update_status(|s| {
+            status.update(|s| {
                 if s.replicas != replicas {
                     s.replicas = replicas;
                 }
@@ -201,7 +201,7 @@ struct Registrar {
     devices: watch::Receiver<Arc<Vec<Device>>>,
     fail_gt_one: bool,
     counters: Arc<Counters>,
-    sharing: Arc<Sharing>,
+    status: StatusSink,
     stop: watch::Receiver<bool>,
 }
 
@@ -293,7 +293,7 @@ impl Registrar {
             status.healthy_devices = list.len() as u64 - status.unhealthy_devices;
         }
         let snapshot = status.clone();
-        self.sharing.update_status(|s| {
+        self.status.update(|s| {
             match s
                 .plugin
                 .iter_mut()

@@ -6,11 +6,8 @@
 #![allow(clippy::result_large_err)]
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
-
-use tonic::codec::ProstCodec;
-use tonic::transport::{Channel, Endpoint};
 
 /// `Version` the plugin was built against.
 pub const VERSION: &str = "v1beta1";
@@ -174,43 +171,6 @@ pub struct CdiDevice {
     pub name: String,
 }
 
-/// A gRPC channel over the Unix socket at `path` (the URI is required by tonic but unused).
-pub async fn connect(path: &Path) -> Result<Channel, tonic::transport::Error> {
-    let path: PathBuf = path.to_path_buf();
-    Endpoint::from_static("http://[::]:50051")
-        .connect_timeout(Duration::from_secs(5))
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(path).await?,
-                ))
-            }
-        }))
-        .await
-}
-
-/// One unary call on `channel`.
-pub async fn unary<Req, Resp>(
-    channel: Channel,
-    path: &'static str,
-    request: Req,
-) -> Result<Resp, tonic::Status>
-where
-    Req: prost::Message + Send + Sync + 'static,
-    Resp: prost::Message + Default + Send + Sync + 'static,
-{
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready()
-        .await
-        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-    let codec: ProstCodec<Req, Resp> = ProstCodec::default();
-    let method = tonic::codegen::http::uri::PathAndQuery::from_static(path);
-    grpc.unary(tonic::Request::new(request), method, codec)
-        .await
-        .map(tonic::Response::into_inner)
-}
-
 /// `Register` with the kubelet listening on `kubelet_socket`.
 pub async fn register(
     kubelet_socket: &Path,
@@ -218,10 +178,10 @@ pub async fn register(
     timeout: Duration,
 ) -> Result<(), String> {
     let call = async {
-        let channel = connect(kubelet_socket)
+        let channel = crate::grpc::connect(kubelet_socket, Some(Duration::from_secs(5)))
             .await
             .map_err(|e| format!("cannot connect: {e}"))?;
-        unary::<RegisterRequest, Empty>(channel, REGISTER_PATH, request)
+        crate::grpc::unary::<RegisterRequest, Empty>(channel, REGISTER_PATH, request)
             .await
             .map(|_| ())
             .map_err(|s| format!("Register answered {}: {}", s.code(), s.message()))

@@ -6,15 +6,15 @@
 
 use std::path::PathBuf;
 
-use super::apply::{self, ApplyError, Outcome, Request};
-use super::config::read_mig_parted;
-use super::layout::Layouts;
-use super::plan::plan;
-use super::show;
+use super::{MigArgs, MigCommand};
 use crate::audit::AuditLog;
-use crate::cli::{MigArgs, MigCommand};
 use crate::config::{self, Config, Overrides};
 use crate::gpu::Session;
+use crate::mig::apply::{self, ApplyError, Outcome, Request};
+use crate::mig::config::read_mig_parted;
+use crate::mig::layout::Layouts;
+use crate::mig::plan::plan;
+use crate::mig::show;
 
 /// Runs the command; the exit status.
 pub fn run(args: &MigArgs) -> u8 {

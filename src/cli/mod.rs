@@ -1,5 +1,15 @@
 //! The command line, as clap parses it. Every flag also reads `GPU_STEWARD_<FLAG>` from the
 //! environment (flag > environment > config file > default). Usage errors exit with status 2.
+//!
+//! The one-shot subcommands live here, over the library: [`mig`], [`sharing`] and
+//! [`check_config`] each load the configuration, call their subsystem, print, and return the
+//! exit status for `main`; [`demo`] fills in the demo's defaults. Subsystems must not import
+//! this module; the daemon (`run`, `demo`) is started from `main`, which sets up its logging.
+
+pub mod check_config;
+pub mod demo;
+pub mod mig;
+pub mod sharing;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,0 +1,55 @@
+//! `gpu-steward demo`: fills in what the demo defaults (listen on 127.0.0.1:9400, the simulated
+//! NVML beside the executable, the bundled 8×H100 scenario) and hands `main` the daemon's
+//! arguments. It does not start the daemon: `main` does, as for `run`, with logging.
+
+use super::{DemoArgs, RunArgs};
+use crate::{config, demo};
+
+/// What the daemon runs with.
+pub struct Prepared {
+    pub run: RunArgs,
+    /// The bundled scenario's file, removed when this drops: keep it for the whole run.
+    pub scenario: Option<demo::Guard>,
+}
+
+/// The daemon's arguments, or the exit status after saying why there are none: 2 for no
+/// simulator or a missing scenario file, 1 when the bundled scenario cannot be written.
+pub fn prepare(mut args: DemoArgs) -> Result<Prepared, u8> {
+    if args.run.listen.is_none() {
+        args.run.listen = config::parse_listen("127.0.0.1:9400").ok();
+    }
+    if args.run.nvml_lib.is_none() {
+        match demo::find_sim() {
+            Ok(p) => args.run.nvml_lib = Some(p.display().to_string()),
+            Err(e) => {
+                eprintln!("gpu-steward: {e}");
+                return Err(2);
+            }
+        }
+    }
+    let mut guard = None;
+    let scenario = match args.scenario {
+        Some(path) if !path.is_file() => {
+            eprintln!("gpu-steward: scenario '{}' does not exist", path.display());
+            return Err(2);
+        }
+        Some(path) => path,
+        None => match demo::bundled_scenario() {
+            Ok(g) => {
+                let p = g.path.clone();
+                guard = Some(g);
+                p
+            }
+            Err(e) => {
+                eprintln!("gpu-steward: {e}");
+                return Err(1);
+            }
+        },
+    };
+    // Set before any thread starts: the simulator reads it at nvmlInit_v2.
+    std::env::set_var("NVML_SIM_SCENARIO", &scenario);
+    Ok(Prepared {
+        run: args.run,
+        scenario: guard,
+    })
+}

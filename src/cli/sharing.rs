@@ -1,0 +1,73 @@
+//! `gpu-steward sharing show|apply`: one observe, one diff, at most one apply, through the
+//! same `sharing::apply::run` the daemon uses. Exit codes: 0 when the node matches (or the
+//! plan was made), 1 when it does not or the audit log cannot be opened, 2 for a bad
+//! configuration. Prints; the subsystem under it does not.
+
+use std::path::PathBuf;
+
+use super::SharingArgs;
+use crate::audit::AuditLog;
+use crate::config::{self, Overrides};
+
+/// Runs the command; the exit status.
+pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
+    let (path, required) = match &args.config {
+        Some(p) => (p.clone(), true),
+        None => (PathBuf::from(config::DEFAULT_CONFIG), false),
+    };
+    let overrides = Overrides {
+        nvml_lib: args.nvml_lib.clone(),
+        ..Overrides::default()
+    };
+    let config = match config::load(&path, required, &overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    let audit = if dry_run {
+        None
+    } else {
+        match AuditLog::open(&config.audit_file) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                eprintln!(
+                    "gpu-steward: cannot open the audit log: {e}; nothing was changed (set [audit] \
+                     file to a writable path)"
+                );
+                return 1;
+            }
+        }
+    };
+    let report = crate::sharing::apply::run(
+        &config.sharing,
+        &config.nvml_lib,
+        audit.as_ref(),
+        dry_run,
+        "cli",
+    );
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(j) => println!("{j}"),
+            Err(e) => eprintln!("gpu-steward: {e}"),
+        }
+    } else {
+        print!("{}", report.render_text());
+        if let Some(ts) = &config.sharing.time_slicing {
+            for r in &ts.resources {
+                println!(
+                    "resource {} advertised as {} x{} per GPU",
+                    r.name,
+                    ts.advertised_name(r),
+                    r.replicas
+                );
+            }
+        }
+    }
+    if report.ok {
+        0
+    } else {
+        1
+    }
+}

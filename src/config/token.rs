@@ -1,0 +1,80 @@
+//! The API token file (`[api] token_file`): read and checked, for the API's guard on every
+//! mutating request (`http/api.rs`) and for `check-config`. Reading only; it must not import
+//! `http/`.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+/// The longest token file read; a token is a line of text, not a document.
+const MAX_TOKEN_FILE: u64 = 4096;
+
+/// Reads and checks the token file: readable by the agent alone (no permission for other users;
+/// group read only for the agent's own group), one non-empty line.
+pub fn load_token(path: &Path) -> Result<Vec<u8>, String> {
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("API token file {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("API token file {} is not a file", path.display()));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    // Group read is fine when the group is the agent's own (root:gpu-steward 0640, the packaged
+    // layout); any other group or other-user permission lets someone else use the API.
+    let own_group = meta.gid() == nix::unistd::getegid().as_raw();
+    let group_ok = mode & 0o070 == 0 || (mode & 0o070 == 0o040 && own_group);
+    if mode & 0o007 != 0 || !group_ok {
+        return Err(format!(
+            "API token file {} has mode {mode:03o}: other users may read it; the API stays off \
+             until it is fixed (chmod 600 {}, or 640 with the agent's own group)",
+            path.display(),
+            path.display()
+        ));
+    }
+    if meta.len() > MAX_TOKEN_FILE {
+        return Err(format!(
+            "API token file {} is {} bytes; a token is one line (at most {MAX_TOKEN_FILE} bytes)",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let text =
+        std::fs::read(path).map_err(|e| format!("API token file {}: {e}", path.display()))?;
+    let token = text.trim_ascii();
+    if token.is_empty() {
+        return Err(format!(
+            "API token file {} is empty; write a random token into it, e.g. \
+             `openssl rand -hex 32 > {}`",
+            path.display(),
+            path.display()
+        ));
+    }
+    Ok(token.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    #[test]
+    fn a_token_file_others_can_read_is_refused_with_the_fix() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("token");
+        fs::write(&path, "s3cret\n").expect("write");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).expect("chmod");
+        let e = load_token(&path).expect_err("world readable");
+        assert!(e.contains("mode 644") && e.contains("chmod 600"), "{e}");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o660)).expect("chmod");
+        assert!(load_token(&path)
+            .expect_err("group writable")
+            .contains("mode 660"));
+        // Created by this process: its group is the agent's own, so group read is allowed.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).expect("chmod");
+        assert_eq!(load_token(&path).expect("own group"), b"s3cret");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod");
+        assert_eq!(load_token(&path).expect("ok"), b"s3cret");
+        fs::write(&path, " \n").expect("write");
+        assert!(load_token(&path).expect_err("empty").contains("empty"));
+        let e = load_token(&dir.path().join("missing")).expect_err("missing");
+        assert!(e.contains("missing"), "{e}");
+    }
+}
