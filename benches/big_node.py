@@ -8,7 +8,8 @@ scrape latency p50/p99 (target: p99 under 5 ms), the page size, and whether the 
 ready. Exit status 1 when memory grew by more than 5 % or the agent died.
 
 Usage: cargo build --release --workspace && python3 benches/big_node.py [--gpus 16]
-       [--processes 1000] [--minutes 60] [--json OUT]
+       [--processes 1000] [--minutes 60] [--json OUT] [--bin PATH/gpu-steward]
+       (--bin: another build, with libnvml_sim.so beside it, to compare builds on one machine)
 """
 import argparse
 import json
@@ -52,6 +53,17 @@ def rss_kib(pid):
     return 0
 
 
+def private_kib(pid):
+    """Private_Clean + Private_Dirty of smaps_rollup: the memory only this process holds (RSS
+    also counts the executable's and libraries' pages shared with the page cache)."""
+    total = 0
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1])
+    return total
+
+
 def memfds(pid):
     """(count, KiB) of the agent's memfd pages (/metrics served by sendfile): shared memory,
     charged to its cgroup but not to its RSS, so the report adds it."""
@@ -93,9 +105,11 @@ def main():
     ap.add_argument("--warmup", type=float, default=60, help="seconds before the first RSS figure")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json")
+    ap.add_argument("--bin", default=os.path.join(REL, "gpu-steward"))
     args = ap.parse_args()
     random.seed(args.seed)
-    agent_bin, sim = os.path.join(REL, "gpu-steward"), os.path.join(REL, "libnvml_sim.so")
+    agent_bin = args.bin
+    sim = os.path.join(os.path.dirname(agent_bin), "libnvml_sim.so")
     for p in (agent_bin, sim):
         if not os.path.exists(p):
             raise SystemExit(f"{p} missing: run `cargo build --release --workspace` first")
@@ -163,7 +177,8 @@ def main():
             if ready != 200:
                 failures.append(f"/readyz answered {ready} at {time.time() - start:.0f} s")
             if n % 10 == 0:
-                rss.append((time.time() - start, rss_kib(agent.pid)) + memfds(agent.pid))
+                rss.append((time.time() - start, rss_kib(agent.pid)) + memfds(agent.pid)
+                           + (private_kib(agent.pid),))
             if time.time() - last_churn >= 60:
                 last_churn = time.time()
                 for g in range(args.gpus):
@@ -179,9 +194,10 @@ def main():
         except subprocess.TimeoutExpired:
             agent.kill()
             failures.append("the agent did not stop within 10 s of SIGTERM")
-    after_warmup = [k for t, k, _, _ in rss if t >= args.warmup]
-    memfd_counts = [c for t, _, c, _ in rss if t >= args.warmup]
-    memfd_kib = [k for t, _, _, k in rss if t >= args.warmup]
+    after_warmup = [k for t, k, _, _, _ in rss if t >= args.warmup]
+    memfd_counts = [c for t, _, c, _, _ in rss if t >= args.warmup]
+    memfd_kib = [k for t, _, _, k, _ in rss if t >= args.warmup]
+    private = [p for t, _, _, _, p in rss if t >= args.warmup]
     if not after_warmup:
         raise SystemExit("the run was shorter than the warm-up")
     first, last, peak = after_warmup[0], after_warmup[-1], max(after_warmup)
@@ -192,6 +208,7 @@ def main():
         "minutes": args.minutes, "page_bytes": page,
         "rss_mib_after_warmup": first / 1024, "rss_mib_at_end": last / 1024,
         "rss_mib_peak": peak / 1024, "rss_growth_percent": growth,
+        "private_mib_after_warmup": private[0] / 1024, "private_mib_at_end": private[-1] / 1024,
         "memfd_mib_at_end": memfd_kib[-1] / 1024 if memfd_kib else 0,
         "memfd_count_max": max(memfd_counts, default=0),
         "scrapes": {k: {"count": len(v), "p50_ms": statistics.median(v), "p99_ms": pct(v, 99)}
