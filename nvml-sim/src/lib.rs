@@ -10,7 +10,7 @@
 //! - [`models`]: the per-model table (data, one struct per GPU model).
 //! - [`scenario`]: the scenario file format, parsing and strict validation with `FILE:LINE:COL`.
 //! - `validate`: semantic checks of one `[[gpu]]` entry against its model.
-//! - [`pci`]: PCI bus ids in NVML's forms.
+//! - [`pci`]: PCI bus ids in NVML's forms; [`ids`]: the stable hash and the UUID form.
 //! - [`resolve`]: turns a validated scenario entry into one concrete [`resolve::Gpu`] per index.
 //! - [`handles`]: the stable device handles (addresses in a static array).
 //! - [`state`]: the global state (ref-counted init, live reload, stable handles, energy).
@@ -27,6 +27,7 @@ pub mod cost;
 pub mod events;
 pub mod ffi;
 pub mod handles;
+pub mod ids;
 pub mod instances;
 pub mod models;
 pub mod modes;

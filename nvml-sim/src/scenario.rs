@@ -301,10 +301,10 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
             spans.push(entry.span());
         }
     }
-    if gpus.len() > crate::state::MAX_GPUS {
+    if gpus.len() > crate::handles::MAX_GPUS {
         return Err(err(
             0..0,
-            format!("at most {} GPUs are supported", crate::state::MAX_GPUS),
+            format!("at most {} GPUs are supported", crate::handles::MAX_GPUS),
         ));
     }
     let at = |(i, m): (usize, String)| err(spans[i].clone(), m);
