@@ -9,6 +9,7 @@
 //!   and the pointer helpers every export uses.
 //! - [`models`]: the per-model table (data, one struct per GPU model).
 //! - [`scenario`]: the scenario file format, parsing and strict validation with `FILE:LINE:COL`.
+//! - [`error`]: [`error::ScenarioError`], a message at the scenario's `LINE:COL`.
 //! - `validate`: semantic checks of one `[[gpu]]` entry against its model.
 //! - [`pci`]: PCI bus ids in NVML's forms; [`ids`]: the stable hash and the UUID form.
 //! - [`resolve`]: turns a validated scenario entry into one concrete [`resolve::Gpu`] per index.
@@ -24,6 +25,7 @@
 //! - `exports/*`: the `extern "C"` functions, grouped like nvml.h.
 
 pub mod cost;
+pub mod error;
 pub mod events;
 pub mod ffi;
 pub mod handles;

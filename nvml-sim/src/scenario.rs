@@ -11,40 +11,11 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::error::unknown_code;
+pub use crate::error::ScenarioError;
 use crate::ffi::code_by_name;
 use crate::resolve::{self, Scenario};
 use crate::validate::validate_gpu;
-
-/// A validation or syntax error, positioned in the scenario text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScenarioError {
-    pub line: usize,
-    pub col: usize,
-    pub message: String,
-}
-
-impl ScenarioError {
-    fn at(text: &str, span: Option<Range<usize>>, message: impl Into<String>) -> Self {
-        let offset = span.map_or(0, |s| s.start).min(text.len());
-        let before = &text[..offset];
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        let col = before[line_start..].chars().count() + 1;
-        ScenarioError {
-            line,
-            col,
-            message: message.into(),
-        }
-    }
-
-    /// The stderr line: `nvml-sim: FILE:LINE:COL: message`.
-    pub fn render(&self, file: &str) -> String {
-        format!(
-            "nvml-sim: {file}:{}:{}: {}",
-            self.line, self.col, self.message
-        )
-    }
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -317,10 +288,6 @@ pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         init_error,
         gpus,
     })
-}
-
-pub(crate) fn unknown_code(name: &str) -> String {
-    format!("unknown nvmlReturn_t name '{name}'; use a name such as 'UNKNOWN' or 'GPU_IS_LOST'")
 }
 
 fn check_unique(

@@ -12,11 +12,12 @@ use std::ops::Range;
 
 use toml::Spanned;
 
+use crate::error::{unknown_code, ScenarioError};
 use crate::ffi::code_by_name;
 use crate::ids;
 use crate::models::{self, Model};
 use crate::pci::PciAddr;
-use crate::scenario::{unknown_code, RawGpu, ScenarioError};
+use crate::scenario::RawGpu;
 
 pub(crate) type ErrAt<'a> = dyn Fn(Range<usize>, String) -> ScenarioError + 'a;
 
