@@ -8,7 +8,9 @@
 //! - [`ffi`]: return codes, error strings, the `export!` guard (panic catching, call counting)
 //!   and the pointer helpers every export uses.
 //! - [`models`]: the per-model table (data, one struct per GPU model).
-//! - [`scenario`]: the scenario file format, parsing and strict validation with `FILE:LINE:COL`.
+//! - [`raw`]: the scenario file's serde shape (plain data, at the bottom).
+//! - [`scenario`]: parsing a scenario text into a validated, resolved scenario, with
+//!   `FILE:LINE:COL` errors.
 //! - [`error`]: [`error::ScenarioError`], a message at the scenario's `LINE:COL`.
 //! - `validate`: semantic checks of one `[[gpu]]` entry against its model.
 //! - [`pci`]: PCI bus ids in NVML's forms; [`ids`]: the stable hash and the UUID form.
@@ -34,6 +36,7 @@ pub mod instances;
 pub mod models;
 pub mod modes;
 pub mod pci;
+pub mod raw;
 pub mod resolve;
 pub mod scenario;
 pub mod state;

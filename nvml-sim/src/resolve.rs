@@ -11,7 +11,7 @@ use crate::ffi::{code_by_name, Ret};
 pub use crate::ids::{is_uuid, stable_hash};
 use crate::models::Model;
 pub use crate::pci::PciAddr;
-use crate::scenario::{
+use crate::raw::{
     Ecc, ProcessKind, RawEvent, RawGpm, RawGpu, RawProcess, RemappedRows, RetiredPages,
 };
 

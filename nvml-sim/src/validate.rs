@@ -17,7 +17,7 @@ use crate::ffi::code_by_name;
 use crate::ids;
 use crate::models::{self, Model};
 use crate::pci::PciAddr;
-use crate::scenario::RawGpu;
+use crate::raw::RawGpu;
 
 pub(crate) type ErrAt<'a> = dyn Fn(Range<usize>, String) -> ScenarioError + 'a;
 
