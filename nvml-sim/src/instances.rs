@@ -435,8 +435,8 @@ pub const INSUFFICIENT_RESOURCES: Ret = 23;
 /// the driver's.
 pub fn mig_uuid(gpu_uuid: &str, gi: u32, ci: u32, nonce: u64) -> String {
     let seed = format!("{gpu_uuid}/{gi}/{ci}/{nonce}");
-    let a = crate::resolve::stable_hash(seed.as_bytes());
-    let b = crate::resolve::stable_hash(format!("{seed}#").as_bytes());
+    let a = crate::ids::stable_hash(seed.as_bytes());
+    let b = crate::ids::stable_hash(format!("{seed}#").as_bytes());
     let hex = format!("{a:016x}{b:016x}");
     format!(
         "MIG-{}-{}-{}-{}-{}",

@@ -8,9 +8,12 @@
 //! - [`ffi`]: return codes, error strings, the `export!` guard (panic catching, call counting)
 //!   and the pointer helpers every export uses.
 //! - [`models`]: the per-model table (data, one struct per GPU model).
-//! - [`scenario`]: the scenario file format, parsing and strict validation with `FILE:LINE:COL`.
+//! - [`raw`]: the scenario file's serde shape (plain data, at the bottom).
+//! - [`scenario`]: parsing a scenario text into a validated, resolved scenario, with
+//!   `FILE:LINE:COL` errors.
+//! - [`error`]: [`error::ScenarioError`], a message at the scenario's `LINE:COL`.
 //! - `validate`: semantic checks of one `[[gpu]]` entry against its model.
-//! - [`pci`]: PCI bus ids in NVML's forms.
+//! - [`pci`]: PCI bus ids in NVML's forms; [`ids`]: the stable hash and the UUID form.
 //! - [`resolve`]: turns a validated scenario entry into one concrete [`resolve::Gpu`] per index.
 //! - [`handles`]: the stable device handles (addresses in a static array).
 //! - [`state`]: the global state (ref-counted init, live reload, stable handles, energy).
@@ -24,13 +27,16 @@
 //! - `exports/*`: the `extern "C"` functions, grouped like nvml.h.
 
 pub mod cost;
+pub mod error;
 pub mod events;
 pub mod ffi;
 pub mod handles;
+pub mod ids;
 pub mod instances;
 pub mod models;
 pub mod modes;
 pub mod pci;
+pub mod raw;
 pub mod resolve;
 pub mod scenario;
 pub mod state;

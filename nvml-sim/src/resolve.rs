@@ -8,9 +8,10 @@ use std::time::Duration;
 use toml::Spanned;
 
 use crate::ffi::{code_by_name, Ret};
+pub use crate::ids::{is_uuid, stable_hash};
 use crate::models::Model;
 pub use crate::pci::PciAddr;
-use crate::scenario::{
+use crate::raw::{
     Ecc, ProcessKind, RawEvent, RawGpm, RawGpu, RawProcess, RemappedRows, RetiredPages,
 };
 
@@ -144,34 +145,6 @@ pub struct Gpu {
     pub gpm: Gpm,
     pub processes: Vec<Process>,
     pub events: Vec<Event>,
-}
-
-/// 64-bit FNV-1a, then a splitmix64 finaliser: stable across Rust versions (unlike
-/// `DefaultHasher`), so derived identities never change between builds.
-pub fn stable_hash(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
-}
-
-/// Whether `s` looks like `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (hex digits).
-pub fn is_uuid(s: &str) -> bool {
-    let Some(rest) = s.strip_prefix("GPU-") else {
-        return false;
-    };
-    let groups: Vec<&str> = rest.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 fn derived_uuid(index: u32, model: &Model) -> String {

@@ -12,10 +12,12 @@ use std::ops::Range;
 
 use toml::Spanned;
 
+use crate::error::{unknown_code, ScenarioError};
 use crate::ffi::code_by_name;
+use crate::ids;
 use crate::models::{self, Model};
-use crate::resolve;
-use crate::scenario::{unknown_code, RawGpu, ScenarioError};
+use crate::pci::PciAddr;
+use crate::raw::RawGpu;
 
 pub(crate) type ErrAt<'a> = dyn Fn(Range<usize>, String) -> ScenarioError + 'a;
 
@@ -88,13 +90,13 @@ static FORMS: &[Form] = &[
     Form {
         key: "uuid",
         value: |g| g.uuid.as_ref(),
-        valid: resolve::is_uuid,
+        valid: ids::is_uuid,
         form: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
     },
     Form {
         key: "pci_bus_id",
         value: |g| g.pci_bus_id.as_ref(),
-        valid: |s| resolve::PciAddr::parse(s).is_some(),
+        valid: |s| PciAddr::parse(s).is_some(),
         form: "00000000:18:00.0",
     },
 ];
