@@ -639,3 +639,36 @@ fn power_limit_and_fence_are_written_to_the_gpu_and_undone_on_resolution() {
     assert_eq!(ends[3]["compute_mode"], "Default", "{}", ends[3]);
     assert!(ends.iter().all(|e| e["result"] == "success"), "{ends:?}");
 }
+
+#[test]
+fn a_rule_too_deep_to_evaluate_is_refused_by_check_config_and_at_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("r.yml");
+    let chain = vec!["a"; 4000].join(" + ");
+    std::fs::write(
+        &rules,
+        format!(
+            "groups:\n  - name: g\n    rules:\n      - alert: Deep\n        expr: {chain} > 0\n"
+        ),
+    )
+    .expect("rules");
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, "[rules]\nfiles = [\"r.yml\"]\n").expect("config");
+    let want = format!("{}:5:9: rule 'Deep': the expression", rules.display());
+    let out = Command::new(common::bin())
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .expect("check-config");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&want) && err.contains("limit"), "{err}");
+    let out = Command::new(common::bin())
+        .args(["run", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&want), "{err}");
+}
