@@ -68,6 +68,15 @@ fn render_config(c: &Config) -> RenderConfig {
                 .and_then(|h| h.into_string().ok())
         })
         .unwrap_or_default();
+    // The file's value is checked when it is read; NODE_NAME has no file to point at, and a
+    // node should not lose its monitoring over it: cut, and said (once per (re)load).
+    let (hostname, cut) = config::labels::truncate_value(hostname);
+    if cut {
+        tracing::warn!(
+            limit = config::labels::MAX_LABEL_VALUE,
+            "the hostname label value (NODE_NAME or the host name) is longer than the limit; cut to '{hostname}'"
+        );
+    }
     RenderConfig {
         dcgm: c.metrics_dcgm,
         native: c.metrics_native,
