@@ -21,7 +21,8 @@
 //! - [`mig`]: MIG layouts (mig-parted compatible), the planner and the applier.
 //! - [`sharing`]: time-slicing (compute mode, time-slice length) and the Kubernetes device
 //!   plugin.
-//! - [`app`]: wiring, signals, graceful shutdown; [`logging`]; [`demo`].
+//! - [`app`]: wiring, signals, graceful shutdown; [`shutdown`]: the stop budget and the stop
+//!   flag that blocking changes (a MIG apply, a hook) read; [`logging`]; [`demo`].
 //! - Shared by everything that changes the node: [`audit`] (the fsynced JSON-lines log of
 //!   decisions), [`exec`] (hooks: argv, no shell, process group, timeout, bounded output),
 //!   [`procs`] (signals checked against the process start time), `http::api` (the API switch
@@ -55,6 +56,7 @@ pub mod reclaim;
 pub mod remediation;
 pub mod rules;
 pub mod sharing;
+pub mod shutdown;
 pub mod snapshot;
 
 use std::sync::atomic::AtomicU64;

@@ -165,3 +165,101 @@ fn each_gpu_instance_reports_its_own_activity() {
     assert_eq!(info.len(), 1);
     assert_eq!(m.get("gpu_steward_mig_mode", &[("state", "pending")]), 1.0);
 }
+
+/// A cost table that makes the named MIG creations slow enough to land a signal in an apply.
+fn slow_mig(dir: &std::path::Path, gi_ms: u64, ci_ms: u64) -> String {
+    let path = dir.join("cost.json");
+    let table = serde_json::json!({"functions": {
+        "nvmlDeviceCreateGpuInstanceWithPlacement": {"wall_us": gi_ms * 1000},
+        "nvmlGpuInstanceCreateComputeInstanceWithPlacement": {"wall_us": ci_ms * 1000},
+    }});
+    std::fs::write(&path, table.to_string()).expect("cost table");
+    path.display().to_string()
+}
+
+/// The GPU instances in the simulator's state file, each with its compute-instance count.
+fn instances(state: &std::path::Path) -> Vec<usize> {
+    let Ok(text) = std::fs::read_to_string(state) else {
+        return Vec::new();
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    v["gpus"][0]["gpu_instances"]
+        .as_array()
+        .map(|gis| {
+            gis.iter()
+                .map(|gi| gi["compute_instances"].as_array().map_or(0, Vec::len))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+const ONE_H100: &str = "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\n";
+
+fn layout_config(dir: &std::path::Path, layout: Option<&str>) -> String {
+    let layout = layout.map_or(String::new(), |l| format!("layout = \"{l}\"\n"));
+    format!(
+        "[mig]\n{layout}{LAYOUTS}\n[audit]\nfile = \"{}\"\n",
+        dir.join("audit.jsonl").display()
+    )
+}
+
+#[test]
+fn a_stop_during_the_start_time_apply_rolls_it_back_and_exits_0() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let cost = slow_mig(dir.path(), 300, 300);
+    let mut agent = Agent::with_scenario(ONE_H100)
+        .config(&layout_config(dir.path(), Some("seven")))
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .env("NVML_SIM_COST", &cost)
+        .no_wait_ready()
+        .start();
+    wait_for("a GPU instance made", Duration::from_secs(20), || {
+        (!instances(&state).is_empty()).then_some(())
+    });
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(15));
+    assert_eq!(status.code(), Some(0), "{status:?}\n{}", agent.log());
+    let left = instances(&state);
+    assert!(
+        left.iter().all(|&cis| cis > 0),
+        "GPU instances without compute instances left: {left:?}\n{}",
+        agent.log()
+    );
+    assert!(
+        left.is_empty(),
+        "not rolled back: {left:?}\n{}",
+        agent.log()
+    );
+    assert!(
+        !dir.path().join("mig-apply.intent").exists(),
+        "a rolled-back apply is settled"
+    );
+}
+
+#[test]
+fn a_reload_during_the_start_time_apply_waits_for_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let cost = slow_mig(dir.path(), 200, 200);
+    let mut agent = Agent::with_scenario(ONE_H100)
+        .config(&layout_config(dir.path(), Some("seven")))
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .env("NVML_SIM_COST", &cost)
+        .no_wait_ready()
+        .start();
+    wait_for("a GPU instance made", Duration::from_secs(20), || {
+        (!instances(&state).is_empty()).then_some(())
+    });
+    agent.signal(nix::sys::signal::Signal::SIGHUP);
+    agent.wait_ready();
+    assert_eq!(instances(&state), vec![1; 7], "{}", agent.log());
+    wait_for(
+        "the reload after the apply",
+        Duration::from_secs(20),
+        || agent.log().contains("configuration reloaded").then_some(()),
+    );
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(15));
+    assert_eq!(status.code(), Some(0), "{status:?}\n{}", agent.log());
+}

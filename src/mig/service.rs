@@ -144,6 +144,14 @@ impl MigService {
             apply::apply(&session.mig(), &cfg, audit.as_ref(), &req),
         )
     }
+
+    /// Whether an apply is running now (the stop waits for it, within its budget).
+    pub fn busy(&self) -> bool {
+        matches!(
+            self.running.try_lock(),
+            Err(std::sync::TryLockError::WouldBlock)
+        )
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
