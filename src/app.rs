@@ -347,6 +347,16 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         reclaim: Some(actors.reclaim.view.clone()),
     });
     let servers = start_http(&config, state, web, &stop).await?;
+    if let Some(i) = mig.interrupted() {
+        match mig.configured_layout() {
+            Some(l) => {
+                tracing::warn!(layout = %i.layout, pid = i.pid, "a MIG apply was interrupted (the agent was killed during it); converging to the configured layout '{l}'")
+            }
+            None => {
+                tracing::error!(layout = %i.layout, pid = i.pid, "a MIG apply was interrupted (the agent was killed during it) and no [mig] layout is configured; check `gpu-steward mig show` and run `gpu-steward mig apply --layout {}`", i.layout)
+            }
+        }
+    }
     // The configured MIG layout is in place before the first snapshot: until then /readyz
     // answers 503 (a reboot loses every instance; the kubelet must not see the GPUs first).
     // A stop during it lets it finish or roll back; a reload waits for it.

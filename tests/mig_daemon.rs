@@ -263,3 +263,77 @@ fn a_reload_during_the_start_time_apply_waits_for_it() {
     let status = agent.wait_exit(Duration::from_secs(15));
     assert_eq!(status.code(), Some(0), "{status:?}\n{}", agent.log());
 }
+
+#[test]
+fn an_apply_killed_half_way_is_reported_and_the_configured_layout_completes_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    // A GPU instance exists while its creation call is still being paid for: kill -9 then.
+    let cost = slow_mig(dir.path(), 3_000, 0);
+    let mut agent = Agent::with_scenario(ONE_H100)
+        .config(&layout_config(dir.path(), Some("seven")))
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .env("NVML_SIM_COST", &cost)
+        .no_wait_ready()
+        .start();
+    wait_for("a GPU instance made", Duration::from_secs(20), || {
+        (!instances(&state).is_empty()).then_some(())
+    });
+    agent.signal(nix::sys::signal::Signal::SIGKILL);
+    agent.wait_exit(Duration::from_secs(5));
+    assert_eq!(
+        instances(&state),
+        vec![0],
+        "one GPU instance, no compute instance"
+    );
+    assert!(dir.path().join("mig-apply.intent").exists());
+
+    // `mig show` says so.
+    let config = dir.path().join("show.toml");
+    std::fs::write(&config, layout_config(dir.path(), None)).expect("config");
+    let scenario = dir.path().join("scenario.toml");
+    std::fs::write(&scenario, ONE_H100).expect("scenario");
+    let out = std::process::Command::new(common::bin())
+        .args(["mig", "show", "--nvml-lib"])
+        .arg(common::sim_lib())
+        .arg("--config")
+        .arg(&config)
+        .env("NVML_SIM_SCENARIO", &scenario)
+        .env("NVML_SIM_STATE", &state)
+        .output()
+        .expect("mig show");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("mig_incomplete"), "{text}");
+
+    // Without a configured layout, /health reports it and the start log names the apply.
+    let agent = Agent::with_scenario(ONE_H100)
+        .config(&layout_config(dir.path(), None))
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .start();
+    wait_for(
+        "mig_incomplete in /health/gpus",
+        Duration::from_secs(20),
+        || {
+            agent
+                .get("/health/gpus")
+                .text()
+                .contains("mig_incomplete")
+                .then_some(())
+        },
+    );
+    assert!(
+        agent.log().contains("a MIG apply was interrupted"),
+        "{}",
+        agent.log()
+    );
+    drop(agent);
+
+    // With the layout configured, the start completes it and health passes again.
+    let agent = Agent::with_scenario(ONE_H100)
+        .config(&layout_config(dir.path(), Some("seven")))
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .start();
+    assert_eq!(instances(&state), vec![1; 7], "{}", agent.log());
+    assert!(!agent.get("/health/gpus").text().contains("mig_incomplete"));
+    assert!(!dir.path().join("mig-apply.intent").exists());
+}
