@@ -337,3 +337,61 @@ fn an_apply_killed_half_way_is_reported_and_the_configured_layout_completes_it()
     assert!(!agent.get("/health/gpus").text().contains("mig_incomplete"));
     assert!(!dir.path().join("mig-apply.intent").exists());
 }
+
+#[test]
+fn a_stop_during_an_api_apply_rolls_it_back_within_the_budget() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN).expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    // Unstopped, this apply takes over 20 s: longer than the unit's TimeoutStopSec.
+    let cost = slow_mig(dir.path(), 1_500, 1_500);
+    let config = format!(
+        "{}[api]\nenabled = true\ntoken_file = \"{}\"\n",
+        layout_config(dir.path(), None),
+        token.display()
+    );
+    let mut agent = Agent::with_scenario(ONE_H100)
+        .config(&config)
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .env("NVML_SIM_COST", &cost)
+        .start();
+    let port = agent.port;
+    let body = r#"{"layout": "seven"}"#;
+    let request = format!(
+        "POST /api/v1/mig/apply HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let client = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let _ = s.write_all(request.as_bytes());
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    });
+    wait_for("a GPU instance made", Duration::from_secs(20), || {
+        (!instances(&state).is_empty()).then_some(())
+    });
+    let stopped = std::time::Instant::now();
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{status:?}\n{}", agent.log());
+    // Within the stop budget (13 s, src/shutdown.rs) and the unit's 20 s, with room for a
+    // loaded test machine; the unstopped apply would need more than 18 s from here.
+    assert!(
+        stopped.elapsed() < Duration::from_secs(15),
+        "{:?}\n{}",
+        stopped.elapsed(),
+        agent.log()
+    );
+    let left = instances(&state);
+    assert!(
+        left.is_empty(),
+        "not rolled back: {left:?}\n{}",
+        agent.log()
+    );
+    let _ = client.join();
+}
