@@ -41,5 +41,7 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
 USER 65532:65532
 EXPOSE 9400
 # No HEALTHCHECK: the image has no HTTP client, and orchestrators probe /livez and /readyz.
+# No init: as PID 1 the agent reaps the orphans its hooks leave (src/exec.rs, docs/safety.md),
+# whether or not the runtime adds one (docker --init, Kubernetes does not).
 ENTRYPOINT ["/usr/bin/gpu-steward"]
 CMD ["run"]

@@ -7,6 +7,10 @@
 //!
 //! SIGHUP reloads the configuration: an invalid new file is rejected, logged and counted, and the
 //! running configuration stays. SIGTERM and SIGINT stop the server and the poller within a second.
+//! The signal handlers exist before the first change to the node: a stop during a MIG apply (the
+//! start-time one included) lets it finish or roll back within `shutdown::CHANGE_BUDGET`, and a
+//! SIGHUP during the start-time apply is handled after it. The whole stop fits
+//! `shutdown::STOP_BUDGET`, below the unit's `TimeoutStopSec`.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -68,6 +72,15 @@ fn render_config(c: &Config) -> RenderConfig {
                 .and_then(|h| h.into_string().ok())
         })
         .unwrap_or_default();
+    // The file's value is checked when it is read; NODE_NAME has no file to point at, and a
+    // node should not lose its monitoring over it: cut, and said (once per (re)load).
+    let (hostname, cut) = config::labels::truncate_value(hostname);
+    if cut {
+        tracing::warn!(
+            limit = config::labels::MAX_LABEL_VALUE,
+            "the hostname label value (NODE_NAME or the host name) is longer than the limit; cut to '{hostname}'"
+        );
+    }
     RenderConfig {
         dcgm: c.metrics_dcgm,
         native: c.metrics_native,
@@ -268,6 +281,14 @@ async fn start_http(
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result<(), AppError> {
+    // Before anything changes the node: a SIGTERM or SIGHUP from now on is an event, never the
+    // default action (which kills the process, in the middle of a MIG change if one runs).
+    let mut signals = Signals::install()?;
+    if nix::unistd::getpid().as_raw() == 1 {
+        // A container without an init: hooks' orphans come to us (src/exec.rs).
+        crate::exec::reap_orphans()?;
+        tracing::info!("running as PID 1: reaping orphaned processes");
+    }
     let counters = Arc::new(AgentCounters::new());
     let (stop_tx, stop) = watch::channel(false);
     // The kubelet client lives as long as the daemon; `[kubernetes]` changes need a restart.
@@ -326,26 +347,52 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         reclaim: Some(actors.reclaim.view.clone()),
     });
     let servers = start_http(&config, state, web, &stop).await?;
+    if let Some(i) = mig.interrupted() {
+        match mig.configured_layout() {
+            Some(l) => {
+                tracing::warn!(layout = %i.layout, pid = i.pid, "a MIG apply was interrupted (the agent was killed during it); converging to the configured layout '{l}'")
+            }
+            None => {
+                tracing::error!(layout = %i.layout, pid = i.pid, "a MIG apply was interrupted (the agent was killed during it) and no [mig] layout is configured; check `gpu-steward mig show` and run `gpu-steward mig apply --layout {}`", i.layout)
+            }
+        }
+    }
     // The configured MIG layout is in place before the first snapshot: until then /readyz
     // answers 503 (a reboot loses every instance; the kubelet must not see the GPUs first).
-    converge(&mig, "start").await;
+    // A stop during it lets it finish or roll back; a reload waits for it.
+    let stopping = converge_at_start(&mig, &mut signals).await;
     actors.reclaim.started(Duration::from_secs(5)).await;
-    let poller = poller::spawn(pconfig, counters.clone(), journal, actors.for_poller, tx)?;
-    // The device plugin and the memory guard live as long as the daemon.
-    sharing.start(&config, published, stop.clone());
-
-    let control = poller.control.clone();
-    let handles = Handles {
-        control: &control,
-        feeds,
-        sharing: &sharing,
-        mig: &mig,
-        reclaim: &actors.reclaim,
+    let poller = if stopping {
+        None
+    } else {
+        Some(poller::spawn(
+            pconfig,
+            counters.clone(),
+            journal,
+            actors.for_poller,
+            tx,
+        )?)
     };
-    wait_for_signals(config, &source, &log, &counters, handles).await?;
+    if let Some(poller) = &poller {
+        // The device plugin and the memory guard live as long as the daemon.
+        sharing.start(&config, published, stop.clone());
+        let control = poller.control.clone();
+        let handles = Handles {
+            control: &control,
+            feeds,
+            sharing: &sharing,
+            mig: &mig,
+            reclaim: &actors.reclaim,
+        };
+        wait_for_signals(&mut signals, config, &source, &log, &counters, handles).await?;
+        crate::shutdown::request();
+    }
 
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
+    // A MIG apply in flight (a reload's or the API's) stops before its next step and rolls
+    // back; it gets the change budget, the rest of the stop runs beside it.
+    let change = wait_idle(mig.clone(), crate::shutdown::CHANGE_BUDGET);
     // The servers drain for at most DRAIN each, side by side; the margin covers the tasks' exit.
     let drained = futures_join_all(servers);
     if tokio::time::timeout(DRAIN + Duration::from_millis(100), drained)
@@ -356,15 +403,75 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     }
     // Joining the poller waits at most for its current NVML call; its publications then end,
     // and reclaim writes its accounting state one last time.
-    let _ = tokio::task::spawn_blocking(move || poller.stop()).await;
+    if let Some(poller) = poller {
+        let _ = tokio::task::spawn_blocking(move || poller.stop()).await;
+    }
     if tokio::time::timeout(Duration::from_secs(2), actors.reclaim.stopped())
         .await
         .is_err()
     {
         tracing::warn!("reclaim did not stop in time; its last accounting state may be lost");
     }
+    if !change.await {
+        tracing::error!(budget = ?crate::shutdown::CHANGE_BUDGET, "the MIG apply did not finish or roll back within the stop budget; the next start finds its intent record");
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The signal streams, created once before anything changes the node. A signal that arrives
+/// while nobody polls its stream is kept (one per kind) and seen at the next poll.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// Converges to the configured layout while answering SIGTERM and SIGINT: a stop lets the apply
+/// finish or roll back (it checks [`crate::shutdown`] between steps) within the change budget.
+/// SIGHUP stays queued for the signal loop. Returns whether a stop was asked for.
+async fn converge_at_start(mig: &Arc<MigService>, signals: &mut Signals) -> bool {
+    let apply = converge(mig, "start");
+    tokio::pin!(apply);
+    tokio::select! {
+        _ = &mut apply => return crate::shutdown::requested(),
+        _ = signals.term.recv() => {}
+        _ = signals.int.recv() => {}
+    }
+    crate::shutdown::request();
+    tracing::warn!("stop asked for during the start-time MIG apply: it stops before its next step and rolls back");
+    if tokio::time::timeout(crate::shutdown::CHANGE_BUDGET, apply)
+        .await
+        .is_err()
+    {
+        tracing::error!(budget = ?crate::shutdown::CHANGE_BUDGET, "the MIG apply did not finish or roll back within the stop budget; the next start finds its intent record");
+    }
+    true
+}
+
+/// Waits until no MIG apply runs, at most `budget` from now (the call, not the first poll);
+/// whether it got there.
+fn wait_idle(mig: Arc<MigService>, budget: Duration) -> impl std::future::Future<Output = bool> {
+    let deadline = tokio::time::Instant::now() + budget;
+    async move {
+        while mig.busy() {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
 }
 
 /// Waits for every task of `tasks`.
@@ -384,20 +491,18 @@ struct Handles<'a> {
 }
 
 async fn wait_for_signals(
+    signals: &mut Signals,
     mut current: Config,
     source: &ConfigSource,
     log: &LogHandle,
     counters: &AgentCounters,
     h: Handles<'_>,
 ) -> Result<(), AppError> {
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
     loop {
         tokio::select! {
-            _ = term.recv() => return Ok(()),
-            _ = int.recv() => return Ok(()),
-            _ = hup.recv() => {
+            _ = signals.term.recv() => return Ok(()),
+            _ = signals.int.recv() => return Ok(()),
+            _ = signals.hup.recv() => {
                 match config::load(&source.path, source.required, &source.overrides) {
                     Ok(new) => {
                         if (new.listen, new.max_connections, new.header_timeout)

@@ -40,6 +40,9 @@ impl AuditLog {
             .create(true)
             .append(true)
             .mode(0o640)
+            // A symlink planted at the path would send the records (appended as the agent's
+            // user, often root) into any file: refuse it (ELOOP).
+            .custom_flags(nix::libc::O_NOFOLLOW)
             .open(path)
             .map_err(|e| with_path(e, path))?;
         Ok(AuditLog {
@@ -159,6 +162,18 @@ mod tests {
             0,
             "others may not read the audit log: {mode:o}"
         );
+    }
+
+    #[test]
+    fn a_symlink_at_the_path_is_not_followed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("elsewhere");
+        fs::write(&target, "precious\n").expect("write");
+        let link = dir.path().join("audit.jsonl");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        let e = AuditLog::open(&link).expect_err("a symlink");
+        assert!(e.to_string().contains("audit.jsonl"), "{e}");
+        assert_eq!(fs::read_to_string(&target).expect("read"), "precious\n");
     }
 
     #[test]

@@ -1,6 +1,14 @@
 //! Running external commands (hooks) the safe way: argv executed directly, never through a
 //! shell, in a process group of its own, with its input written and closed, its output captured
-//! up to a bound, and a deadline after which the whole group is killed.
+//! up to a bound, and a deadline after which the whole group is killed. When the command exits,
+//! whatever it left running in its group is killed too: a hook's background children never
+//! outlive it. Once the agent is stopping ([`crate::shutdown`]) no command starts, and a running
+//! one is killed with its group [`crate::shutdown::HOOK_GRACE`] after the stop.
+//!
+//! As PID 1 (a container without an init) the agent inherits every orphan a hook leaves, and must
+//! reap them: [`reap_orphans`]. It reaps only children that `run` is not waiting for itself, so
+//! that a hook's own exit status is never taken from it (why this, rather than a blanket
+//! `waitpid(-1)` or shipping tini only: the image then works under any runtime, `--init` or not).
 //!
 //! Blocking; from async code call it in `tokio::task::spawn_blocking`.
 
@@ -14,6 +22,52 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde::Deserialize;
+
+/// Hook leaders `run` is waiting for: the PID-1 reaper leaves them alone. Held across `spawn`,
+/// so that a leader that exits at once is registered before the reaper can look at it.
+static WAITED: std::sync::Mutex<std::collections::BTreeSet<u32>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn waited() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<u32>> {
+    WAITED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Removes a leader from [`WAITED`] when `run` is done with it, on every path.
+struct Registered(u32);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        waited().remove(&self.0);
+    }
+}
+
+/// Starts a thread that reaps exited children `run` does not wait for (orphans re-parented to
+/// the agent when it is PID 1). Call once, only as PID 1: elsewhere orphans go to init.
+pub fn reap_orphans() -> std::io::Result<()> {
+    use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag};
+    thread::Builder::new()
+        .name("reaper".into())
+        .spawn(|| loop {
+            let reaped = {
+                let waited = waited();
+                // Peek (WNOWAIT) at one exited child; reap it only if it is nobody's.
+                let peek = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+                match waitid(Id::All, peek).ok().and_then(|s| s.pid()) {
+                    Some(pid) if !waited.contains(&pid.as_raw().unsigned_abs()) => {
+                        let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if !reaped {
+                thread::sleep(Duration::from_millis(200));
+            }
+        })
+        .map(|_| ())
+}
 
 /// Output kept per stream; the rest is read and dropped so that the command never blocks.
 pub const OUTPUT_LIMIT: usize = 16 * 1024;
@@ -139,10 +193,10 @@ fn timeout<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error>
 
 /// Runs `spec` with `stdin` as its input and `env` added to the agent's environment.
 ///
-/// The command is the leader of a new process group. When it outlives `spec.timeout`, the whole
-/// group gets SIGKILL and the outcome is [`Outcome::TimedOut`]. When it exits in time but
-/// something it started keeps its output open, that group is killed at the deadline too, so that
-/// nothing a hook starts can hold the agent.
+/// The command is the leader of a new process group. When it outlives `spec.timeout` (or the
+/// stop's hook grace), the whole group gets SIGKILL and the outcome is [`Outcome::TimedOut`].
+/// When it exits in time, what it left running in its group is killed at once, so that nothing a
+/// hook starts outlives it or holds the agent.
 pub fn run(spec: &CommandSpec, stdin: &[u8], env: &[(String, String)]) -> RunOutput {
     let start = Instant::now();
     let deadline = start + spec.timeout;
@@ -159,6 +213,13 @@ pub fn run(spec: &CommandSpec, stdin: &[u8], env: &[(String, String)]) -> RunOut
             String::new(),
         );
     };
+    if crate::shutdown::requested() {
+        return done(
+            Outcome::SpawnFailed(format!("{program}: not started, the agent is stopping")),
+            String::new(),
+            String::new(),
+        );
+    }
     let mut command = Command::new(program);
     command
         .args(args)
@@ -167,7 +228,15 @@ pub fn run(spec: &CommandSpec, stdin: &[u8], env: &[(String, String)]) -> RunOut
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let mut child = match command.spawn() {
+    let spawned = {
+        let mut waited = waited();
+        command.spawn().map(|c| {
+            waited.insert(c.id());
+            let registered = Registered(c.id());
+            (c, registered)
+        })
+    };
+    let (mut child, _registered) = match spawned {
         Ok(c) => c,
         Err(e) => {
             return done(
@@ -194,8 +263,17 @@ pub fn run(spec: &CommandSpec, stdin: &[u8], env: &[(String, String)]) -> RunOut
 
     let mut pause = Duration::from_millis(1);
     let status: Option<ExitStatus> = loop {
+        // A stop shortens the deadline to the hook grace (systemd's TimeoutStopSec is shorter
+        // than a hook's timeout may be).
+        let deadline = crate::shutdown::hook_deadline().map_or(deadline, |d| d.min(deadline));
         match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
+            Ok(Some(status)) => {
+                // The group outlives its leader only through what the command left running
+                // (`cmd &`): that goes with it. The group id cannot be reused while any member
+                // is alive, so this reaches nothing else.
+                let _ = killpg(group, Signal::SIGKILL);
+                break Some(status);
+            }
             Ok(None) if Instant::now() >= deadline => {
                 let _ = killpg(group, Signal::SIGKILL);
                 let _ = child.wait();
@@ -331,22 +409,29 @@ mod tests {
     }
 
     #[test]
-    fn a_child_left_holding_the_output_is_killed_at_the_deadline() {
+    fn what_a_command_leaves_running_is_killed_when_it_exits() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let pidfile = dir.path().join("child.pid");
-        let script = format!("sleep 300 & echo $! > {}; echo started", pidfile.display());
-        // The deadline is what the leftover child is killed at, so the test lasts that long; it
-        // must also leave the shell ample time to exit first on a loaded machine (CI once took
-        // over 500 ms to fork and exit here, and the run ended as TimedOut).
-        let out = run(&spec(&["/bin/sh", "-c", &script], 4_000), b"", &[]);
+        // One child keeps the output open, the other does not: both go with the leader, long
+        // before the deadline.
+        let held = dir.path().join("held.pid");
+        let quiet = dir.path().join("quiet.pid");
+        let script = format!(
+            "sleep 300 & echo $! > {}; sleep 300 >/dev/null 2>&1 & echo $! > {}; echo started",
+            held.display(),
+            quiet.display()
+        );
+        let out = run(&spec(&["/bin/sh", "-c", &script], 60_000), b"", &[]);
         assert_eq!(out.outcome, Outcome::Exited(0));
         assert_eq!(out.stdout, "started\n");
-        let pid: i32 = std::fs::read_to_string(&pidfile)
-            .expect("pid written")
-            .trim()
-            .parse()
-            .expect("pid");
-        assert!(gone(pid), "the leftover child {pid} was not killed");
+        assert!(out.duration < Duration::from_secs(30), "{:?}", out.duration);
+        for f in [held, quiet] {
+            let pid: i32 = std::fs::read_to_string(&f)
+                .expect("pid written")
+                .trim()
+                .parse()
+                .expect("pid");
+            assert!(gone(pid), "the leftover child {pid} was not killed");
+        }
     }
 
     #[test]

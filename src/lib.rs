@@ -13,7 +13,9 @@
 //!   and [`publication`] (what each poll publishes: snapshot, health, journal and the page).
 //! - Boundaries: [`gpu`] (the only module that names `nvml_wrapper`: plain data and typed
 //!   errors out, the table of reads and their cost tiers), [`attribution`] (process owners from
-//!   procfs), [`kubernetes`] (the kubelet pod-resources client), [`audit`], [`exec`], [`procs`].
+//!   procfs), [`kubernetes`] (the kubelet pod-resources client) over [`grpc`] (the one
+//!   gRPC-over-Unix-socket client), [`audit`], [`exec`], [`procs`], [`shutdown`] (the stop
+//!   budget and the stop flag that blocking changes read).
 //! - [`metrics`]: renders a snapshot into the page once per poll (dcgm family, native family,
 //!   agent) and collects the actors' series through [`metrics::Collector`].
 //! - [`poller`]: observe (per-GPU workers) → enrich → judge → render → publish. It calls no
@@ -50,6 +52,7 @@ pub mod reclaim;
 pub mod remediation;
 pub mod rules;
 pub mod sharing;
+pub mod shutdown;
 pub mod snapshot;
 
 use std::sync::atomic::AtomicU64;

@@ -60,7 +60,11 @@ fn run(args: RunArgs) -> ExitCode {
         required,
         overrides,
     };
-    match runtime.block_on(app::run(config, source, log)) {
+    let ran = runtime.block_on(app::run(config, source, log));
+    // Blocking work still running (a hook in its grace, an NVML call) is not waited for past the
+    // hook grace: the stop must fit systemd's TimeoutStopSec (gpu_steward::shutdown).
+    runtime.shutdown_timeout(gpu_steward::shutdown::HOOK_GRACE + std::time::Duration::from_secs(1));
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "gpu-steward stopped");

@@ -89,3 +89,47 @@ fn the_api_socket_serves_replaces_stale_files_and_is_removed_at_exit() {
     assert!(status.success(), "{}", agent.log());
     assert!(!socket.exists(), "the socket file outlived the agent");
 }
+
+#[test]
+fn another_users_idle_connections_do_not_lock_root_out() {
+    use std::os::unix::process::CommandExt;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root to connect as another user");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let text = config(dir.path()).replace("socket_mode = \"0600\"", "socket_mode = \"0660\"");
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
+        .config(&text)
+        .start();
+    let socket = dir.path().join("run/api.sock");
+    // nobody (in the socket's group) opens 80 connections and sends nothing on them.
+    let mut holder = Command::new("perl")
+        .args([
+            "-MIO::Socket::UNIX",
+            "-e",
+            "my @s; for (1..80) { my $c = IO::Socket::UNIX->new(Peer => $ARGV[0]) or last; \
+             push @s, $c } print scalar(@s), \"\\n\"; STDOUT->flush; sleep 60",
+        ])
+        .arg(&socket)
+        .uid(65534)
+        .gid(0)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("perl");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("read");
+    assert!(line.trim().parse::<u32>().unwrap_or(0) >= 64, "{line}");
+    // Accepted in order: root's connection comes after all of them.
+    let started = std::time::Instant::now();
+    let (code, body) = curl_unix(&socket, "/livez");
+    assert_eq!(code, 200, "{body}\n{}", agent.log());
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let _ = holder.kill();
+    let _ = holder.wait();
+}

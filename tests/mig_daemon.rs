@@ -165,3 +165,233 @@ fn each_gpu_instance_reports_its_own_activity() {
     assert_eq!(info.len(), 1);
     assert_eq!(m.get("gpu_steward_mig_mode", &[("state", "pending")]), 1.0);
 }
+
+/// A cost table that makes the named MIG creations slow enough to land a signal in an apply.
+fn slow_mig(dir: &std::path::Path, gi_ms: u64, ci_ms: u64) -> String {
+    let path = dir.join("cost.json");
+    let table = serde_json::json!({"functions": {
+        "nvmlDeviceCreateGpuInstanceWithPlacement": {"wall_us": gi_ms * 1000},
+        "nvmlGpuInstanceCreateComputeInstanceWithPlacement": {"wall_us": ci_ms * 1000},
+    }});
+    std::fs::write(&path, table.to_string()).expect("cost table");
+    path.display().to_string()
+}
+
+/// The GPU instances in the simulator's state file, each with its compute-instance count.
+fn instances(state: &std::path::Path) -> Vec<usize> {
+    let Ok(text) = std::fs::read_to_string(state) else {
+        return Vec::new();
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    v["gpus"][0]["gpu_instances"]
+        .as_array()
+        .map(|gis| {
+            gis.iter()
+                .map(|gi| gi["compute_instances"].as_array().map_or(0, Vec::len))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+const ONE_H100: &str = "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\n";
+
+fn layout_config(dir: &std::path::Path, layout: Option<&str>) -> String {
+    let layout = layout.map_or(String::new(), |l| format!("layout = \"{l}\"\n"));
+    format!(
+        "[mig]\n{layout}{LAYOUTS}\n[audit]\nfile = \"{}\"\n",
+        dir.join("audit.jsonl").display()
+    )
+}
+
+#[test]
+fn a_stop_during_the_start_time_apply_rolls_it_back_and_exits_0() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let cost = slow_mig(dir.path(), 300, 300);
+    let mut agent = Agent::with_scenario(ONE_H100)
+        .config(&layout_config(dir.path(), Some("seven")))
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .env("NVML_SIM_COST", &cost)
+        .no_wait_ready()
+        .start();
+    wait_for("a GPU instance made", Duration::from_secs(20), || {
+        (!instances(&state).is_empty()).then_some(())
+    });
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(15));
+    assert_eq!(status.code(), Some(0), "{status:?}\n{}", agent.log());
+    let left = instances(&state);
+    assert!(
+        left.iter().all(|&cis| cis > 0),
+        "GPU instances without compute instances left: {left:?}\n{}",
+        agent.log()
+    );
+    assert!(
+        left.is_empty(),
+        "not rolled back: {left:?}\n{}",
+        agent.log()
+    );
+    assert!(
+        !dir.path().join("mig-apply.intent").exists(),
+        "a rolled-back apply is settled"
+    );
+}
+
+#[test]
+fn a_reload_during_the_start_time_apply_waits_for_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let cost = slow_mig(dir.path(), 200, 200);
+    let mut agent = Agent::with_scenario(ONE_H100)
+        .config(&layout_config(dir.path(), Some("seven")))
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .env("NVML_SIM_COST", &cost)
+        .no_wait_ready()
+        .start();
+    wait_for("a GPU instance made", Duration::from_secs(20), || {
+        (!instances(&state).is_empty()).then_some(())
+    });
+    agent.signal(nix::sys::signal::Signal::SIGHUP);
+    agent.wait_ready();
+    assert_eq!(instances(&state), vec![1; 7], "{}", agent.log());
+    wait_for(
+        "the reload after the apply",
+        Duration::from_secs(20),
+        || agent.log().contains("configuration reloaded").then_some(()),
+    );
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(15));
+    assert_eq!(status.code(), Some(0), "{status:?}\n{}", agent.log());
+}
+
+#[test]
+fn an_apply_killed_half_way_is_reported_and_the_configured_layout_completes_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    // A GPU instance exists while its creation call is still being paid for: kill -9 then.
+    let cost = slow_mig(dir.path(), 3_000, 0);
+    let mut agent = Agent::with_scenario(ONE_H100)
+        .config(&layout_config(dir.path(), Some("seven")))
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .env("NVML_SIM_COST", &cost)
+        .no_wait_ready()
+        .start();
+    wait_for("a GPU instance made", Duration::from_secs(20), || {
+        (!instances(&state).is_empty()).then_some(())
+    });
+    agent.signal(nix::sys::signal::Signal::SIGKILL);
+    agent.wait_exit(Duration::from_secs(5));
+    assert_eq!(
+        instances(&state),
+        vec![0],
+        "one GPU instance, no compute instance"
+    );
+    assert!(dir.path().join("mig-apply.intent").exists());
+
+    // `mig show` says so.
+    let config = dir.path().join("show.toml");
+    std::fs::write(&config, layout_config(dir.path(), None)).expect("config");
+    let scenario = dir.path().join("scenario.toml");
+    std::fs::write(&scenario, ONE_H100).expect("scenario");
+    let out = std::process::Command::new(common::bin())
+        .args(["mig", "show", "--nvml-lib"])
+        .arg(common::sim_lib())
+        .arg("--config")
+        .arg(&config)
+        .env("NVML_SIM_SCENARIO", &scenario)
+        .env("NVML_SIM_STATE", &state)
+        .output()
+        .expect("mig show");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("mig_incomplete"), "{text}");
+
+    // Without a configured layout, /health reports it and the start log names the apply.
+    let agent = Agent::with_scenario(ONE_H100)
+        .config(&layout_config(dir.path(), None))
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .start();
+    wait_for(
+        "mig_incomplete in /health/gpus",
+        Duration::from_secs(20),
+        || {
+            agent
+                .get("/health/gpus")
+                .text()
+                .contains("mig_incomplete")
+                .then_some(())
+        },
+    );
+    assert!(
+        agent.log().contains("a MIG apply was interrupted"),
+        "{}",
+        agent.log()
+    );
+    drop(agent);
+
+    // With the layout configured, the start completes it and health passes again.
+    let agent = Agent::with_scenario(ONE_H100)
+        .config(&layout_config(dir.path(), Some("seven")))
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .start();
+    assert_eq!(instances(&state), vec![1; 7], "{}", agent.log());
+    assert!(!agent.get("/health/gpus").text().contains("mig_incomplete"));
+    assert!(!dir.path().join("mig-apply.intent").exists());
+}
+
+#[test]
+fn a_stop_during_an_api_apply_rolls_it_back_within_the_budget() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN).expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    // Unstopped, this apply takes over 20 s: longer than the unit's TimeoutStopSec.
+    let cost = slow_mig(dir.path(), 1_500, 1_500);
+    let config = format!(
+        "{}[api]\nenabled = true\ntoken_file = \"{}\"\n",
+        layout_config(dir.path(), None),
+        token.display()
+    );
+    let mut agent = Agent::with_scenario(ONE_H100)
+        .config(&config)
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .env("NVML_SIM_COST", &cost)
+        .start();
+    let port = agent.port;
+    let body = r#"{"layout": "seven"}"#;
+    let request = format!(
+        "POST /api/v1/mig/apply HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let client = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let _ = s.write_all(request.as_bytes());
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    });
+    wait_for("a GPU instance made", Duration::from_secs(20), || {
+        (!instances(&state).is_empty()).then_some(())
+    });
+    let stopped = std::time::Instant::now();
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{status:?}\n{}", agent.log());
+    // Within the stop budget (13 s, src/shutdown.rs) and the unit's 20 s, with room for a
+    // loaded test machine; the unstopped apply would need more than 18 s from here.
+    assert!(
+        stopped.elapsed() < Duration::from_secs(15),
+        "{:?}\n{}",
+        stopped.elapsed(),
+        agent.log()
+    );
+    let left = instances(&state);
+    assert!(
+        left.is_empty(),
+        "not rolled back: {left:?}\n{}",
+        agent.log()
+    );
+    let _ = client.join();
+}

@@ -644,3 +644,170 @@ fn power_limit_and_fence_are_written_to_the_gpu_and_undone_on_resolution() {
     assert_eq!(ends[3]["compute_mode"], "Default", "{}", ends[3]);
     assert!(ends.iter().all(|e| e["result"] == "success"), "{ends:?}");
 }
+
+#[test]
+fn a_rule_too_deep_to_evaluate_is_refused_by_check_config_and_at_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("r.yml");
+    let chain = vec!["a"; 4000].join(" + ");
+    std::fs::write(
+        &rules,
+        format!(
+            "groups:\n  - name: g\n    rules:\n      - alert: Deep\n        expr: {chain} > 0\n"
+        ),
+    )
+    .expect("rules");
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, "[rules]\nfiles = [\"r.yml\"]\n").expect("config");
+    let want = format!("{}:5:9: rule 'Deep': the expression", rules.display());
+    let out = Command::new(common::bin())
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .expect("check-config");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&want) && err.contains("limit"), "{err}");
+    let out = Command::new(common::bin())
+        .args(["run", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&want), "{err}");
+}
+
+#[test]
+fn a_hook_still_running_at_sigterm_is_killed_with_its_group_within_the_grace() {
+    let s = Setup::new(UP_RULE);
+    let slow = format!(
+        "#!/bin/sh\nsleep 120 &\necho $! > '{child}'\ntouch '{started}'\nwait\n",
+        child = s.path("child").display(),
+        started = s.path("started").display()
+    );
+    write_script(&s.path("slow.sh"), &slow);
+    let config = s.config(&format!(
+        "[[remediation.hooks]]\nname = \"slow\"\ncommand = [\"{}\"]\ntimeout = \"60s\"\n\
+         [[remediation.routes]]\nmatchers = ['alertname=\"GpuUp\"']\nhooks = [\"slow\"]\n",
+        s.path("slow.sh").display()
+    ));
+    let mut agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    wait_for("the hook to start", Duration::from_secs(10), || {
+        s.path("started").exists().then_some(())
+    });
+    let child: i32 = std::fs::read_to_string(s.path("child"))
+        .expect("child pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    let stopped = std::time::Instant::now();
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(15));
+    assert_eq!(status.code(), Some(0), "{}", agent.log());
+    // The unit's TimeoutStopSec is 20 s; the hook grace is 3 s.
+    assert!(
+        stopped.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        stopped.elapsed()
+    );
+    assert!(
+        !pid_alive(child),
+        "the hook's child {child} outlived the stop"
+    );
+    let end = s.audit_events("hook.end");
+    assert_eq!(end.len(), 1, "{:?}", s.audit());
+    assert_eq!(end[0]["result"], "timeout");
+}
+
+/// Zombie children of `pid`, from /proc.
+fn zombie_children(pid: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            let rest: Vec<&str> = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            rest.first() == Some(&"Z") && rest.get(1) == Some(&pid.to_string().as_str())
+        })
+        .count()
+}
+
+#[test]
+fn as_pid_1_the_agent_reaps_what_hooks_leave_behind() {
+    if !nix::unistd::geteuid().is_root() || Command::new("unshare").arg("--help").output().is_err()
+    {
+        eprintln!("skipped: needs root and unshare(1) for a PID namespace");
+        return;
+    }
+    let s = Setup::new(UP_RULE);
+    // Twenty orphans that exit on their own after the hook is gone.
+    let hook = format!(
+        "#!/bin/sh\nfor i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do \
+         (setsid sleep 0.3 &); done\ntouch '{}'\n",
+        s.path("ran").display()
+    );
+    write_script(&s.path("orphans.sh"), &hook);
+    let config = s.path("config.toml");
+    std::fs::write(
+        &config,
+        s.config(&format!(
+            "[[remediation.hooks]]\nname = \"orphans\"\ncommand = [\"{}\"]\n\
+             [[remediation.routes]]\nmatchers = ['alertname=\"GpuUp\"']\nhooks = [\"orphans\"]\n",
+            s.path("orphans.sh").display()
+        )),
+    )
+    .expect("config");
+    std::fs::write(s.path("scenario.toml"), SCENARIO).expect("scenario");
+    let mut unshare = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        .arg(common::bin())
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--interval",
+            "200ms",
+            "--nvml-lib",
+        ])
+        .arg(common::sim_lib())
+        .arg("--config")
+        .arg(&config)
+        .env("NVML_SIM_SCENARIO", s.path("scenario.toml"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("unshare");
+    let agent: u32 = wait_for("the agent as PID 1", Duration::from_secs(10), || {
+        let children =
+            std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", unshare.id())).ok()?;
+        children.split_whitespace().next()?.parse().ok()
+    });
+    wait_for("the hook to run", Duration::from_secs(20), || {
+        s.path("ran").exists().then_some(())
+    });
+    let ran = std::time::Instant::now();
+    let reaped = (|| {
+        while ran.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(100));
+            if ran.elapsed() > Duration::from_secs(2) && zombie_children(agent) == 0 {
+                return true;
+            }
+        }
+        false
+    })();
+    let left = zombie_children(agent);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(unshare.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = unshare.wait();
+    assert!(reaped, "{left} zombies left under the agent (PID 1)");
+}

@@ -77,6 +77,7 @@ pub struct PollerSection {
 pub struct MetricsSection {
     pub dcgm: bool,
     pub native: bool,
+    #[serde(deserialize_with = "super::labels::optional_label_value")]
     pub hostname: Option<String>,
     #[serde(deserialize_with = "super::labels::optional_label")]
     pub hostname_label: toml::Spanned<String>,

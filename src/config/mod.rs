@@ -8,7 +8,7 @@
 //! TLS and basic auth) and [`token`] (the API token); the HTTP layer serves what they yield.
 
 mod file;
-mod labels;
+pub(crate) mod labels;
 mod sections;
 pub mod token;
 pub mod web;
@@ -508,6 +508,19 @@ mod tests {
         );
         let e = err("[metrics]\nhostname_label = \"pod\"\n");
         assert!(e.contains("hostname_label 'pod' is the same as"), "{e}");
+        let e = err(&format!(
+            "[metrics]\nhostname = \"{}\"\n",
+            "n".repeat(100_000)
+        ));
+        assert!(
+            e.starts_with("c.toml:2:12: the label value is 100000 bytes, over the limit of 256"),
+            "{}",
+            &e[..e.len().min(300)]
+        );
+        assert_eq!(
+            labels::truncate_value("é".repeat(200)),
+            ("é".repeat(128), true)
+        );
         let e = err("[metrics]\nhostname_label = \"host-name\"\n");
         assert!(e.contains("invalid label name 'host-name'"), "{e}");
         let e = err("[server]\nmax_connections = 0\n");

@@ -16,6 +16,19 @@ pub fn load_token(path: &Path) -> Result<Vec<u8>, String> {
     if !meta.is_file() {
         return Err(format!("API token file {} is not a file", path.display()));
     }
+    // Whoever owns the file can rewrite the token (and its mode): only root and the agent's
+    // own user may.
+    let euid = nix::unistd::geteuid().as_raw();
+    if meta.uid() != 0 && meta.uid() != euid {
+        return Err(format!(
+            "API token file {} is owned by uid {}, neither root nor the agent's user (uid \
+             {euid}): that user could change the token; the API stays off until it is fixed \
+             (chown root {} or chown the agent's user)",
+            path.display(),
+            meta.uid(),
+            path.display()
+        ));
+    }
     let mode = meta.permissions().mode() & 0o777;
     // Group read is fine when the group is the agent's own (root:gpu-steward 0640, the packaged
     // layout); any other group or other-user permission lets someone else use the API.
@@ -76,5 +89,22 @@ mod tests {
         assert!(load_token(&path).expect_err("empty").contains("empty"));
         let e = load_token(&dir.path().join("missing")).expect_err("missing");
         assert!(e.contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn a_token_file_owned_by_another_user_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("token");
+        fs::write(&path, "s3cret\n").expect("write");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod");
+        let other = nix::unistd::Uid::from_raw(nix::unistd::geteuid().as_raw().max(1) + 4242);
+        match nix::unistd::chown(&path, Some(other), None) {
+            Ok(()) => {}
+            // Only root can give a file away; as another user the case cannot be made here.
+            Err(nix::errno::Errno::EPERM) => return,
+            Err(e) => panic!("chown: {e}"),
+        }
+        let e = load_token(&path).expect_err("owned by another user");
+        assert!(e.contains("owned by uid") && e.contains("chown"), "{e}");
     }
 }

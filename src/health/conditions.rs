@@ -24,6 +24,7 @@ pub const POWER_BRAKE: &str = "power_brake_slowdown";
 pub const PCIE_REPLAY_RATE: &str = "pcie_replay_rate";
 pub const NVML_CALLS_FAILING: &str = "nvml_calls_failing";
 pub const MIG_MODE_PENDING: &str = "mig_mode_pending";
+pub const MIG_INCOMPLETE: &str = "mig_incomplete";
 
 /// `nvmlClocksEventReasonHwThermalSlowdown`.
 const HW_THERMAL_SLOWDOWN: u64 = 0x40;
@@ -79,7 +80,36 @@ pub fn check(gpu: &GpuSnapshot, config: &HealthConfig) -> Vec<Finding> {
     recovery_action(gpu, &mut out);
     thermal(gpu, config, &mut out);
     mig_pending(gpu, &mut out);
+    mig_incomplete(gpu, &mut out);
     out
+}
+
+/// GPU instances without a compute instance: nothing can run in them and the device plugin
+/// offers no MIG device for them. The agent's applier always creates both, so this is an apply
+/// (or rollback) killed half-way, or a hand-made change left unfinished.
+fn mig_incomplete(gpu: &GpuSnapshot, out: &mut Vec<Finding>) {
+    let Some(instances) = &gpu.reading.mig_instances else {
+        return;
+    };
+    let empty: Vec<String> = instances
+        .iter()
+        .filter(|gi| gi.compute_instances.is_empty())
+        .map(|gi| format!("{} ({})", gi.gpu_instance_id, gi.profile))
+        .collect();
+    if empty.is_empty() {
+        return;
+    }
+    out.push(finding(
+        MIG_INCOMPLETE,
+        Status::Warn,
+        Action::None,
+        format!(
+            "GPU instance(s) {} have no compute instance: a MIG change was interrupted; apply the \
+             layout again (gpu-steward mig apply --layout NAME, or SIGHUP the agent with [mig] \
+             layout set), which completes or replaces them",
+            empty.join(", ")
+        ),
+    ));
 }
 
 /// A MIG mode change waiting for a GPU reset (nodes stuck "pending" advertise no GPUs:

@@ -355,6 +355,14 @@ pub fn apply(
     'gpus: for g in plan.gpus.iter().filter(|g| !g.steps.is_empty()) {
         let mut done = Vec::new();
         for step in &g.steps {
+            // A stop (SIGTERM) ends the apply between two steps, and what was done is undone:
+            // the rollback fits the stop budget, a half-made layout would not (crate::shutdown).
+            if crate::shutdown::requested() {
+                failure =
+                    Some("the agent is stopping: the apply stopped before its next step".into());
+                run.journal.push((g.index, g.uuid.clone(), done));
+                break 'gpus;
+            }
             let r = run.step(g, step, &mut done);
             if let Err(e) = r {
                 failure = Some(e);

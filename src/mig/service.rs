@@ -2,6 +2,10 @@
 //! runs, so the agent is not ready until the layout is in place) and on SIGHUP, and apply
 //! layouts asked for through `POST /api/v1/mig/apply`. One apply at a time, in a blocking
 //! thread, on an NVML session of its own opened at the first apply and kept. Reads for `GET /api/v1/mig` come from the published snapshot, never from here.
+//!
+//! Each apply writes an intent record (`mig-apply.intent`, beside the audit log) before its
+//! first change and removes it when the layout is settled (applied, or rolled back): a record
+//! found at start means an apply was killed half-way.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -139,11 +143,82 @@ impl MigService {
             dry_run,
             force,
         };
-        report(
-            layout,
-            apply::apply(&session.mig(), &cfg, audit.as_ref(), &req),
+        // The intent record outlives a kill -9 (or power loss) in the middle of the apply, so
+        // that the next start knows the layout may be half-made.
+        let intent = (!dry_run).then(|| intent_path(&lock(&self.audit_file)));
+        if let Some(path) = &intent {
+            if let Err(e) = write_intent(path, layout) {
+                tracing::warn!(file = %path.display(), error = %e, "cannot write the MIG apply intent record");
+            }
+        }
+        let r = apply::apply(&session.mig(), &cfg, audit.as_ref(), &req);
+        // Kept when the rollback failed too: the node is not in a known layout.
+        let settled = !matches!(r, Err(ApplyError::Failed { undone: false, .. }));
+        if let (Some(path), true) = (&intent, settled) {
+            let _ = std::fs::remove_file(path);
+        }
+        report(layout, r)
+    }
+
+    /// Whether an apply is running now (the stop waits for it, within its budget).
+    pub fn busy(&self) -> bool {
+        matches!(
+            self.running.try_lock(),
+            Err(std::sync::TryLockError::WouldBlock)
         )
     }
+
+    /// The layout of an apply that started and never finished (the agent was killed during
+    /// it), from its intent record.
+    pub fn interrupted(&self) -> Option<Interrupted> {
+        read_intent(&intent_path(&lock(&self.audit_file)))
+    }
+}
+
+/// An apply that left its intent record behind.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, Serialize)]
+pub struct Interrupted {
+    pub layout: String,
+    pub pid: u32,
+    /// Seconds since the Unix epoch.
+    pub started: u64,
+}
+
+/// `mig-apply.intent` beside the audit log, in the agent's state directory.
+pub fn intent_path(audit_file: &std::path::Path) -> PathBuf {
+    audit_file
+        .parent()
+        .unwrap_or_else(|| std::path::Path::new("."))
+        .join("mig-apply.intent")
+}
+
+fn write_intent(path: &std::path::Path, layout: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let record = Interrupted {
+        layout: layout.to_string(),
+        pid: std::process::id(),
+        started,
+    };
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(
+        serde_json::to_string(&record)
+            .unwrap_or_default()
+            .as_bytes(),
+    )?;
+    f.sync_all()
+}
+
+/// The record at `path`; an unreadable one still says that an apply was interrupted.
+pub fn read_intent(path: &std::path::Path) -> Option<Interrupted> {
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(serde_json::from_str(&text).unwrap_or(Interrupted {
+        layout: "(unreadable intent record)".into(),
+        pid: 0,
+        started: 0,
+    }))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -51,6 +51,14 @@ pub fn text(gpus: &[MigGpu]) -> String {
                 "  GPU instance {:>2}  {:<12} placement {}:{}  {} MiB",
                 gi.gpu_instance_id, gi.profile, gi.start, gi.size, gi.memory_mib
             );
+            if gi.compute_instances.is_empty() {
+                // The applier always makes both: a change was interrupted (health: mig_incomplete).
+                let _ = writeln!(
+                    s,
+                    "    no compute instance (mig_incomplete): a MIG change was interrupted; \
+                     apply the layout again with `gpu-steward mig apply --layout NAME`"
+                );
+            }
             for ci in &gi.compute_instances {
                 let _ = writeln!(
                     s,

@@ -188,6 +188,12 @@ impl Accounts {
                 ),
             ));
         }
+        if let Some(why) = implausible(&state) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: {why}", path.display()),
+            ));
+        }
         Ok(Accounts {
             owners: state.owners.into_iter().collect(),
             idle_held: state.idle_held.into_iter().collect(),
@@ -217,6 +223,39 @@ impl Accounts {
         // The rename itself is durable once the directory is synced.
         std::fs::File::open(dir)?.sync_all()
     }
+}
+
+/// A century of seconds: more than any counter of this agent can have added up.
+const MAX_SECONDS: f64 = 100.0 * 365.25 * 86_400.0;
+/// A century at 3 kW: more energy than any one GPU can have drawn.
+const MAX_JOULES: f64 = MAX_SECONDS * 3_000.0;
+
+/// Why the read-back counters cannot be ours (negative, not finite, or beyond a century), if
+/// so: served as they are they would be counters that go backwards or absurd dashboards.
+fn implausible(state: &State) -> Option<String> {
+    let bad = |what: &str, v: f64, max: f64| {
+        (!(v.is_finite() && (0.0..=max).contains(&v)))
+            .then(|| format!("{what} {v} is not a plausible total (0 to {max:e})"))
+    };
+    for (k, t) in &state.owners {
+        let who = format!("owner '{}' on GPU {}", k.owner, k.gpu);
+        let found = bad(&format!("{who}: held_seconds"), t.held_seconds, MAX_SECONDS)
+            .or_else(|| bad(&format!("{who}: busy_seconds"), t.busy_seconds, MAX_SECONDS))
+            .or_else(|| {
+                bad(
+                    &format!("{who}: energy_joules"),
+                    t.energy_joules,
+                    MAX_JOULES,
+                )
+            });
+        if found.is_some() {
+            return found;
+        }
+    }
+    state
+        .idle_held
+        .iter()
+        .find_map(|((gpu, _), v)| bad(&format!("GPU {gpu}: idle-held seconds"), *v, MAX_SECONDS))
 }
 
 /// Who a process on `gpu` belongs to.

@@ -195,3 +195,31 @@ fn an_owner_gone_for_forget_after_is_dropped() {
     add(&mut a, &mut t, &snap(3602, vec![gpu(0, Some(0), vec![])]));
     assert!(a.owners.is_empty());
 }
+
+#[test]
+fn counters_that_cannot_be_ours_are_refused_when_read_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let owner = r#"{"gpu":0,"uuid":"GPU-0","kind":"user","owner":"alice","namespace":""}"#;
+    for totals in [
+        r#"{"held_seconds":-5.0,"busy_seconds":0.0,"energy_joules":0.0,"last_held":0}"#,
+        r#"{"held_seconds":1.0,"busy_seconds":1e300,"energy_joules":0.0,"last_held":0}"#,
+        r#"{"held_seconds":1.0,"busy_seconds":0.0,"energy_joules":-1e-9,"last_held":0}"#,
+    ] {
+        let text = format!(r#"{{"version":1,"owners":[[{owner},{totals}]],"idle_held":[]}}"#);
+        std::fs::write(dir.path().join(STATE_FILE), &text).expect("write");
+        let e = Accounts::load(dir.path()).expect_err(&text);
+        assert!(e.to_string().contains("not a plausible total"), "{e}");
+    }
+    let text = r#"{"version":1,"owners":[],"idle_held":[[[0,"GPU-0"],-3.0]]}"#;
+    std::fs::write(dir.path().join(STATE_FILE), text).expect("write");
+    assert!(Accounts::load(dir.path()).is_err());
+    let text = r#"{"version":1,"owners":[],"idle_held":[[[0,"GPU-0"],3.0]]}"#;
+    std::fs::write(dir.path().join(STATE_FILE), text).expect("write");
+    assert_eq!(
+        Accounts::load(dir.path())
+            .expect("plausible")
+            .idle_held
+            .len(),
+        1
+    );
+}

@@ -83,15 +83,33 @@ pub struct Stage {
     state_write_errors: u64,
 }
 
+/// Moves `path` to the first free `PATH.unreadable.N`, never over an earlier copy: each
+/// corrupt file may hold totals worth recovering. A hard link fails when the name is taken, so
+/// two agents (or a race with an operator) cannot overwrite one either.
+fn keep_aside(path: &std::path::Path) -> Option<PathBuf> {
+    for n in 1..1000 {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".unreadable.{n}"));
+        let aside = PathBuf::from(name);
+        match std::fs::hard_link(path, &aside) {
+            Ok(()) => return std::fs::remove_file(path).is_ok().then_some(aside),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
 impl Stage {
     pub fn new(s: &Settings) -> Stage {
         let accounts = match (&s.accounting.state_dir, s.accounting.enabled) {
             (Some(dir), true) => Accounts::load(dir).unwrap_or_else(|e| {
                 // Kept aside, not overwritten by the next write: the totals may be recoverable.
                 let path = dir.join(super::accounting::STATE_FILE);
-                let aside = path.with_extension("json.unreadable");
-                let kept = std::fs::rename(&path, &aside).is_ok();
-                tracing::error!(error = %e, kept_as = %aside.display(), kept, "cannot read the accounting state; counting from 0");
+                let aside = keep_aside(&path);
+                let kept = aside.is_some();
+                let aside = aside.map_or_else(String::new, |a| a.display().to_string());
+                tracing::error!(error = %e, kept_as = %aside, kept, "cannot read the accounting state; counting from 0");
                 Accounts::default()
             }),
             _ => Accounts::default(),
@@ -428,10 +446,18 @@ mod tests {
             &snap(0, vec![gpu(0, Some(0), vec![proc(1, 4096, Some(0))])]),
             &s,
         );
-        let aside = std::fs::read_to_string(dir.path().join("accounting.json.unreadable"));
+        let aside = std::fs::read_to_string(dir.path().join("accounting.json.unreadable.1"));
         assert_eq!(aside.expect("kept aside"), "{not json");
         let fresh = std::fs::read_to_string(dir.path().join("accounting.json")).expect("new");
         assert!(fresh.starts_with("{\"version\":1"), "{fresh}");
+        // A second corrupt file (here: counters that cannot be ours) gets a copy of its own.
+        let negative = r#"{"version":1,"owners":[],"idle_held":[[[0,"GPU-0"],-3.0]]}"#;
+        std::fs::write(dir.path().join("accounting.json"), negative).expect("write");
+        let _ = Stage::new(&s);
+        let first = std::fs::read_to_string(dir.path().join("accounting.json.unreadable.1"));
+        assert_eq!(first.expect("first copy kept"), "{not json");
+        let second = std::fs::read_to_string(dir.path().join("accounting.json.unreadable.2"));
+        assert_eq!(second.expect("second copy"), negative);
     }
 
     #[test]

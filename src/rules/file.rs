@@ -152,6 +152,8 @@ pub fn parse(name: &Path, text: &str, needs: &mut Needs) -> Result<Vec<Group>, R
                     ))
                 }
             };
+            super::limits::check(&query)
+                .map_err(|m| at(expr_pos, format!("rule '{alert}': {m}")))?;
             let expr = promql_parser::parser::parse(&query).map_err(|e| {
                 at(
                     expr_pos,

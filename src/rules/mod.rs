@@ -1,7 +1,8 @@
 //! Prometheus alerting rules evaluated on the node, over the agent's own series.
 //!
 //! The same rule files serve Prometheus and the agent: [`file`] loads them (YAML; errors with
-//! `FILE:LINE:COLUMN`, the rule and the construct), [`check`] admits the supported subset of
+//! `FILE:LINE:COLUMN`, the rule and the construct; `limits` bounds an expression's size and
+//! depth before it is parsed), [`check`] admits the supported subset of
 //! PromQL, [`history`] keeps each selected series in a bounded ring buffer at poll resolution,
 //! [`eval`] evaluates an expression at one instant (over the plain values of [`sample`]), and
 //! [`alerts`] keeps the pending → firing → resolved states exactly as Prometheus does.
@@ -17,6 +18,7 @@ pub mod eval;
 pub mod file;
 mod functions;
 pub mod history;
+mod limits;
 pub mod sample;
 pub mod task;
 pub mod template;
