@@ -184,6 +184,7 @@ fn report(layout: &str, r: Result<Outcome, ApplyError>) -> Report {
             rep.outcome = match &e {
                 ApplyError::Infeasible(_) => "infeasible",
                 ApplyError::Refused(_) => "refused",
+                ApplyError::Audit(_) => "audit_failed",
                 ApplyError::Failed { undone, .. } => {
                     rep.restored = Some(*undone);
                     "failed"
