@@ -61,6 +61,14 @@ pub struct GuardState {
     signalled: BTreeMap<(String, u32), SystemTime>,
 }
 
+impl GuardState {
+    /// Forgets that `o` was signalled (its decision could not be recorded, so nothing was
+    /// sent): it is due again at the next poll.
+    fn not_signalled(&mut self, o: &OverLimit) {
+        self.signalled.remove(&(o.uuid.clone(), o.pid));
+    }
+}
+
 /// One poll's judgement: who is over now, and who is due a signal. Pure; `now` is passed in.
 pub fn evaluate(
     snapshot: &Snapshot,
@@ -168,10 +176,14 @@ pub fn spawn(
                 }
                 let Some(a) = audit.clone() else { continue };
                 let (procfs, config) = (procfs.clone(), config.clone());
+                let over = offender.over.clone();
                 let label =
                     tokio::task::spawn_blocking(move || act(&offender, &config, &procfs, &a))
                         .await
                         .unwrap_or("failed");
+                if label == "audit_failed" {
+                    state.not_signalled(&over);
+                }
                 sharing.update_status(|s| *s.guard_signals_total.entry(label).or_default() += 1);
             }
             sharing.update_status(|s| {
@@ -196,6 +208,20 @@ fn act(
 ) -> &'static str {
     let who: Option<ProcessIdentity> = procs::identify(procfs, o.over.pid);
     let signal = config.signal.parse::<nix::sys::signal::Signal>().ok();
+    // The decision is recorded before the signal: without the record, nothing is sent.
+    if who.is_some() && signal.is_some() && !config.dry_run {
+        let decision = json!({
+            "gpu": o.over.gpu, "uuid": o.over.uuid, "pid": o.over.pid, "process": o.name,
+            "used_bytes": o.over.used_bytes, "limit_bytes": o.over.limit_bytes,
+            "signal": config.signal,
+        });
+        if audit
+            .record("sharing", "memory_guard.decision", decision)
+            .is_err()
+        {
+            return "audit_failed";
+        }
+    }
     let (label, detail) = match (who, signal) {
         (None, _) => ("gone", String::new()),
         (Some(_), None) => ("failed", format!("unknown signal '{}'", config.signal)),
