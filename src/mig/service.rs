@@ -114,7 +114,7 @@ impl MigService {
                 Err(e) => {
                     return Report::bad(
                         layout,
-                        "refused",
+                        "audit_failed",
                         format!(
                             "cannot open the audit log '{}': {e}; nothing was changed",
                             path.display()
