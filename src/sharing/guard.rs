@@ -314,6 +314,49 @@ mod tests {
     }
 
     #[test]
+    fn no_signal_is_sent_when_its_decision_cannot_be_recorded() {
+        // /dev/full takes the open and answers every write with ENOSPC, like a full disk.
+        let Ok(audit) = AuditLog::open(std::path::Path::new("/dev/full")) else {
+            eprintln!("SKIPPED: /dev/full cannot be opened here");
+            return;
+        };
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let over = OverLimit {
+            gpu: 0,
+            uuid: "GPU-a".into(),
+            pid: child.id(),
+            used_bytes: 2 << 30,
+            limit_bytes: 1 << 30,
+        };
+        let offender = Offender {
+            over: over.clone(),
+            name: "sleep".into(),
+            since: SystemTime::now(),
+        };
+        let config = MemoryGuardConfig {
+            action: GuardAction::Signal,
+            dry_run: false,
+            ..MemoryGuardConfig::default()
+        };
+        let label = act(&offender, &config, std::path::Path::new("/proc"), &audit);
+        let alive = child.try_wait().map(|s| s.is_none()).unwrap_or(false);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(label, "audit_failed");
+        assert!(alive, "signalled without a record");
+        // And it is due again at the next poll.
+        let mut state = GuardState::default();
+        state
+            .signalled
+            .insert(("GPU-a".into(), over.pid), SystemTime::now());
+        state.not_signalled(&over);
+        assert!(state.signalled.is_empty());
+    }
+
+    #[test]
     fn over_is_reported_then_signalled_once_after_the_grace() {
         let gpu = GpuState {
             index: 0,
