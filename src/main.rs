@@ -173,6 +173,12 @@ fn sharing(args: SharingArgs, dry_run: bool) -> ExitCode {
             }
         }
     }
+    if report.audit_failed {
+        // Said on stderr too, where --json output or a pipe would not hide it.
+        if let Some(e) = &report.error {
+            eprintln!("gpu-steward: sharing apply refused: {e}");
+        }
+    }
     if report.ok {
         ExitCode::SUCCESS
     } else {

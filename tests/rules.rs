@@ -703,9 +703,14 @@ fn the_rails_survive_restarts_so_a_crash_loop_cannot_repeat_actions() {
         wait_for("this start's decisions", Duration::from_secs(20), || {
             (s.audit_events("decision").len() == 3 * (start + 1)).then_some(())
         });
-        let runs = s.audit_events("hook.start").len();
+        // Hooks run after their decision: wait for every decided run to end before the kill.
+        let runs = s
+            .audit_events("decision")
+            .iter()
+            .filter(|d| d["decision"] == "run")
+            .count();
         wait_for("the hooks to end", Duration::from_secs(20), || {
-            (s.audit_events("hook.end").len() == runs).then_some(())
+            (s.audit_events("hook.end").len() >= runs).then_some(())
         });
     }
     let decisions = s.audit_events("decision");
