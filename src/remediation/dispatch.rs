@@ -139,12 +139,23 @@ pub fn spawn(
         metrics,
         gpu_locks: Mutex::new(HashMap::new()),
     });
-    // What was decided before this start (a restart, a crash loop) still holds.
-    let mut rails = match &runner.audit {
-        Some(log) => super::replay::rails(log.path(), runner.config.dry_run, SystemTime::now()),
-        None => Rails::default(),
-    };
+    let replay_from = runner.audit.as_ref().map(|log| log.path().to_path_buf());
+    let dry_run = runner.config.dry_run;
     tokio::spawn(async move {
+        // What was decided before this start (a restart, a crash loop) still holds. Read off
+        // the runtime's threads and before the first decision: alerts wait in the queue
+        // meanwhile, and the start is not held up (a week of decisions can take seconds).
+        let mut rails = match replay_from {
+            None => Rails::default(),
+            Some(path) => tokio::task::spawn_blocking(move || {
+                super::replay::rails(&path, dry_run, SystemTime::now())
+            })
+            .await
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "rebuilding the remediation rails failed: they start empty");
+                Rails::default()
+            }),
+        };
         loop {
             tokio::select! {
                 n = rx.recv() => match n {

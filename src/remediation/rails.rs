@@ -17,7 +17,8 @@ use super::config::Route;
 /// How long a handled alert is remembered when no resolution comes (Alertmanager resends a
 /// firing alert every `repeat_interval`, 4 h by default).
 const REMEMBER: Duration = Duration::from_secs(7 * 24 * 3600);
-/// At most this many handled alerts are remembered; the oldest go first.
+/// About this many handled alerts are remembered (a tenth more between prunings); the oldest go
+/// first.
 const REMEMBER_MAX: usize = 10_000;
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -169,14 +170,13 @@ impl Rails {
         }
         let key = (route_index, fingerprint.clone(), status, starts_at);
         self.handled.insert(key, at);
-        if self.handled.len() > REMEMBER_MAX {
-            if let Some(oldest) = self
-                .handled
-                .iter()
-                .min_by_key(|(_, t)| **t)
-                .map(|(k, _)| k.clone())
-            {
-                self.handled.remove(&oldest);
+        // Pruned in batches, down to REMEMBER_MAX: one scan per REMEMBER_MAX / 10 inserts rather
+        // than one per insert, which matters when a week of decisions is replayed at start.
+        if self.handled.len() > REMEMBER_MAX + REMEMBER_MAX / 10 {
+            let mut times: Vec<SystemTime> = self.handled.values().copied().collect();
+            times.sort_unstable();
+            if let Some(cut) = times.get(times.len() - REMEMBER_MAX).copied() {
+                self.handled.retain(|_, t| *t >= cut);
             }
         }
         if status == Status::Firing {
@@ -257,6 +257,33 @@ mod tests {
             }
             d
         }
+    }
+
+    #[test]
+    fn the_oldest_are_forgotten_beyond_the_limit() {
+        let mut r = Rails::default();
+        let route = route(0, false);
+        let now = at(100_000);
+        for i in 0..(2 * REMEMBER_MAX) {
+            let a = alert(Status::Firing, "0", &format!("f{i}"), "t");
+            r.remember(Handled::of(0, &a, at(i as u64)), now);
+        }
+        assert!(r.handled.len() <= REMEMBER_MAX + REMEMBER_MAX / 10);
+        let newest = alert(
+            Status::Firing,
+            "0",
+            &format!("f{}", 2 * REMEMBER_MAX - 1),
+            "t",
+        );
+        assert_eq!(
+            r.decide(0, &route, &newest, false, u32::MAX, now),
+            Decision::Skip(SkipReason::Duplicate)
+        );
+        let oldest = alert(Status::Firing, "0", "f0", "t");
+        assert_eq!(
+            r.decide(0, &route, &oldest, false, u32::MAX, now),
+            Decision::Run
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::time::SystemTime;
 
-use serde_json::Value;
+use serde::Deserialize;
 
 use super::alert::Status;
 use super::rails::{Handled, Rails};
@@ -36,7 +36,12 @@ pub fn rails(audit_file: &Path, dry_run: bool, now: SystemTime) -> Rails {
             bad += 1;
             break;
         };
-        let Ok(record) = serde_json::from_slice::<Value>(&line) else {
+        // Every record starts with ts, component and event (see `audit::encode`): most lines
+        // are told apart without parsing them.
+        if !contains(&line, DECISION) {
+            continue;
+        }
+        let Ok(record) = serde_json::from_slice::<Record>(&line) else {
             bad += 1;
             continue;
         };
@@ -52,61 +57,84 @@ pub fn rails(audit_file: &Path, dry_run: bool, now: SystemTime) -> Rails {
     rails
 }
 
+const DECISION: &[u8] = br#""component":"remediation","event":"decision""#;
+
+fn contains(line: &[u8], what: &[u8]) -> bool {
+    line.windows(what.len()).any(|w| w == what)
+}
+
+/// The fields of a `decision` record the rails need (the others are skipped unparsed).
+#[derive(Debug, Deserialize)]
+struct Record {
+    ts: String,
+    component: String,
+    event: String,
+    decision: Option<String>,
+    status: Option<Status>,
+    fingerprint: Option<String>,
+    #[serde(rename = "startsAt")]
+    starts_at: Option<String>,
+    route: Option<u64>,
+    gpu_key: Option<String>,
+    gpu_uuid: Option<String>,
+    gpu: Option<String>,
+}
+
 /// The decision in one audit record, if it is a remediation decision to act.
-fn handled(r: &Value, dry_run: bool) -> Option<Handled> {
-    if r["component"] != "remediation" || r["event"] != "decision" {
+fn handled(r: &Record, dry_run: bool) -> Option<Handled> {
+    if r.component != "remediation" || r.event != "decision" {
         return None;
     }
-    match r["decision"].as_str()? {
+    match r.decision.as_deref()? {
         "run" => {}
         "dry_run" if dry_run => {}
         _ => return None,
     }
-    let status = match r["status"].as_str()? {
-        "firing" => Status::Firing,
-        "resolved" => Status::Resolved,
-        _ => return None,
-    };
-    let text = |k: &str| r[k].as_str().map(str::to_string);
     // Records written before `gpu_key` was added: the same rule as `rails::gpu_key`.
-    let gpu = text("gpu_key")
-        .or_else(|| text("gpu_uuid"))
-        .or_else(|| text("gpu"))
+    let gpu = r
+        .gpu_key
+        .clone()
+        .or_else(|| r.gpu_uuid.clone())
+        .or_else(|| r.gpu.clone())
         .unwrap_or_else(|| "node".into());
     Some(Handled {
-        route: usize::try_from(r["route"].as_u64()?).ok()?,
-        fingerprint: text("fingerprint")?,
-        status,
-        starts_at: text("startsAt").unwrap_or_default(),
+        route: usize::try_from(r.route?).ok()?,
+        fingerprint: r.fingerprint.clone()?,
+        status: r.status?,
+        starts_at: r.starts_at.clone().unwrap_or_default(),
         gpu,
-        at: humantime::parse_rfc3339(r["ts"].as_str()?).ok()?,
+        at: humantime::parse_rfc3339(&r.ts).ok()?,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    fn record(v: &Value) -> Record {
+        serde_json::from_value(v.clone()).expect("a record")
+    }
 
     #[test]
     fn only_decisions_to_act_are_read_back() {
         let base = json!({"ts": "2026-11-22T22:30:01.123Z", "component": "remediation",
             "event": "decision", "route": 1, "status": "firing", "fingerprint": "f",
             "startsAt": "t0", "gpu": "0", "gpu_uuid": "GPU-a", "decision": "run"});
-        let h = handled(&base, false).expect("a run decision");
+        let h = handled(&record(&base), false).expect("a run decision");
         assert_eq!((h.route, h.gpu.as_str()), (1, "GPU-a"));
         let with = |k: &str, v: Value| {
             let mut r = base.clone();
             r[k] = v;
             r
         };
-        assert!(handled(&with("decision", json!("skip")), false).is_none());
-        assert!(handled(&with("decision", json!("dry_run")), false).is_none());
-        assert!(handled(&with("decision", json!("dry_run")), true).is_some());
-        assert!(handled(&with("component", json!("reclaim")), false).is_none());
-        assert!(handled(&with("ts", json!("yesterday")), false).is_none());
+        assert!(handled(&record(&with("decision", json!("skip"))), false).is_none());
+        assert!(handled(&record(&with("decision", json!("dry_run"))), false).is_none());
+        assert!(handled(&record(&with("decision", json!("dry_run"))), true).is_some());
+        assert!(handled(&record(&with("component", json!("reclaim"))), false).is_none());
+        assert!(handled(&record(&with("ts", json!("yesterday"))), false).is_none());
         assert_eq!(
-            handled(&with("gpu_key", json!("node")), false).map(|h| h.gpu),
+            handled(&record(&with("gpu_key", json!("node"))), false).map(|h| h.gpu),
             Some("node".to_string())
         );
     }
