@@ -10,7 +10,8 @@ Two ways of scraping, each against a fresh agent (demo node, NVML cost model on)
 - `burst`: wrk hammering gzip scrapes for a few seconds (thousands of scrapes per publication):
   the serving path alone, compression amortised.
 
-CPU is utime + stime of every thread (/proc/PID/stat), sampled around each window.
+CPU is the time on CPU of every thread (/proc/PID/task/*/schedstat, nanoseconds), sampled
+around each window.
 
 Usage: cargo build --release --workspace && python3 benches/scrape_cpu.py
        [--bin target/release/gpu-steward --bin /other/build/gpu-steward] [--seconds 20]
@@ -25,7 +26,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cost_table():
@@ -37,9 +37,14 @@ def cost_table():
 
 
 def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass  # a thread that ended between the listing and the read
+    return total / 1e9
 
 
 def get(port, gz):

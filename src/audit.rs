@@ -5,15 +5,25 @@
 //! Each line is `{"ts":"2026-11-22T22:30:01.123Z","component":"mig","event":"apply.start",...}`
 //! with the caller's fields merged in after those three. The file is opened for append (a
 //! rotated file is reopened by the next process, not by this one: rotate with `copytruncate`).
+//!
+//! A record is written *before* the change it describes, and a change whose record could not be
+//! written does not happen: callers act only on `Ok`. A failed or short write (ENOSPC, EIO) is
+//! cut off again (`set_len` back to the length before it), so that every line of the file stays
+//! one valid JSON object. Failures are counted per component and the last outcome is kept
+//! process-wide ([`health`]), for `gpu_steward_audit_write_errors_total` and `/health`.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use serde_json::Value;
+
+/// The components that write the audit log, for metric series that exist from the start.
+pub const COMPONENTS: &[&str] = &["mig", "sharing", "reclaim", "remediation"];
 
 /// The default place of the audit log.
 pub const DEFAULT_FILE: &str = "/var/lib/gpu-steward/audit.jsonl";
@@ -57,11 +67,19 @@ impl AuditLog {
         &self.inner.path
     }
 
-    /// Appends one record and fsyncs it. `fields` should be a JSON object; anything else is
-    /// kept under the key `value`. The three leading keys cannot be overwritten by `fields`.
+    /// Appends one record and fsyncs it; `Ok` only once the record is on disk, so that the
+    /// caller may act. `fields` should be a JSON object; anything else is kept under the key
+    /// `value`. The three leading keys cannot be overwritten by `fields`. The error names the
+    /// file.
     pub fn record(&self, component: &str, event: &str, fields: Value) -> io::Result<()> {
         let mut line = encode(SystemTime::now(), component, event, fields);
         line.push('\n');
+        let written = self.append(line.as_bytes());
+        note(component, &self.inner.path, written.as_ref().err());
+        written.map_err(|e| with_path(e, &self.inner.path))
+    }
+
+    fn append(&self, line: &[u8]) -> io::Result<()> {
         // One write(2) per record under the lock: lines from threads never interleave, and an
         // O_APPEND write lands whole at the end even when another process appends too.
         let mut file = self
@@ -69,8 +87,88 @@ impl AuditLog {
             .file
             .lock()
             .map_err(|_| io::Error::other("audit log lock poisoned"))?;
-        file.write_all(line.as_bytes())?;
-        file.sync_data()
+        append_whole(&mut *file, line).map_err(|(e, cut)| {
+            if let Some(c) = cut {
+                tracing::error!(error = %c, file = %self.inner.path.display(), "cannot cut a partial audit record off");
+            }
+            e
+        })
+    }
+}
+
+/// What [`append_whole`] needs of a file; a trait so that tests can fail a write half-way.
+trait Sink: Write {
+    fn len(&self) -> io::Result<u64>;
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    fn sync(&self) -> io::Result<()>;
+}
+
+impl Sink for File {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        File::set_len(self, len)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.sync_data()
+    }
+}
+
+/// Writes and syncs `line`, or leaves the file as it was: a short write (ENOSPC half-way)
+/// would leave half a line that the next record is glued to, so the file is cut back to its
+/// length before the write (shrinking needs no space). The error, and the cut's own error.
+fn append_whole(file: &mut impl Sink, line: &[u8]) -> Result<(), (io::Error, Option<io::Error>)> {
+    let before = file.len().map_err(|e| (e, None))?;
+    let written = file.write_all(line).and_then(|()| file.sync());
+    written.map_err(|e| {
+        let cut = file.set_len(before).and_then(|()| file.sync()).err();
+        (e, cut)
+    })
+}
+
+/// How audit writes have gone in this process, for metrics and `/health`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditHealth {
+    /// Failed writes per component (`mig`, `sharing`, `reclaim`, `remediation`).
+    pub write_errors: BTreeMap<String, u64>,
+    /// Set while the last write failed: what failed, naming the file.
+    pub failing: Option<String>,
+}
+
+/// Process-wide: every [`AuditLog`] (the daemon's tasks each open their own) reports here.
+static HEALTH: Mutex<AuditHealth> = Mutex::new(AuditHealth {
+    write_errors: BTreeMap::new(),
+    failing: None,
+});
+
+/// How audit writes have gone so far.
+pub fn health() -> AuditHealth {
+    HEALTH
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+/// Counts a failure; logs once when writes start failing and once when they work again.
+fn note(component: &str, path: &Path, error: Option<&io::Error>) {
+    let mut h = HEALTH.lock().unwrap_or_else(PoisonError::into_inner);
+    match error {
+        Some(e) => {
+            *h.write_errors.entry(component.to_string()).or_default() += 1;
+            if h.failing.is_none() {
+                tracing::error!(error = %e, file = %path.display(), component, "audit log write failed: changes to the node are refused until it can be written");
+            }
+            h.failing = Some(format!(
+                "the audit log '{}' cannot be written ({e}): changes to the node are refused",
+                path.display()
+            ));
+        }
+        None => {
+            if h.failing.take().is_some() {
+                tracing::info!(file = %path.display(), "the audit log can be written again");
+            }
+        }
     }
 }
 
@@ -106,7 +204,7 @@ fn encode(now: SystemTime, component: &str, event: &str, fields: Value) -> Strin
 }
 
 fn with_path(e: io::Error, path: &Path) -> io::Error {
-    io::Error::new(e.kind(), format!("audit log {}: {e}", path.display()))
+    io::Error::new(e.kind(), format!("audit log '{}': {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -162,6 +260,82 @@ mod tests {
             0,
             "others may not read the audit log: {mode:o}"
         );
+    }
+
+    /// A file that takes `room` bytes, then answers ENOSPC (as a full file system does).
+    struct Full {
+        data: std::cell::RefCell<Vec<u8>>,
+        room: usize,
+    }
+
+    impl Write for Full {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let mut d = self.data.borrow_mut();
+            let n = buf.len().min(self.room.saturating_sub(d.len()));
+            if n == 0 {
+                return Err(io::Error::from_raw_os_error(28));
+            }
+            d.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Sink for Full {
+        fn len(&self) -> io::Result<u64> {
+            Ok(self.data.borrow().len() as u64)
+        }
+        fn set_len(&self, len: u64) -> io::Result<()> {
+            self.data.borrow_mut().truncate(len as usize);
+            Ok(())
+        }
+        fn sync(&self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_short_write_is_cut_off_so_every_line_stays_json() {
+        let first = b"{\"n\":1}\n";
+        let mut f = Full {
+            data: std::cell::RefCell::new(Vec::new()),
+            room: first.len() + 5,
+        };
+        append_whole(&mut f, first).expect("fits");
+        let (e, cut) = append_whole(&mut f, b"{\"n\":2,\"long\":true}\n").expect_err("full");
+        assert_eq!(e.raw_os_error(), Some(28));
+        assert!(cut.is_none());
+        assert_eq!(f.data.borrow().as_slice(), first, "the half record stayed");
+        // Room again: the next record starts a line of its own.
+        f.room = 1000;
+        append_whole(&mut f, b"{\"n\":3}\n").expect("fits");
+        let data = f.data.borrow();
+        let text = std::str::from_utf8(&data).expect("utf-8");
+        for line in text.lines() {
+            serde_json::from_str::<Value>(line).expect("each line is JSON");
+        }
+        assert_eq!(text.lines().count(), 2);
+    }
+
+    #[test]
+    fn failures_are_counted_and_the_next_success_clears_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = AuditLog::open(&dir.path().join("a.jsonl")).expect("open");
+        note(
+            "test-only",
+            log.path(),
+            Some(&io::Error::from_raw_os_error(28)),
+        );
+        let h = health();
+        assert!(h.write_errors.get("test-only").is_some_and(|n| *n >= 1));
+        log.record("test-only", "ok", Value::Null).expect("record");
+        // Other tests may fail writes concurrently; this one's own count stays.
+        assert!(health()
+            .write_errors
+            .get("test-only")
+            .is_some_and(|n| *n >= 1));
     }
 
     #[test]

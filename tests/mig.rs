@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use common::fullfs::SmallFs;
 use common::{bin, sim_lib};
 use gpu_steward::mig::config::read_mig_parted;
 use gpu_steward::mig::layout::Devices;
@@ -41,9 +42,13 @@ impl Node {
 
     /// Runs `gpu-steward mig ARGS`; the stats file is removed first so it counts this run.
     fn mig(&self, args: &[&str]) -> Output {
+        self.mig_with(Command::new(bin()), args)
+    }
+
+    /// [`Node::mig`] with `cmd` (a `gpu-steward` command, perhaps run inside a namespace).
+    fn mig_with(&self, mut cmd: Command, args: &[&str]) -> Output {
         let _ = std::fs::remove_file(self.path("stats.json"));
-        Command::new(bin())
-            .arg("mig")
+        cmd.arg("mig")
             .args(args)
             .arg("--nvml-lib")
             .arg(sim_lib())
@@ -604,4 +609,61 @@ fn bad_layouts_and_files_are_rejected_with_positions() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.yaml:4:"), "{err}");
+}
+
+#[test]
+fn a_full_audit_disk_refuses_the_apply_and_cuts_the_half_record_off() {
+    let Some(fs) = SmallFs::new(
+        "a_full_audit_disk_refuses_the_apply_and_cuts_the_half_record_off",
+        256,
+    ) else {
+        return;
+    };
+    let node = Node::new(H100_3G_2G, LAYOUTS);
+    let audit = fs.inside().join("audit.jsonl");
+    std::fs::write(
+        node.path("config.toml"),
+        format!("[audit]\nfile = \"{}\"\n{LAYOUTS}", audit.display()),
+    )
+    .expect("config");
+    // A first record that ends near a page's end: the next one is written in part, then hits
+    // ENOSPC (tmpfs counts pages), which is the short write that must be cut off.
+    let seed = format!("{{\"seed\":\"{}\"}}\n", "x".repeat(4096 - 40));
+    std::fs::write(fs.path("audit.jsonl"), &seed).expect("seed");
+    let before = node.show();
+    fs.fill();
+
+    let out = node.mig_with(fs.command(bin()), &["apply", "--layout", "balanced"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&audit.display().to_string())
+            && stderr.contains("No space left")
+            && stderr.contains("nothing was changed"),
+        "{stderr}"
+    );
+    assert_eq!(node.changes(), 0, "{}", text(&out));
+    assert_eq!(node.show(), before);
+    assert_eq!(
+        std::fs::read_to_string(fs.path("audit.jsonl")).expect("audit"),
+        seed,
+        "the refused record left bytes behind"
+    );
+
+    fs.free();
+    let out = node.mig_with(fs.command(bin()), &["apply", "--layout", "balanced"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(node.changes(), 2 + 2 + 4 + 4);
+    let events: Vec<String> = fs
+        .json_lines("audit.jsonl")
+        .iter()
+        .map(|r| r["event"].as_str().unwrap_or("seed").to_string())
+        .collect();
+    assert_eq!(events.first().map(String::as_str), Some("seed"));
+    assert_eq!(
+        events.get(1).map(String::as_str),
+        Some("apply.start"),
+        "{events:?}"
+    );
+    assert_eq!(events.last().map(String::as_str), Some("apply.done"));
 }

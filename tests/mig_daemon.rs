@@ -7,6 +7,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
+use common::fullfs::SmallFs;
 use common::{wait_for, Agent, Response};
 
 const TOKEN: &str = "mig-test-token-0123456789abcdef";
@@ -394,4 +395,76 @@ fn a_stop_during_an_api_apply_rolls_it_back_within_the_budget() {
         agent.log()
     );
     let _ = client.join();
+}
+
+#[test]
+fn the_api_answers_503_while_the_audit_disk_is_full_and_health_says_why() {
+    let Some(fs) = SmallFs::new(
+        "the_api_answers_503_while_the_audit_disk_is_full_and_health_says_why",
+        256,
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN).expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let audit = fs.inside().join("audit.jsonl");
+    let config = format!(
+        "[mig]\n{LAYOUTS}\n[api]\nenabled = true\ntoken_file = \"{}\"\n[audit]\nfile = \"{}\"\n",
+        token.display(),
+        audit.display()
+    );
+    let agent =
+        Agent::with_scenario("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nmig_mode = true\n")
+            .config(&config)
+            .prefix(fs.prefix())
+            .start();
+    fs.fill();
+
+    let r = post(&agent, Some(TOKEN), r#"{"layout": "seven"}"#);
+    assert_eq!(r.status, 503, "{}", r.text());
+    let body = r.json();
+    assert_eq!(body["outcome"], "audit_failed", "{body}");
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&audit.display().to_string()) && error.contains("No space left"),
+        "{body}"
+    );
+    let s = agent.get("/api/v1/mig").json();
+    assert_eq!(
+        s["gpus"][0]["instances"].as_array().map(Vec::len),
+        Some(0),
+        "{s}"
+    );
+    let health = agent.get("/health").json();
+    assert_eq!(health["status"], "warn", "{health}");
+    assert_eq!(health["agent"]["audit"]["status"], "failing", "{health}");
+    // The page is rendered once per poll.
+    wait_for("the audit error counted", Duration::from_secs(10), || {
+        let m = agent.metrics();
+        (m.get(
+            "gpu_steward_audit_write_errors_total",
+            &[("component", "mig")],
+        ) == 1.0
+            && m.get("gpu_steward_audit_failing", &[]) == 1.0)
+            .then_some(())
+    });
+    assert!(
+        agent.log().contains("audit log write failed"),
+        "{}",
+        agent.log()
+    );
+
+    fs.free();
+    let r = post(&agent, Some(TOKEN), r#"{"layout": "seven"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["outcome"], "applied");
+    let health = agent.get("/health").json();
+    assert_eq!(health["agent"]["audit"]["status"], "ok", "{health}");
+    let lines = fs.json_lines("audit.jsonl");
+    assert!(
+        lines.iter().any(|l| l["event"] == "apply.done"),
+        "{lines:?}"
+    );
 }

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant, SystemTime};
 
+use common::fullfs::SmallFs;
 use common::{wait_for, Agent};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -502,4 +503,60 @@ mod pod_labels {
         assert_eq!(reclaims.len(), 1);
         assert_eq!(reclaims[0]["processes"][0]["pid"], target);
     }
+}
+
+#[test]
+fn a_full_audit_disk_holds_the_signal_back_until_it_can_be_recorded() {
+    let Some(fs) = SmallFs::new(
+        "a_full_audit_disk_holds_the_signal_back_until_it_can_be_recorded",
+        256,
+    ) else {
+        return;
+    };
+    let procs = Procs::sleep(1);
+    let pid = procs.pid(0);
+    let agent = Agent::with_scenario(&scenario(&[pid], 0))
+        .config(&config(
+            &fs.inside().join("audit.jsonl"),
+            "dry_run = false\ngrace = \"1s\"\n",
+        ))
+        .prefix(fs.prefix())
+        .start();
+    fs.fill();
+
+    // Due after idle_after, decided at every poll, refused every time: the process lives.
+    wait_for("reclaims refused for the audit log", WAIT, || {
+        (actions(&agent, "signal", "audit_failed") >= 3.0).then_some(())
+    });
+    assert!(
+        alive(pid) && state(pid) != Some('Z'),
+        "signalled unrecorded"
+    );
+    assert_eq!(actions(&agent, "signal", "success"), 0.0);
+    let m = agent.metrics();
+    assert!(
+        m.get(
+            "gpu_steward_audit_write_errors_total",
+            &[("component", "reclaim")]
+        ) >= 3.0
+    );
+    assert_eq!(agent.get("/health").json()["status"], "warn");
+
+    // Room again: the step the ladder took back is decided again, recorded, and carried out.
+    fs.free();
+    wait_for("the holder to be a zombie", WAIT, || {
+        (state(pid) == Some('Z')).then_some(())
+    });
+    wait_for("signal success", WAIT, || {
+        (actions(&agent, "signal", "success") == 1.0).then_some(())
+    });
+    let records = wait_for("the audited outcome", WAIT, || {
+        let r = fs.json_lines("audit.jsonl");
+        r.iter()
+            .any(|e| e["event"] == "reclaim.result")
+            .then_some(r)
+    });
+    let reclaims: Vec<_> = records.iter().filter(|e| e["event"] == "reclaim").collect();
+    assert_eq!(reclaims.len(), 1, "{records:?}");
+    assert_eq!(reclaims[0]["processes"][0]["pid"], pid);
 }

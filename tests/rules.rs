@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::fullfs::SmallFs;
 use common::{wait_for, Agent, Response};
 use serde_json::Value;
 
@@ -810,4 +811,214 @@ fn as_pid_1_the_agent_reaps_what_hooks_leave_behind() {
     );
     let _ = unshare.wait();
     assert!(reaped, "{left} zombies left under the agent (PID 1)");
+}
+
+/// A webhook body with one alert per `(fingerprint, gpu)`.
+fn webhook_batch(alerts: &[(String, String)]) -> String {
+    let alerts: Vec<Value> = alerts
+        .iter()
+        .map(|(fp, gpu)| {
+            serde_json::json!({
+                "status": "firing", "labels": {"alertname": "Batch", "gpu": gpu},
+                "annotations": {}, "startsAt": "2026-11-22T22:00:00.000Z",
+                "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "", "fingerprint": fp
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "version": "4", "groupKey": "{}", "truncatedAlerts": 0, "status": "firing",
+        "receiver": "gpu-steward", "groupLabels": {}, "commonLabels": {},
+        "commonAnnotations": {}, "externalURL": "http://alertmanager:9093", "alerts": alerts
+    })
+    .to_string()
+}
+
+const TOKEN: &str = "remediation-test-token-0123456789";
+
+/// `[api]` with a token file in `s`'s directory, then `s.config(extra)`.
+fn api_config(s: &Setup, extra: &str) -> String {
+    let token = s.path("token");
+    std::fs::write(&token, TOKEN).expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    format!(
+        "[api]\nenabled = true\ntoken_file = \"{}\"\n{}",
+        token.display(),
+        s.config(extra)
+    )
+}
+
+const BATCH_ROUTE: &str = "[remediation]\nmax_actions_per_hour = 3\n\
+     [[remediation.routes]]\nmatchers = ['alertname=\"Batch\"']\nhooks = [\"record\"]\ncooldown = \"1h\"\n";
+
+#[test]
+fn the_rails_survive_restarts_so_a_crash_loop_cannot_repeat_actions() {
+    let s = Setup::new("groups: []\n");
+    let config = api_config(&s, BATCH_ROUTE);
+    let fp = |i: usize| (format!("fp-{i}"), format!("{i}"));
+    for start in 0..6 {
+        // Killed at the end of each turn (SIGKILL on drop), as in a crash loop.
+        let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+        // The same alert every time; a new alert on GPU 0 (cooldown); a new alert on a new GPU
+        // each time (the hourly limit of 3).
+        let batch = [
+            fp(0),
+            (format!("again-{start}"), "0".to_string()),
+            fp(start + 1),
+        ];
+        let r = post(
+            &agent,
+            "/api/v1/alertmanager",
+            Some(TOKEN),
+            &webhook_batch(&batch),
+        );
+        assert_eq!(r.status, 202, "{}", r.text());
+        wait_for("this start's decisions", Duration::from_secs(20), || {
+            (s.audit_events("decision").len() == 3 * (start + 1)).then_some(())
+        });
+        // Hooks run after their decision: wait for every decided run to end before the kill.
+        let runs = s
+            .audit_events("decision")
+            .iter()
+            .filter(|d| d["decision"] == "run")
+            .count();
+        wait_for("the hooks to end", Duration::from_secs(20), || {
+            (s.audit_events("hook.end").len() >= runs).then_some(())
+        });
+    }
+    let decisions = s.audit_events("decision");
+    let words: Vec<(String, String)> = decisions
+        .iter()
+        .map(|d| {
+            (
+                d["fingerprint"].as_str().unwrap_or_default().to_string(),
+                d["reason"].as_str().map_or("run".to_string(), |r| {
+                    r.split(':').next().unwrap_or(r).to_string()
+                }),
+            )
+        })
+        .collect();
+    let ran: Vec<&str> = words
+        .iter()
+        .filter(|(_, w)| w == "run")
+        .map(|(fp, _)| fp.as_str())
+        .collect();
+    assert_eq!(ran, ["fp-0", "fp-1", "fp-2"], "{words:?}");
+    assert_eq!(s.calls().len(), 3, "{words:?}");
+    let skipped = |fp: &str| -> Vec<&str> {
+        words
+            .iter()
+            .filter(|(f, w)| f == fp && w != "run")
+            .map(|(_, w)| w.as_str())
+            .collect()
+    };
+    assert_eq!(skipped("fp-0"), ["duplicate"; 5], "{words:?}");
+    assert_eq!(skipped("again-3"), ["route in cooldown for this GPU"]);
+    assert_eq!(skipped("fp-6"), ["node-wide max_actions_per_hour reached"]);
+}
+
+#[test]
+fn a_webhook_batch_is_accepted_whole_or_refused_whole_with_413_beyond_the_queue() {
+    let s = Setup::new("groups: []\n");
+    let config = api_config(&s, BATCH_ROUTE);
+    let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    let many = |n: usize| -> Vec<(String, String)> {
+        (0..n)
+            .map(|i| (format!("b-{i}"), "7".to_string()))
+            .collect()
+    };
+    let r = post(
+        &agent,
+        "/api/v1/alertmanager",
+        Some(TOKEN),
+        &webhook_batch(&many(2000)),
+    );
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert!(
+        r.text().contains("2000") && r.text().contains("1024") && r.text().contains("max_alerts"),
+        "{}",
+        r.text()
+    );
+    wait_polls(&agent, 2);
+    assert!(
+        s.audit_events("decision").is_empty(),
+        "part of a refused batch was decided"
+    );
+    let r = post(
+        &agent,
+        "/api/v1/alertmanager",
+        Some(TOKEN),
+        &webhook_batch(&many(1024)),
+    );
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.json()["accepted"], 1024);
+    let d = wait_for("every alert decided", Duration::from_secs(60), || {
+        let d = s.audit_events("decision");
+        (d.len() >= 1024).then_some(d)
+    });
+    wait_polls(&agent, 2);
+    assert_eq!(s.audit_events("decision").len(), 1024, "decided twice");
+    let mut fps: Vec<&str> = d.iter().filter_map(|r| r["fingerprint"].as_str()).collect();
+    fps.sort_unstable();
+    fps.dedup();
+    assert_eq!(fps.len(), 1024);
+}
+
+#[test]
+fn an_alert_that_could_not_be_recorded_is_not_remembered_and_runs_when_resent() {
+    let Some(fs) = SmallFs::new(
+        "an_alert_that_could_not_be_recorded_is_not_remembered_and_runs_when_resent",
+        256,
+    ) else {
+        return;
+    };
+    let s = Setup::new("groups: []\n");
+    let audit = fs.inside().join("audit.jsonl");
+    let config = api_config(&s, BATCH_ROUTE).replace(
+        &s.path("audit.jsonl").display().to_string(),
+        &audit.display().to_string(),
+    );
+    let agent = Agent::with_scenario(SCENARIO)
+        .config(&config)
+        .prefix(fs.prefix())
+        .start();
+    let body = webhook_batch(&[("fp-full".to_string(), "0".to_string())]);
+    fs.fill();
+    let r = post(&agent, "/api/v1/alertmanager", Some(TOKEN), &body);
+    assert_eq!(r.status, 202, "{}", r.text());
+    wait_for("the refusal counted", Duration::from_secs(10), || {
+        let m = agent.metrics();
+        (m.get(
+            "gpu_steward_audit_write_errors_total",
+            &[("component", "remediation")],
+        ) >= 1.0
+            && m.get(
+                "gpu_steward_hook_runs_total",
+                &[("hook", "record"), ("result", "audit_failed")],
+            ) == 1.0)
+            .then_some(())
+    });
+    assert_eq!(agent.get("/health").json()["status"], "warn");
+    assert!(s.calls().is_empty(), "a hook ran unrecorded");
+
+    // The disk recovers; Alertmanager sends the alert again: it is new, and runs once.
+    fs.free();
+    let r = post(&agent, "/api/v1/alertmanager", Some(TOKEN), &body);
+    assert_eq!(r.status, 202, "{}", r.text());
+    wait_for("the hook's call", Duration::from_secs(10), || {
+        (s.calls().len() == 1).then_some(())
+    });
+    let r = post(&agent, "/api/v1/alertmanager", Some(TOKEN), &body);
+    assert_eq!(r.status, 202, "{}", r.text());
+    let lines = wait_for("the duplicate decision", Duration::from_secs(10), || {
+        let l = fs.json_lines("audit.jsonl");
+        (l.iter().filter(|r| r["event"] == "decision").count() == 2).then_some(l)
+    });
+    let decisions: Vec<&Value> = lines.iter().filter(|r| r["event"] == "decision").collect();
+    assert_eq!(decisions[0]["decision"], "run");
+    assert_eq!(decisions[1]["decision"], "skip");
+    assert_eq!(s.calls().len(), 1);
+    assert_eq!(
+        agent.get("/health").json()["agent"]["audit"]["status"],
+        "ok"
+    );
 }

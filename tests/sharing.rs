@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::fullfs::SmallFs;
 use common::{bin, sim_lib, wait_for, Agent};
 
 const GPU0: &str = "GPU-5a000000-1111-2222-3333-444444444444";
@@ -76,7 +77,12 @@ impl Node {
 
     /// Runs `gpu-steward sharing <args> --json`; returns the exit code and the report.
     fn cli(&self, args: &[&str]) -> (i32, serde_json::Value) {
-        let out = Command::new(bin())
+        self.cli_with(Command::new(bin()), args)
+    }
+
+    /// [`Node::cli`] with `cmd` (a `gpu-steward` command, perhaps run inside a namespace).
+    fn cli_with(&self, mut cmd: Command, args: &[&str]) -> (i32, serde_json::Value) {
+        let out = cmd
             .arg("sharing")
             .args(args)
             .arg("--config")
@@ -455,4 +461,49 @@ fn the_memory_guard_reports_and_signals_a_process_over_its_share() {
         .contains("memory guard: process over its replica's memory share"));
     let _ = small.kill();
     let _ = small.wait();
+}
+
+#[test]
+fn a_full_audit_disk_refuses_the_apply_before_any_change() {
+    let Some(fs) = SmallFs::new("a_full_audit_disk_refuses_the_apply_before_any_change", 256)
+    else {
+        return;
+    };
+    let node = Node::new(&scenario(""));
+    let audit = fs.inside().join("audit.jsonl");
+    std::fs::write(
+        node.path("config.toml"),
+        node.config(SETTINGS).replace(
+            &node.path("audit.jsonl").display().to_string(),
+            &audit.display().to_string(),
+        ),
+    )
+    .expect("config");
+    fs.fill();
+    let (code, report) = node.cli_with(fs.command(bin()), &["apply"]);
+    assert_ne!(code, 0, "{report}");
+    assert_eq!(report["audit_failed"], true, "{report}");
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&audit.display().to_string()) && error.contains("No space left"),
+        "{report}"
+    );
+    assert!(
+        node.args_log().iter().all(|a| a == "compute-policy -l"),
+        "changed unrecorded: {:?}",
+        node.args_log()
+    );
+    assert_eq!(node.timeslice(GPU0), "Default");
+
+    fs.free();
+    let (code, report) = node.cli_with(fs.command(bin()), &["apply"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(node.timeslice(GPU0), "Long");
+    let events: Vec<String> = fs
+        .json_lines("audit.jsonl")
+        .iter()
+        .map(|r| r["event"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(events.first().map(String::as_str), Some("apply.start"));
+    assert_eq!(events.last().map(String::as_str), Some("apply.end"));
 }

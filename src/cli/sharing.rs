@@ -65,6 +65,12 @@ pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
             }
         }
     }
+    if report.audit_failed {
+        // Said on stderr too, where --json output or a pipe would not hide it.
+        if let Some(e) = &report.error {
+            eprintln!("gpu-steward: sharing apply refused: {e}");
+        }
+    }
     if report.ok {
         0
     } else {

@@ -1,7 +1,9 @@
 //! `POST /api/v1/alertmanager`: Alertmanager's webhook (payload version 4). Behind the API
 //! token ([`super::api::mutating`]); answers 202 as soon as the alerts are queued, and the
 //! routes run asynchronously, so that Alertmanager's own timeout never waits on a hook.
-//! A malformed body gets 400 with the reason and nothing is queued.
+//! A malformed body gets 400 with the reason and nothing is queued. A batch is queued whole or
+//! not at all: 503 while the queue is busy (Alertmanager retries the whole batch), 413 for a
+//! batch larger than the queue (set `max_alerts` in Alertmanager's `webhook_config`).
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -11,6 +13,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::remediation::alert::WebhookPayload;
+use crate::remediation::dispatch::Refused;
 use crate::remediation::Source;
 
 use super::AppState;
@@ -30,10 +33,17 @@ pub async fn receive(State(state): State<AppState>, body: Bytes) -> Response {
     let n = alerts.len();
     match remediation.submit(alerts, Source::Alertmanager) {
         Ok(()) => (StatusCode::ACCEPTED, Json(json!({ "accepted": n }))).into_response(),
-        Err(dropped) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("remediation queue full: {dropped} of {n} alerts not accepted; retry later\n"),
-        )
-            .into_response(),
+        Err(e) => {
+            let code = match e {
+                Refused::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                Refused::Full { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            tracing::warn!(
+                alerts = n,
+                status = code.as_u16(),
+                "webhook batch refused: {e}"
+            );
+            (code, format!("{e}\n")).into_response()
+        }
     }
 }

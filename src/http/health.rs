@@ -32,7 +32,15 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
 pub(super) async fn health(State(state): State<AppState>) -> Response {
     let p = state.latest();
     let now = SystemTime::now();
-    let r = health::readiness(&p.snapshot, p.interval, now);
+    let mut r = health::readiness(&p.snapshot, p.interval, now);
+    let audit = crate::audit::health();
+    // Ready still (the metrics are right), but every change to the node is being refused.
+    if let Some(reason) = audit.failing.as_ref().filter(|_| r.status == Status::Pass) {
+        r.status = Status::Warn;
+        r.reason.clone_from(reason);
+    } else if let Some(reason) = audit.failing.as_ref().filter(|_| r.status == Status::Warn) {
+        r.reason = format!("{}; {reason}", r.reason);
+    }
     let mut body = json!({
         "status": r.status,
         "version": "1",
@@ -40,7 +48,7 @@ pub(super) async fn health(State(state): State<AppState>) -> Response {
         "serviceId": "gpu-steward",
         "description": "gpu-steward node GPU agent: agent status, with one check per GPU",
         "output": r.reason,
-        "agent": agent(&p.snapshot, r.snapshot_age.as_secs_f64(), p.interval.as_secs_f64()),
+        "agent": agent(&p.snapshot, r.snapshot_age.as_secs_f64(), p.interval.as_secs_f64(), &audit),
         "checks": checks(&p.snapshot, &p.health),
     });
     if r.status == Status::Pass {
@@ -127,7 +135,7 @@ fn health_json(code: StatusCode, body: &Value) -> Response {
         .into_response()
 }
 
-fn agent(s: &Snapshot, age: f64, interval: f64) -> Value {
+fn agent(s: &Snapshot, age: f64, interval: f64, audit: &crate::audit::AuditHealth) -> Value {
     let nvml = match &s.nvml {
         NvmlStatus::Starting => json!({"status": "starting"}),
         NvmlStatus::Up => json!({"status": "up"}),
@@ -151,6 +159,10 @@ fn agent(s: &Snapshot, age: f64, interval: f64) -> Value {
         "snapshotTime": rfc3339(s.taken_at),
         "snapshotAgeSeconds": (age * 1000.0).round() / 1000.0,
         "pollIntervalSeconds": interval,
+        "audit": match &audit.failing {
+            None => json!({"status": "ok"}),
+            Some(reason) => json!({"status": "failing", "reason": reason}),
+        },
     })
 }
 

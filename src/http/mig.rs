@@ -84,6 +84,8 @@ pub(super) async fn apply(State(state): State<AppState>, body: Bytes) -> Respons
         "bad_request" => StatusCode::BAD_REQUEST,
         "infeasible" => StatusCode::UNPROCESSABLE_ENTITY,
         "refused" => StatusCode::CONFLICT,
+        // The agent's disk, not the request: retry once the audit log can be written.
+        "audit_failed" => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     (status, Json(report)).into_response()

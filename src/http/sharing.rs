@@ -47,7 +47,8 @@ pub(super) async fn show(State(state): State<AppState>) -> Response {
 }
 
 /// Observe → diff → apply now; 200 with the report when the node matches afterwards (or the
-/// dry run could plan), 500 with the report when it does not.
+/// dry run could plan), 503 when its decision could not be written to the audit log (nothing
+/// was changed), 500 with the report when it does not match.
 pub(super) async fn apply(
     State(state): State<AppState>,
     Query(query): Query<HashMap<String, String>>,
@@ -80,6 +81,8 @@ pub(super) async fn apply(
     let report = sharing.apply("api", dry_run).await;
     let status = if report.ok {
         StatusCode::OK
+    } else if report.audit_failed {
+        StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::INTERNAL_SERVER_ERROR
     };

@@ -12,6 +12,35 @@ pub(super) fn render(snapshot: &Snapshot, counters: &AgentCounters, out: &mut Fa
     nvml(snapshot, out);
     polls(snapshot, out);
     reloads(counters, out);
+    audit(&crate::audit::health(), out);
+}
+
+/// Audit log writes that failed, per component; every component is present from the start, so
+/// that `increase()` sees the first failure. A failed write means the change was refused.
+fn audit(health: &crate::audit::AuditHealth, out: &mut Families) {
+    let mut errors = Family::counter(
+        "gpu_steward_audit_write_errors_total",
+        "Audit log records that could not be written, by component; the change each would have \
+         recorded was not made.",
+    );
+    for component in crate::audit::COMPONENTS {
+        let n = health.write_errors.get(*component).copied().unwrap_or(0);
+        errors.add(&[("component", component)], n as f64);
+    }
+    for (component, n) in health
+        .write_errors
+        .iter()
+        .filter(|(c, _)| !crate::audit::COMPONENTS.contains(&c.as_str()))
+    {
+        errors.add(&[("component", component.as_str())], *n as f64);
+    }
+    out.push(errors);
+    let mut failing = Family::gauge(
+        "gpu_steward_audit_failing",
+        "1 while the last audit log write failed (changes to the node are refused), else 0.",
+    );
+    failing.add::<&str>(&[], if health.failing.is_some() { 1.0 } else { 0.0 });
+    out.push(failing);
 }
 
 /// What the process is and when it started.

@@ -71,6 +71,10 @@ pub enum ApplyError {
     /// Refused or aborted before any change (exit 1).
     #[error("{0}")]
     Refused(String),
+    /// The decision record could not be written to the audit log: nothing was changed (exit 1;
+    /// 503 from the API, as the cause is the node's disk, not the request).
+    #[error("{0}; nothing was changed")]
+    Audit(String),
     /// A step failed; the found layout was restored, or `left` says what is left (exit 1).
     #[error("{reason}; {restored}")]
     Failed {
@@ -134,11 +138,15 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn audit(&self, event: &str, fields: serde_json::Value) {
-        if let Some(a) = self.audit {
-            if let Err(e) = a.record("mig", event, fields) {
-                tracing::error!(error = %e, "cannot write the MIG audit record");
-            }
+    /// Writes a record; `Err` (naming the file) when it could not be written. Records after
+    /// the run ended (its outcome, rollbacks) are best effort: the failure is counted and
+    /// shown in `/health` by the audit log itself.
+    fn audit(&self, event: &str, fields: serde_json::Value) -> Result<(), String> {
+        match self.audit {
+            Some(a) => a
+                .record("mig", event, fields)
+                .map_err(|e| format!("cannot write the audit record: {e}")),
+            None => Ok(()),
         }
     }
 
@@ -150,7 +158,7 @@ impl Run<'_> {
             self.layout.to_string(),
         )];
         let out = exec::run(spec, &input, &env);
-        self.audit(
+        let _ = self.audit(
             "hook",
             json!({"hook": name, "argv": spec.argv, "result": out.outcome.result_label(),
                    "duration_ms": out.duration.as_millis() as u64}),
@@ -239,11 +247,13 @@ impl Run<'_> {
             Ok(()) => "success".to_string(),
             Err(e) => e.to_string(),
         };
-        self.audit(
+        let recorded = self.audit(
             "step",
             json!({"layout": self.layout, "gpu": i, "uuid": g.uuid, "step": step, "result": result}),
         );
-        res.map_err(|e| format!("GPU {i} ({}): {step}: {e}", g.uuid))
+        res.map_err(|e| format!("GPU {i} ({}): {step}: {e}", g.uuid))?;
+        // The disk filled up during the run: stop here, and put back what was found.
+        recorded.map_err(|e| format!("GPU {i} ({}): after {step}: {e}", g.uuid))
     }
 
     /// Undoes every journal in reverse; the problems met, if any.
@@ -286,7 +296,7 @@ impl Run<'_> {
                     Ok(()) => "success".to_string(),
                     Err(e) => e.to_string(),
                 };
-                self.audit(
+                let _ = self.audit(
                     "rollback",
                     json!({"gpu": index, "uuid": uuid, "undo": format!("{d:?}"), "result": result}),
                 );
@@ -338,12 +348,14 @@ pub fn apply(
         journal: Vec::new(),
         steps: 0,
     };
+    // The decision record comes first: without it, nothing is changed.
     run.audit(
         "apply.start",
         json!({"layout": req.layout_name, "force": req.force, "plan": &plan}),
-    );
+    )
+    .map_err(ApplyError::Audit)?;
     if let Some(Err(e)) = run.hook("pre-apply", &plan) {
-        run.audit(
+        let _ = run.audit(
             "apply.aborted",
             json!({"layout": req.layout_name, "reason": e}),
         );
@@ -373,7 +385,7 @@ pub fn apply(
                 match settle_mode(ctl, cfg, g, *enable) {
                     Ok(None) => {}
                     Ok(Some(p)) => {
-                        run.audit("mode.pending", json!(&p));
+                        let _ = run.audit("mode.pending", json!(&p));
                         pending.push(p);
                         // The mode request stays; nothing else can happen on this GPU now.
                         done.clear();
@@ -406,7 +418,7 @@ pub fn apply(
                 observe(ctl).ok(),
             )
         };
-        run.audit(
+        let _ = run.audit(
             "apply.failed",
             json!({"layout": req.layout_name, "reason": reason, "restored": problems.is_empty(),
                    "problems": problems}),
@@ -422,7 +434,7 @@ pub fn apply(
     if let Some(Err(e)) = run.hook("post-apply", &plan) {
         warnings.push(e);
     }
-    run.audit(
+    let _ = run.audit(
         "apply.done",
         json!({"layout": req.layout_name, "steps": run.steps, "pending": &pending}),
     );

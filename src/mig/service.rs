@@ -118,7 +118,7 @@ impl MigService {
                 Err(e) => {
                     return Report::bad(
                         layout,
-                        "refused",
+                        "audit_failed",
                         format!(
                             "cannot open the audit log '{}': {e}; nothing was changed",
                             path.display()
@@ -259,6 +259,7 @@ fn report(layout: &str, r: Result<Outcome, ApplyError>) -> Report {
             rep.outcome = match &e {
                 ApplyError::Infeasible(_) => "infeasible",
                 ApplyError::Refused(_) => "refused",
+                ApplyError::Audit(_) => "audit_failed",
                 ApplyError::Failed { undone, .. } => {
                     rep.restored = Some(*undone);
                     "failed"

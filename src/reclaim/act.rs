@@ -8,7 +8,9 @@
 //!   holding the GPU is ever signalled, and `procs::signal_verified` re-reads the start time
 //!   immediately before each `kill(2)`: a pid now naming another process is left alone;
 //! - a zombie is gone: it is never signalled again and counts as reclaimed;
-//! - in dry run nothing is executed: the decision is audited and counted as `dry_run`.
+//! - in dry run nothing is executed: the decision is audited and counted as `dry_run`;
+//! - the decision record is written before anything is executed: when it cannot be written
+//!   nothing is (counted as `audit_failed`), and the caller hands the step back to the ladder.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -50,20 +52,24 @@ impl Actor {
             .or_default() += 1;
     }
 
-    /// Appends to the audit log; a failure is logged (the decision stands, and was logged).
-    pub fn audit(&self, event: &str, fields: Value) {
-        if let Some(log) = &self.audit {
-            if let Err(e) = log.record("reclaim", event, fields) {
-                tracing::error!(error = %e, file = %log.path().display(), "cannot write the audit log");
-            }
+    /// Appends to the audit log; false when the record could not be written (the audit log
+    /// counts the failure and logs the first of a run of them; nothing may be executed then).
+    pub fn audit(&self, event: &str, fields: Value) -> bool {
+        match &self.audit {
+            Some(log) => log.record("reclaim", event, fields).is_ok(),
+            None => true,
         }
     }
 
-    /// The warn step: the hook, if one is configured, with the unit as JSON on stdin.
-    pub fn warn(&self, unit: &UnitStatus, targets: &[Holder], config: &ReclaimConfig) {
+    /// The warn step: the hook, if one is configured, with the unit as JSON on stdin. False
+    /// when its record could not be written: nothing was run.
+    pub fn warn(&self, unit: &UnitStatus, targets: &[Holder], config: &ReclaimConfig) -> bool {
         let hook = config.warn.as_ref().and_then(|w| w.hook.clone());
         let doc = describe(unit, targets, "warn", config.dry_run);
-        self.audit("warn", doc.clone());
+        if !self.audit("warn", doc.clone()) {
+            self.count("warn", "audit_failed");
+            return false;
+        }
         tracing::warn!(gpu = unit.gpu, unit = %unit.key, pids = ?pids(targets), dry_run = config.dry_run, "idle GPU: warning its holders");
         match hook {
             None => self.count("warn", "logged"),
@@ -73,17 +79,22 @@ impl Actor {
                 spawn("reclaim-warn", move || me.run_hook("warn", &hook, &doc));
             }
         }
+        true
     }
 
-    /// The reclaim step: signal the targets, or run the hook.
-    pub fn reclaim(&self, unit: &UnitStatus, targets: &[Holder], config: &ReclaimConfig) {
+    /// The reclaim step: signal the targets, or run the hook. False when its record could not
+    /// be written: nothing was signalled or run.
+    pub fn reclaim(&self, unit: &UnitStatus, targets: &[Holder], config: &ReclaimConfig) -> bool {
         let action = config.action.as_str();
         let doc = describe(unit, targets, "reclaim", config.dry_run);
-        self.audit("reclaim", doc.clone());
+        if !self.audit("reclaim", doc.clone()) {
+            self.count(action, "audit_failed");
+            return false;
+        }
         tracing::warn!(gpu = unit.gpu, unit = %unit.key, pids = ?pids(targets), action, dry_run = config.dry_run, "idle GPU: reclaiming");
         if config.dry_run {
             self.count(action, "dry_run");
-            return;
+            return true;
         }
         let me = self.clone();
         match (config.action, config.hook.clone()) {
@@ -110,6 +121,7 @@ impl Actor {
                 });
             }
         }
+        true
     }
 
     fn run_hook(&self, step: &'static str, hook: &HookCommand, doc: &Value) {

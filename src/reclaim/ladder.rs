@@ -126,6 +126,13 @@ struct Episode {
     rate_limited: bool,
 }
 
+/// A step [`Ladder::undo`] takes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Undo {
+    Warn,
+    Reclaim,
+}
+
 /// The ladder's memory across snapshots.
 #[derive(Debug, Default)]
 pub struct Ladder {
@@ -241,6 +248,24 @@ impl Ladder {
             unit: unit.clone(),
             targets,
         });
+    }
+
+    /// Takes back a step that was decided but not carried out (its audit record could not be
+    /// written): it is decided again at the next poll, and a reclaim no longer counts against
+    /// `max_reclaims_per_hour`.
+    pub fn undo(&mut self, key: &UnitKey, step: Undo) {
+        let Some(ep) = self.episodes.get_mut(key) else {
+            return;
+        };
+        match step {
+            Undo::Warn => ep.warned_at = None,
+            Undo::Reclaim => {
+                if ep.reclaimed {
+                    ep.reclaimed = false;
+                    self.reclaims.pop_back();
+                }
+            }
+        }
     }
 
     /// The next step due for `unit`, if any.

@@ -17,7 +17,7 @@ use super::accounting::{Accounts, OwnerKey, Totals};
 use super::act::{ActionCounts, Actor};
 use super::config::{AccountingConfig, ReclaimConfig};
 use super::idle::{IdleConfig, IdleTracker, UnitState, UnitStatus};
-use super::ladder::{self, Decision, Ladder, Next};
+use super::ladder::{self, Decision, Ladder, Next, Undo};
 use crate::audit::AuditLog;
 use crate::health::conditions::{finding, Finding};
 use crate::health::{Action, Status};
@@ -263,8 +263,18 @@ impl Stage {
                 tracing::info!(gpu, unit = %key, %reason, "idle episode over");
                 a.audit("idle_cleared", json!({"gpu": gpu, "uuid": key.uuid, "gpu_instance": key.gpu_instance, "reason": reason}));
             }
-            Decision::Warn { unit, targets } => a.warn(&unit, &targets, config),
-            Decision::Reclaim { unit, targets } => a.reclaim(&unit, &targets, config),
+            // A step whose record could not be written did not happen: the ladder takes it
+            // back (its hourly count included) and decides it again at a later poll.
+            Decision::Warn { unit, targets } => {
+                if !a.warn(&unit, &targets, config) {
+                    self.ladder.undo(&unit.key, Undo::Warn);
+                }
+            }
+            Decision::Reclaim { unit, targets } => {
+                if !a.reclaim(&unit, &targets, config) {
+                    self.ladder.undo(&unit.key, Undo::Reclaim);
+                }
+            }
             Decision::RateLimited { unit } => {
                 tracing::warn!(gpu = unit.gpu, unit = %unit.key, max = config.max_reclaims_per_hour, "reclaim held back by max_reclaims_per_hour");
                 a.count(config.action.as_str(), "rate_limited");

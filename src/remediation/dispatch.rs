@@ -20,7 +20,7 @@ use crate::publication::Published;
 use super::alert::Alert;
 use super::config::{Action, RemediationConfig, Route};
 use super::metrics::HookMetrics;
-use super::rails::{gpu_key, Decision, Rails};
+use super::rails::{gpu_key, Decision, Handled, Rails};
 
 /// Where an alert came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,8 +46,29 @@ pub struct Notice {
     pub source: Source,
 }
 
-/// Alerts waiting for a decision; beyond this the webhook answers 503 (Alertmanager retries).
-const QUEUE: usize = 1024;
+/// Alerts waiting for a decision. A batch that does not fit whole is refused whole: 503 from
+/// the webhook while the queue is busy (Alertmanager retries), 413 when it is bigger than the
+/// queue itself (it never could fit, and Alertmanager does not retry a 4xx).
+pub const QUEUE: usize = 1024;
+
+/// Why a batch was not queued; none of its alerts were.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error(
+        "a batch of {alerts} alerts is more than the remediation queue holds ({limit}); \
+         none were accepted: lower max_alerts in Alertmanager's webhook_config"
+    )]
+    TooLarge { alerts: usize, limit: usize },
+    #[error(
+        "remediation queue full: none of the {alerts} alerts were accepted ({free} of {limit} \
+         places free); retry later"
+    )]
+    Full {
+        alerts: usize,
+        free: usize,
+        limit: usize,
+    },
+}
 
 /// The way in: cheap to clone, shared by the rules task and the HTTP handler.
 #[derive(Clone)]
@@ -57,13 +78,26 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// Queues `alerts`; `Err` with how many did not fit.
-    pub fn submit(&self, alerts: Vec<Alert>, source: Source) -> Result<(), usize> {
-        let total = alerts.len();
-        for (i, alert) in alerts.into_iter().enumerate() {
-            if self.tx.try_send(Notice { alert, source }).is_err() {
-                return Err(total - i);
-            }
+    /// Queues all of `alerts`, or none of them: a retried batch is then never decided twice,
+    /// nor its tail left behind. An empty batch is accepted.
+    pub fn submit(&self, alerts: Vec<Alert>, source: Source) -> Result<(), Refused> {
+        let n = alerts.len();
+        if n == 0 {
+            return Ok(());
+        }
+        if n > QUEUE {
+            return Err(Refused::TooLarge {
+                alerts: n,
+                limit: QUEUE,
+            });
+        }
+        let permits = self.tx.try_reserve_many(n).map_err(|_| Refused::Full {
+            alerts: n,
+            free: self.tx.capacity(),
+            limit: QUEUE,
+        })?;
+        for (permit, alert) in permits.zip(alerts) {
+            permit.send(Notice { alert, source });
         }
         Ok(())
     }
@@ -105,8 +139,23 @@ pub fn spawn(
         metrics,
         gpu_locks: Mutex::new(HashMap::new()),
     });
+    let replay_from = runner.audit.as_ref().map(|log| log.path().to_path_buf());
+    let dry_run = runner.config.dry_run;
     tokio::spawn(async move {
-        let mut rails = Rails::default();
+        // What was decided before this start (a restart, a crash loop) still holds. Read off
+        // the runtime's threads and before the first decision: alerts wait in the queue
+        // meanwhile, and the start is not held up (a week of decisions can take seconds).
+        let mut rails = match replay_from {
+            None => Rails::default(),
+            Some(path) => tokio::task::spawn_blocking(move || {
+                super::replay::rails(&path, dry_run, SystemTime::now())
+            })
+            .await
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "rebuilding the remediation rails failed: they start empty");
+                Rails::default()
+            }),
+        };
         loop {
             tokio::select! {
                 n = rx.recv() => match n {
@@ -172,6 +221,7 @@ impl Runner {
             "gpu_uuid": a.gpu_uuid(),
             "labels": a.labels,
             "startsAt": a.starts_at,
+            "gpu_key": gpu_key(a),
         });
         if matched.is_empty() {
             if !self.config.routes.is_empty() {
@@ -219,12 +269,18 @@ impl Runner {
                 continue;
             }
             if !recorded {
+                // Not remembered either: when the alert comes again it is decided afresh.
                 tracing::error!(
                     alertname = a.name(),
+                    fingerprint = %a.fingerprint,
                     "not running hooks: the decision could not be written to the audit log"
                 );
+                for hook in &route.hooks {
+                    self.metrics.observe(hook, "audit_failed", None);
+                }
                 continue;
             }
+            rails.remember(Handled::of(index, a, now), now);
             let hooks: Vec<Step> = route
                 .hooks
                 .iter()
@@ -249,10 +305,8 @@ impl Runner {
             None => true,
             Some(log) => match log.record("remediation", event, fields) {
                 Ok(()) => true,
-                Err(e) => {
-                    tracing::error!(error = %e, file = %log.path().display(), "audit log write failed");
-                    false
-                }
+                // Counted, and logged once per run of failures, by the audit log.
+                Err(_) => false,
             },
         }
     }
@@ -297,7 +351,10 @@ impl Runner {
                 continue;
             }
             if !self.audit("hook.start", merge(&base, step.describe())) {
-                continue;
+                // Not run, nor the steps after it: a route is a sequence.
+                self.metrics.observe(&name, "audit_failed", None);
+                tracing::error!(hook = %name, alertname = alert.name(), "not running the hook: its start could not be written to the audit log");
+                break;
             }
             let (result, duration, details) = match &step {
                 Step::Hook(spec) => self.run_hook(spec, alert),
@@ -381,4 +438,52 @@ fn merge(base: &serde_json::Value, extra: serde_json::Value) -> serde_json::Valu
         o.extend(e);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::remediation::alert::Status;
+
+    fn alerts(n: usize) -> Vec<Alert> {
+        (0..n)
+            .map(|i| Alert {
+                status: Status::Firing,
+                labels: Default::default(),
+                annotations: Default::default(),
+                starts_at: String::new(),
+                ends_at: String::new(),
+                generator_url: String::new(),
+                fingerprint: format!("f{i}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_is_queued_whole_or_not_at_all() {
+        let (tx, mut rx) = mpsc::channel(QUEUE);
+        let h = Handle {
+            tx,
+            metrics: Arc::default(),
+        };
+        assert_eq!(
+            h.submit(alerts(QUEUE + 1), Source::Alertmanager),
+            Err(Refused::TooLarge {
+                alerts: QUEUE + 1,
+                limit: QUEUE
+            })
+        );
+        h.submit(alerts(1000), Source::Alertmanager).expect("fits");
+        let e = h
+            .submit(alerts(100), Source::Alertmanager)
+            .expect_err("does not fit");
+        assert!(e.to_string().contains("none of the 100"), "{e}");
+        let mut queued = 0;
+        while rx.try_recv().is_ok() {
+            queued += 1;
+        }
+        assert_eq!(queued, 1000, "a refused batch left part of itself behind");
+        h.submit(alerts(QUEUE), Source::Alertmanager)
+            .expect("a batch as big as the queue fits an empty queue");
+    }
 }

@@ -56,7 +56,14 @@ impl HookMetrics {
     /// Creates the series of `hook` at 0 so that rates work from the first run.
     pub fn declare(&self, hook: &str) {
         let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        for r in ["success", "failure", "timeout", "error", "dry_run"] {
+        for r in [
+            "success",
+            "failure",
+            "timeout",
+            "error",
+            "dry_run",
+            "audit_failed",
+        ] {
             m.runs.entry((hook.to_string(), r)).or_default();
         }
         m.durations.entry(hook.to_string()).or_default();
@@ -68,7 +75,7 @@ impl HookMetrics {
             return;
         }
         out.push_str(
-            "# HELP gpu_steward_hook_runs_total Remediation hook runs by result (success, failure, timeout, error, dry_run).\n\
+            "# HELP gpu_steward_hook_runs_total Remediation hook runs by result (success, failure, timeout, error, dry_run, audit_failed: not run because its audit record could not be written).\n\
              # TYPE gpu_steward_hook_runs_total counter\n",
         );
         for ((hook, result), n) in &m.runs {

@@ -6,6 +6,8 @@
 //! - [`config`]: `[rules]` and `[remediation]` as TOML, with positions in errors.
 //! - [`rails`]: the pure decision per (route, alert): idempotence by fingerprint, cooldown,
 //!   the node-wide hourly limit, dry run.
+//! - [`replay`]: the rails rebuilt at start from the audit log's decision records, so that
+//!   restarts and crash loops keep idempotence, cooldowns and the hourly limit.
 //! - [`dispatch`]: the task that applies decisions and runs hooks through [`crate::exec::run`],
 //!   one action at a time per GPU, auditing through [`crate::audit::AuditLog`].
 //! - [`actions`]: built-in actions (signal the processes on a GPU).
@@ -20,6 +22,7 @@ pub mod config;
 pub mod dispatch;
 pub mod metrics;
 pub mod rails;
+pub mod replay;
 
 pub use config::RemediationConfig;
 pub use dispatch::{Handle, Source};

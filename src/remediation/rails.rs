@@ -2,6 +2,11 @@
 //! per-route cooldown, the node-wide hourly limit, dry run. Time is an argument, so that tests
 //! need neither a clock nor a runtime. (One action at a time per GPU is enforced where hooks
 //! run, by a lock per GPU: it delays, it does not refuse.)
+//!
+//! Deciding and remembering are two steps: [`Rails::decide`] changes nothing that matters, and
+//! only a decision whose audit record was written is [`Rails::remember`]ed, so that an alert
+//! that could not be recorded is decided afresh when it comes again. The same records rebuild
+//! the rails at start ([`super::replay`]): a restart, or a crash loop, forgets nothing.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, SystemTime};
@@ -12,7 +17,8 @@ use super::config::Route;
 /// How long a handled alert is remembered when no resolution comes (Alertmanager resends a
 /// firing alert every `repeat_interval`, 4 h by default).
 const REMEMBER: Duration = Duration::from_secs(7 * 24 * 3600);
-/// At most this many handled alerts are remembered; the oldest go first.
+/// About this many handled alerts are remembered (a tenth more between prunings); the oldest go
+/// first.
 const REMEMBER_MAX: usize = 10_000;
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -77,7 +83,35 @@ pub fn gpu_key(alert: &Alert) -> String {
         .map_or_else(|| "node".to_string(), str::to_string)
 }
 
+/// A decision to act, as the rails remember it (and as the audit log's `decision` records
+/// carry it, to be remembered again after a restart).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handled {
+    pub route: usize,
+    pub fingerprint: String,
+    pub status: Status,
+    pub starts_at: String,
+    /// See [`gpu_key`].
+    pub gpu: String,
+    pub at: SystemTime,
+}
+
+impl Handled {
+    pub fn of(route: usize, alert: &Alert, at: SystemTime) -> Handled {
+        Handled {
+            route,
+            fingerprint: alert.fingerprint.clone(),
+            status: alert.status,
+            starts_at: alert.starts_at.clone(),
+            gpu: gpu_key(alert),
+            at,
+        }
+    }
+}
+
 impl Rails {
+    /// Decides for (`route_index`, `alert`) at `now`; a `Run` or `DryRun` is remembered only
+    /// once [`Rails::remember`] is called with it.
     pub fn decide(
         &mut self,
         route_index: usize,
@@ -113,30 +147,50 @@ impl Rails {
         if self.recent.len() >= max_per_hour as usize {
             return Decision::Skip(SkipReason::RateLimited);
         }
-        self.handled.insert(key, now);
-        if self.handled.len() > REMEMBER_MAX {
-            if let Some(oldest) = self
-                .handled
-                .iter()
-                .min_by_key(|(_, t)| **t)
-                .map(|(k, _)| k.clone())
-            {
-                self.handled.remove(&oldest);
-            }
-        }
-        if alert.status == Status::Firing {
-            self.last_run.insert(gpu, now);
-        } else {
-            // The alert is over: a new firing of it (new startsAt) is a new alert.
-            self.handled.retain(|(r, fp, status, _), _| {
-                !(*r == route_index && *fp == alert.fingerprint && *status == Status::Firing)
-            });
-        }
-        self.recent.push_back(now);
         if dry_run {
             Decision::DryRun
         } else {
             Decision::Run
+        }
+    }
+
+    /// Remembers a decision to act (recorded in the audit log): idempotence, cooldown and the
+    /// hourly count. Records older than what the rails keep change nothing.
+    pub fn remember(&mut self, h: Handled, now: SystemTime) {
+        let Handled {
+            route: route_index,
+            fingerprint,
+            status,
+            starts_at,
+            gpu,
+            at,
+        } = h;
+        if since(at, now) >= REMEMBER {
+            return;
+        }
+        let key = (route_index, fingerprint.clone(), status, starts_at);
+        self.handled.insert(key, at);
+        // Pruned in batches, down to REMEMBER_MAX: one scan per REMEMBER_MAX / 10 inserts rather
+        // than one per insert, which matters when a week of decisions is replayed at start.
+        if self.handled.len() > REMEMBER_MAX + REMEMBER_MAX / 10 {
+            let mut times: Vec<SystemTime> = self.handled.values().copied().collect();
+            times.sort_unstable();
+            if let Some(cut) = times.get(times.len() - REMEMBER_MAX).copied() {
+                self.handled.retain(|_, t| *t >= cut);
+            }
+        }
+        if status == Status::Firing {
+            let last = self.last_run.entry((route_index, gpu)).or_insert(at);
+            *last = (*last).max(at);
+        } else {
+            // The alert is over: a new firing of it (new startsAt) is a new alert.
+            self.handled.retain(|(r, fp, s, _), t| {
+                !(*r == route_index && *fp == fingerprint && *s == Status::Firing && *t <= at)
+            });
+        }
+        if since(at, now) < HOUR {
+            let pos = self.recent.partition_point(|t| *t <= at);
+            self.recent.insert(pos, at);
         }
     }
 
@@ -185,18 +239,110 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + s)
     }
 
+    impl Rails {
+        /// Decides, and remembers what it decided to do (as the dispatcher does once the
+        /// decision is recorded).
+        fn take(
+            &mut self,
+            i: usize,
+            route: &Route,
+            a: &Alert,
+            dry_run: bool,
+            max: u32,
+            now: SystemTime,
+        ) -> Decision {
+            let d = self.decide(i, route, a, dry_run, max, now);
+            if !matches!(d, Decision::Skip(_)) {
+                self.remember(Handled::of(i, a, now), now);
+            }
+            d
+        }
+    }
+
+    #[test]
+    fn the_oldest_are_forgotten_beyond_the_limit() {
+        let mut r = Rails::default();
+        let route = route(0, false);
+        let now = at(100_000);
+        for i in 0..(2 * REMEMBER_MAX) {
+            let a = alert(Status::Firing, "0", &format!("f{i}"), "t");
+            r.remember(Handled::of(0, &a, at(i as u64)), now);
+        }
+        assert!(r.handled.len() <= REMEMBER_MAX + REMEMBER_MAX / 10);
+        let newest = alert(
+            Status::Firing,
+            "0",
+            &format!("f{}", 2 * REMEMBER_MAX - 1),
+            "t",
+        );
+        assert_eq!(
+            r.decide(0, &route, &newest, false, u32::MAX, now),
+            Decision::Skip(SkipReason::Duplicate)
+        );
+        let oldest = alert(Status::Firing, "0", "f0", "t");
+        assert_eq!(
+            r.decide(0, &route, &oldest, false, u32::MAX, now),
+            Decision::Run
+        );
+    }
+
+    #[test]
+    fn a_decision_not_remembered_leaves_no_trace() {
+        let mut r = Rails::default();
+        let a = alert(Status::Firing, "0", "f1", "t0");
+        let route = route(3600, false);
+        assert_eq!(r.decide(0, &route, &a, false, 1, at(0)), Decision::Run);
+        // Its record could not be written: the re-send is decided afresh, and runs.
+        assert_eq!(r.take(0, &route, &a, false, 1, at(5)), Decision::Run);
+        assert_eq!(
+            r.take(0, &route, &a, false, 1, at(6)),
+            Decision::Skip(SkipReason::Duplicate)
+        );
+    }
+
+    #[test]
+    fn remembered_records_rebuild_the_same_rails_in_any_order() {
+        let route = route(3600, true);
+        let a = alert(Status::Firing, "0", "f0", "t0");
+        let b = alert(Status::Firing, "1", "f1", "t0");
+        let old = alert(Status::Firing, "2", "f2", "t0");
+        let mut r = Rails::default();
+        let now = at(8 * 24 * 3600);
+        let hour_ago = now - Duration::from_secs(1800);
+        r.remember(Handled::of(0, &b, hour_ago), now);
+        r.remember(Handled::of(0, &a, now - Duration::from_secs(60)), now);
+        r.remember(Handled::of(0, &old, at(0)), now);
+        assert_eq!(
+            r.decide(0, &route, &a, false, 10, now),
+            Decision::Skip(SkipReason::Duplicate)
+        );
+        let a2 = alert(Status::Firing, "0", "g0", "t1");
+        assert_eq!(
+            r.decide(0, &route, &a2, false, 10, now),
+            Decision::Skip(SkipReason::Cooldown)
+        );
+        let c = alert(Status::Firing, "3", "f3", "t0");
+        assert_eq!(r.decide(0, &route, &c, false, 3, now), Decision::Run);
+        assert_eq!(
+            r.decide(0, &route, &c, false, 2, now),
+            Decision::Skip(SkipReason::RateLimited)
+        );
+        // A week-old record is forgotten.
+        assert_eq!(r.decide(0, &route, &old, false, 10, now), Decision::Run);
+    }
+
     #[test]
     fn a_resent_alert_runs_once() {
         let mut r = Rails::default();
         let a = alert(Status::Firing, "0", "f1", "t0");
         let route = route(0, false);
-        assert_eq!(r.decide(0, &route, &a, false, 10, at(0)), Decision::Run);
+        assert_eq!(r.take(0, &route, &a, false, 10, at(0)), Decision::Run);
         assert_eq!(
-            r.decide(0, &route, &a, false, 10, at(1)),
+            r.take(0, &route, &a, false, 10, at(1)),
             Decision::Skip(SkipReason::Duplicate)
         );
         // Another route handles it on its own.
-        assert_eq!(r.decide(1, &route, &a, false, 10, at(2)), Decision::Run);
+        assert_eq!(r.take(1, &route, &a, false, 10, at(2)), Decision::Run);
     }
 
     #[test]
@@ -206,26 +352,26 @@ mod tests {
         let a0 = alert(Status::Firing, "0", "f0", "t0");
         let b0 = alert(Status::Firing, "0", "g0", "t0");
         let a1 = alert(Status::Firing, "1", "f1", "t0");
-        assert_eq!(r.decide(0, &route, &a0, false, 10, at(0)), Decision::Run);
+        assert_eq!(r.take(0, &route, &a0, false, 10, at(0)), Decision::Run);
         assert_eq!(
-            r.decide(0, &route, &b0, false, 10, at(10)),
+            r.take(0, &route, &b0, false, 10, at(10)),
             Decision::Skip(SkipReason::Cooldown)
         );
-        assert_eq!(r.decide(0, &route, &a1, false, 10, at(10)), Decision::Run);
+        assert_eq!(r.take(0, &route, &a1, false, 10, at(10)), Decision::Run);
         let resolved = alert(Status::Resolved, "0", "f0", "t0");
         assert_eq!(
-            r.decide(0, &route, &resolved, false, 10, at(20)),
+            r.take(0, &route, &resolved, false, 10, at(20)),
             Decision::Run
         );
-        assert_eq!(r.decide(0, &route, &b0, false, 10, at(3601)), Decision::Run);
+        assert_eq!(r.take(0, &route, &b0, false, 10, at(3601)), Decision::Run);
         // After its resolution, the same alert firing again (a new start) is new, past cooldown.
         let again = alert(Status::Firing, "0", "f0", "t1");
         assert_eq!(
-            r.decide(0, &route, &again, false, 10, at(3700)),
+            r.take(0, &route, &again, false, 10, at(3700)),
             Decision::Skip(SkipReason::Cooldown)
         );
         assert_eq!(
-            r.decide(0, &route, &again, false, 10, at(7300)),
+            r.take(0, &route, &again, false, 10, at(7300)),
             Decision::Run
         );
     }
@@ -235,16 +381,16 @@ mod tests {
         let mut r = Rails::default();
         let resolved = alert(Status::Resolved, "0", "f0", "t0");
         assert_eq!(
-            r.decide(0, &route(0, false), &resolved, false, 10, at(0)),
+            r.take(0, &route(0, false), &resolved, false, 10, at(0)),
             Decision::Skip(SkipReason::Resolved)
         );
         let a = alert(Status::Firing, "0", "f0", "t0");
         assert_eq!(
-            r.decide(0, &route(0, false), &a, true, 10, at(0)),
+            r.take(0, &route(0, false), &a, true, 10, at(0)),
             Decision::DryRun
         );
         assert_eq!(
-            r.decide(0, &route(0, false), &a, true, 10, at(1)),
+            r.take(0, &route(0, false), &a, true, 10, at(1)),
             Decision::Skip(SkipReason::Duplicate)
         );
     }
@@ -255,16 +401,13 @@ mod tests {
         let route = route(0, false);
         for i in 0..3 {
             let a = alert(Status::Firing, &i.to_string(), &format!("f{i}"), "t");
-            assert_eq!(
-                r.decide(i, &route, &a, false, 3, at(i as u64)),
-                Decision::Run
-            );
+            assert_eq!(r.take(i, &route, &a, false, 3, at(i as u64)), Decision::Run);
         }
         let a = alert(Status::Firing, "9", "f9", "t");
         assert_eq!(
-            r.decide(5, &route, &a, false, 3, at(100)),
+            r.take(5, &route, &a, false, 3, at(100)),
             Decision::Skip(SkipReason::RateLimited)
         );
-        assert_eq!(r.decide(5, &route, &a, false, 3, at(3600)), Decision::Run);
+        assert_eq!(r.take(5, &route, &a, false, 3, at(3600)), Decision::Run);
     }
 }

@@ -98,8 +98,8 @@ pub fn spawn(
                 );
             }
             if !step.changed.is_empty() {
-                if let Err(dropped) = remediation.submit(step.changed, Source::Rules) {
-                    tracing::error!(dropped, "remediation queue full; alerts dropped");
+                if let Err(e) = remediation.submit(step.changed, Source::Rules) {
+                    tracing::error!(error = %e, "alerts dropped");
                 }
             }
         }

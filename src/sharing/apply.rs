@@ -89,6 +89,10 @@ pub struct Report {
     pub unchanged: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Nothing was changed because the decision could not be written to the audit log (the
+    /// API answers 503: the node's disk, not the request, is at fault).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub audit_failed: bool,
 }
 
 impl Report {
@@ -105,6 +109,15 @@ impl Report {
             skipped: Vec::new(),
             unchanged: 0,
             error: Some(error),
+            audit_failed: false,
+        }
+    }
+
+    /// Refused: the decision could not be recorded.
+    pub fn audit_failed(trigger: &str, dry_run: bool, error: String) -> Report {
+        Report {
+            audit_failed: true,
+            ..Report::failed(trigger, dry_run, error)
         }
     }
 
@@ -344,6 +357,7 @@ pub fn apply_plan(
         skipped: plan.skipped,
         unchanged: plan.unchanged,
         error: None,
+        audit_failed: false,
     };
     if dry_run || plan.steps.is_empty() {
         report.steps = plan
@@ -368,6 +382,7 @@ pub fn apply_plan(
         json!({"trigger": trigger, "steps": &plan.steps}),
     ) {
         report.ok = false;
+        report.audit_failed = true;
         report.error = Some(format!(
             "cannot write the audit log ({e}); nothing was changed"
         ));

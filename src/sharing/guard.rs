@@ -61,6 +61,14 @@ pub struct GuardState {
     signalled: BTreeMap<(String, u32), SystemTime>,
 }
 
+impl GuardState {
+    /// Forgets that `o` was signalled (its decision could not be recorded, so nothing was
+    /// sent): it is due again at the next poll.
+    fn not_signalled(&mut self, o: &OverLimit) {
+        self.signalled.remove(&(o.uuid.clone(), o.pid));
+    }
+}
+
 /// One poll's judgement: who is over now, and who is due a signal. Pure; `now` is passed in.
 pub fn evaluate(
     snapshot: &Snapshot,
@@ -168,10 +176,14 @@ pub fn spawn(
                 }
                 let Some(a) = audit.clone() else { continue };
                 let (procfs, config) = (procfs.clone(), config.clone());
+                let over = offender.over.clone();
                 let label =
                     tokio::task::spawn_blocking(move || act(&offender, &config, &procfs, &a))
                         .await
                         .unwrap_or("failed");
+                if label == "audit_failed" {
+                    state.not_signalled(&over);
+                }
                 status.update(|s| *s.guard_signals_total.entry(label).or_default() += 1);
             }
             status.update(|s| {
@@ -196,6 +208,20 @@ fn act(
 ) -> &'static str {
     let who: Option<ProcessIdentity> = procs::identify(procfs, o.over.pid);
     let signal = config.signal.parse::<nix::sys::signal::Signal>().ok();
+    // The decision is recorded before the signal: without the record, nothing is sent.
+    if who.is_some() && signal.is_some() && !config.dry_run {
+        let decision = json!({
+            "gpu": o.over.gpu, "uuid": o.over.uuid, "pid": o.over.pid, "process": o.name,
+            "used_bytes": o.over.used_bytes, "limit_bytes": o.over.limit_bytes,
+            "signal": config.signal,
+        });
+        if audit
+            .record("sharing", "memory_guard.decision", decision)
+            .is_err()
+        {
+            return "audit_failed";
+        }
+    }
     let (label, detail) = match (who, signal) {
         (None, _) => ("gone", String::new()),
         (Some(_), None) => ("failed", format!("unknown signal '{}'", config.signal)),
@@ -285,6 +311,49 @@ mod tests {
                 memory_per_replica: Some(10 << 30),
             }],
         }
+    }
+
+    #[test]
+    fn no_signal_is_sent_when_its_decision_cannot_be_recorded() {
+        // /dev/full takes the open and answers every write with ENOSPC, like a full disk.
+        let Ok(audit) = AuditLog::open(std::path::Path::new("/dev/full")) else {
+            eprintln!("SKIPPED: /dev/full cannot be opened here");
+            return;
+        };
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let over = OverLimit {
+            gpu: 0,
+            uuid: "GPU-a".into(),
+            pid: child.id(),
+            used_bytes: 2 << 30,
+            limit_bytes: 1 << 30,
+        };
+        let offender = Offender {
+            over: over.clone(),
+            name: "sleep".into(),
+            since: SystemTime::now(),
+        };
+        let config = MemoryGuardConfig {
+            action: GuardAction::Signal,
+            dry_run: false,
+            ..MemoryGuardConfig::default()
+        };
+        let label = act(&offender, &config, std::path::Path::new("/proc"), &audit);
+        let alive = child.try_wait().map(|s| s.is_none()).unwrap_or(false);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(label, "audit_failed");
+        assert!(alive, "signalled without a record");
+        // And it is due again at the next poll.
+        let mut state = GuardState::default();
+        state
+            .signalled
+            .insert(("GPU-a".into(), over.pid), SystemTime::now());
+        state.not_signalled(&over);
+        assert!(state.signalled.is_empty());
     }
 
     #[test]

@@ -166,7 +166,7 @@ impl Sharing {
                 Ok(a) => Some(a),
                 Err(_) if dry_run => None,
                 Err(e) => {
-                    return apply::Report::failed(
+                    return apply::Report::audit_failed(
                         trigger,
                         dry_run,
                         format!("cannot open the audit log ({e}); nothing was changed"),

@@ -8,6 +8,7 @@
 
 mod exposition;
 pub mod fake_grpc;
+pub mod fullfs;
 mod scenarios;
 
 #[allow(unused_imports)] // each test binary uses a different part
@@ -114,6 +115,7 @@ pub struct AgentBuilder {
     env: Vec<(String, String)>,
     wait_ready: bool,
     nvml_lib: Option<String>,
+    prefix: Vec<String>,
 }
 
 impl AgentBuilder {
@@ -134,6 +136,11 @@ impl AgentBuilder {
         self.env.push((k.to_string(), v.to_string()));
         self
     }
+    /// Runs the agent under this argv prefix (e.g. `nsenter` into a namespace).
+    pub fn prefix(mut self, argv: Vec<String>) -> Self {
+        self.prefix = argv;
+        self
+    }
     /// Do not wait for `/readyz` to answer 200 (for agents that must not become ready).
     pub fn no_wait_ready(mut self) -> Self {
         self.wait_ready = false;
@@ -147,7 +154,14 @@ impl AgentBuilder {
         let config_path = dir.path().join("config.toml");
         let config = with_timed_tiers_every_poll(self.config.as_deref().unwrap_or(""));
         std::fs::write(&config_path, config).expect("write config");
-        let mut cmd = Command::new(bin());
+        let mut cmd = match self.prefix.split_first() {
+            None => Command::new(bin()),
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin());
+                c
+            }
+        };
         cmd.args(["run", "--listen", "127.0.0.1:0", "--interval", "200ms"])
             .arg("--nvml-lib")
             .arg(
@@ -237,6 +251,7 @@ impl Agent {
             env: Vec::new(),
             wait_ready: true,
             nvml_lib: None,
+            prefix: Vec::new(),
         }
     }
 

@@ -1,0 +1,150 @@
+//! Rebuilding the rails at start from the audit log: every decision to act is recorded (and
+//! fsynced) before its hooks run, with what the rails need (route, fingerprint, status,
+//! startsAt, GPU key, time), so reading the `decision` records back restores idempotence,
+//! cooldowns and the hourly count across restarts and crash loops.
+//!
+//! Must not fail the start: an unreadable file or line is logged and skipped (the rails are
+//! then as complete as what could be read). Reads the whole file once; records older than what
+//! the rails keep (a week) change nothing.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::time::SystemTime;
+
+use serde::Deserialize;
+
+use super::alert::Status;
+use super::rails::{Handled, Rails};
+
+/// The rails as the decisions in `audit_file` left them. In a dry run, dry-run decisions count
+/// too (as they do in memory); a live agent counts only decisions that ran, so that trying a
+/// configuration in dry run first does not hold back the real actions.
+pub fn rails(audit_file: &Path, dry_run: bool, now: SystemTime) -> Rails {
+    let mut rails = Rails::default();
+    let file = match File::open(audit_file) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return rails,
+        Err(e) => {
+            tracing::error!(error = %e, file = %audit_file.display(), "cannot read past remediation decisions back: the rails start empty");
+            return rails;
+        }
+    };
+    let (mut kept, mut bad) = (0u64, 0u64);
+    for line in BufReader::new(file).split(b'\n') {
+        let Ok(line) = line else {
+            bad += 1;
+            break;
+        };
+        // Every record starts with ts, component and event (see `audit::encode`): most lines
+        // are told apart without parsing them.
+        if !contains(&line, DECISION) {
+            continue;
+        }
+        let Ok(record) = serde_json::from_slice::<Record>(&line) else {
+            bad += 1;
+            continue;
+        };
+        if let Some(h) = handled(&record, dry_run) {
+            rails.remember(h, now);
+            kept += 1;
+        }
+    }
+    if bad > 0 {
+        tracing::warn!(file = %audit_file.display(), lines = bad, "audit log lines that are not JSON were skipped");
+    }
+    tracing::info!(file = %audit_file.display(), decisions = kept, "remediation rails rebuilt from the audit log");
+    rails
+}
+
+const DECISION: &[u8] = br#""component":"remediation","event":"decision""#;
+
+fn contains(line: &[u8], what: &[u8]) -> bool {
+    line.windows(what.len()).any(|w| w == what)
+}
+
+/// The fields of a `decision` record the rails need (the others are skipped unparsed).
+#[derive(Debug, Deserialize)]
+struct Record {
+    ts: String,
+    component: String,
+    event: String,
+    decision: Option<String>,
+    status: Option<Status>,
+    fingerprint: Option<String>,
+    #[serde(rename = "startsAt")]
+    starts_at: Option<String>,
+    route: Option<u64>,
+    gpu_key: Option<String>,
+    gpu_uuid: Option<String>,
+    gpu: Option<String>,
+}
+
+/// The decision in one audit record, if it is a remediation decision to act.
+fn handled(r: &Record, dry_run: bool) -> Option<Handled> {
+    if r.component != "remediation" || r.event != "decision" {
+        return None;
+    }
+    match r.decision.as_deref()? {
+        "run" => {}
+        "dry_run" if dry_run => {}
+        _ => return None,
+    }
+    // Records written before `gpu_key` was added: the same rule as `rails::gpu_key`.
+    let gpu = r
+        .gpu_key
+        .clone()
+        .or_else(|| r.gpu_uuid.clone())
+        .or_else(|| r.gpu.clone())
+        .unwrap_or_else(|| "node".into());
+    Some(Handled {
+        route: usize::try_from(r.route?).ok()?,
+        fingerprint: r.fingerprint.clone()?,
+        status: r.status?,
+        starts_at: r.starts_at.clone().unwrap_or_default(),
+        gpu,
+        at: humantime::parse_rfc3339(&r.ts).ok()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn record(v: &Value) -> Record {
+        serde_json::from_value(v.clone()).expect("a record")
+    }
+
+    #[test]
+    fn only_decisions_to_act_are_read_back() {
+        let base = json!({"ts": "2026-11-22T22:30:01.123Z", "component": "remediation",
+            "event": "decision", "route": 1, "status": "firing", "fingerprint": "f",
+            "startsAt": "t0", "gpu": "0", "gpu_uuid": "GPU-a", "decision": "run"});
+        let h = handled(&record(&base), false).expect("a run decision");
+        assert_eq!((h.route, h.gpu.as_str()), (1, "GPU-a"));
+        let with = |k: &str, v: Value| {
+            let mut r = base.clone();
+            r[k] = v;
+            r
+        };
+        assert!(handled(&record(&with("decision", json!("skip"))), false).is_none());
+        assert!(handled(&record(&with("decision", json!("dry_run"))), false).is_none());
+        assert!(handled(&record(&with("decision", json!("dry_run"))), true).is_some());
+        assert!(handled(&record(&with("component", json!("reclaim"))), false).is_none());
+        assert!(handled(&record(&with("ts", json!("yesterday"))), false).is_none());
+        assert_eq!(
+            handled(&record(&with("gpu_key", json!("node"))), false).map(|h| h.gpu),
+            Some("node".to_string())
+        );
+    }
+
+    #[test]
+    fn a_missing_or_damaged_log_gives_working_rails() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("audit.jsonl");
+        let _ = rails(&path, false, SystemTime::now());
+        std::fs::write(&path, "{\"half\":\n\u{0}\u{1}not json\n").expect("write");
+        let _ = rails(&path, false, SystemTime::now());
+    }
+}
