@@ -91,7 +91,7 @@ pub struct RunArgs {
     /// Poll interval, e.g. 500ms, 5s [default: 5s].
     #[arg(long, env = "GPU_STEWARD_INTERVAL", value_name = "DURATION", value_parser = config::parse_interval)]
     pub interval: Option<Duration>,
-    /// Log level or filter (error, warn, info, debug, trace) [default: RUST_LOG, else config, else info].
+    /// Log level (error, warn, info, debug, trace, off) or target=level directives [default: RUST_LOG, else config, else info].
     #[arg(long, env = "GPU_STEWARD_LOG_LEVEL", value_name = "LEVEL", value_parser = config::parse_log_level)]
     pub log_level: Option<String>,
     /// Log format [default: text].
