@@ -284,18 +284,30 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// A path from the config file, relative to the file's directory (as `[rules] files` are), so
+/// that it does not depend on the working directory (`/` under systemd).
+fn beside(config_file: Option<&Path>, p: PathBuf) -> PathBuf {
+    match config_file.and_then(Path::parent) {
+        Some(dir) if p.is_relative() => dir.join(p),
+        _ => p,
+    }
+}
+
 fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
     let Parsed { file: f, sharing } = parsed;
+    let web_config_file = o.web_config_file.clone().or_else(|| {
+        f.server
+            .web_config_file
+            .clone()
+            .map(|p| beside(file.as_deref(), p))
+    });
     let default_listen: SocketAddr = DEFAULT_LISTEN
         .parse()
         .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 9400)));
     Config {
         file,
         listen: o.listen.or(f.server.listen).unwrap_or(default_listen),
-        web_config_file: o
-            .web_config_file
-            .clone()
-            .or(f.server.web_config_file.clone()),
+        web_config_file,
         max_connections: f.server.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
         header_timeout: f.server.header_timeout.unwrap_or(DEFAULT_HEADER_TIMEOUT),
         nvml_lib: o
@@ -448,6 +460,37 @@ mod tests {
         assert_eq!(c.nvml_lib, "libnvidia-ml.so.1");
         assert!(c.metrics_dcgm && c.metrics_native && !c.api_enabled);
         assert_eq!(c.hostname_label, "Hostname");
+    }
+
+    #[test]
+    fn a_relative_web_config_file_is_beside_the_config_file_a_flag_is_not() {
+        let text = "[server]\nweb_config_file = \"web.yml\"\n";
+        let file = Some(PathBuf::from("/etc/gpu-steward/config.toml"));
+        let c = merge(
+            file.clone(),
+            parse("c.toml", text).expect("valid"),
+            &Overrides::default(),
+        );
+        assert_eq!(
+            c.web_config_file.as_deref(),
+            Some(Path::new("/etc/gpu-steward/web.yml"))
+        );
+        let text = "[server]\nweb_config_file = \"/srv/web.yml\"\n";
+        let c = merge(
+            file.clone(),
+            parse("c.toml", text).expect("valid"),
+            &Overrides::default(),
+        );
+        assert_eq!(
+            c.web_config_file.as_deref(),
+            Some(Path::new("/srv/web.yml"))
+        );
+        let flag = Overrides {
+            web_config_file: Some(PathBuf::from("web.yml")),
+            ..Overrides::default()
+        };
+        let c = merge(file, parse("c.toml", "").expect("valid"), &flag);
+        assert_eq!(c.web_config_file.as_deref(), Some(Path::new("web.yml")));
     }
 
     #[test]
