@@ -53,6 +53,9 @@ pub struct Overrides {
     pub log_level: Option<String>,
     pub log_format: Option<LogFormat>,
     pub web_config_file: Option<PathBuf>,
+    /// The listen address when neither the flag, the environment nor the config file gives one
+    /// (`demo`'s `127.0.0.1:9400`); `None`: [`DEFAULT_LISTEN`].
+    pub default_listen: Option<SocketAddr>,
 }
 
 /// The agent's whole configuration, validated.
@@ -306,7 +309,11 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
         .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 9400)));
     Config {
         file,
-        listen: o.listen.or(f.server.listen).unwrap_or(default_listen),
+        listen: o
+            .listen
+            .or(f.server.listen)
+            .or(o.default_listen)
+            .unwrap_or(default_listen),
         web_config_file,
         max_connections: f.server.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
         header_timeout: f.server.header_timeout.unwrap_or(DEFAULT_HEADER_TIMEOUT),
@@ -584,6 +591,25 @@ mod tests {
         let c = merge(None, f, &o);
         assert_eq!(c.interval, Duration::from_millis(500));
         assert_eq!(c.listen.to_string(), "127.0.0.1:1");
+    }
+
+    #[test]
+    fn a_default_listen_yields_to_the_flag_and_the_config_file() {
+        let demo = Overrides {
+            default_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9400))),
+            ..Overrides::default()
+        };
+        let c = merge(None, parse("c.toml", "").expect("valid"), &demo);
+        assert_eq!(c.listen.to_string(), "127.0.0.1:9400");
+        let file = "[server]\nlisten = \"127.0.0.1:1\"\n";
+        let c = merge(None, parse("c.toml", file).expect("valid"), &demo);
+        assert_eq!(c.listen.to_string(), "127.0.0.1:1");
+        let flag = Overrides {
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 2))),
+            ..demo
+        };
+        let c = merge(None, parse("c.toml", file).expect("valid"), &flag);
+        assert_eq!(c.listen.to_string(), "127.0.0.1:2");
     }
 
     #[test]
