@@ -545,7 +545,11 @@ fn hooks_run_around_an_apply_and_a_failing_pre_apply_changes_nothing() {
     let node = Node::new(H100_3G_2G, &format!("{LAYOUTS}{failing}"));
     let out = node.mig(&["apply", "--layout", "balanced"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing was changed"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing was changed"), "{err}");
+    // The outcome in words, not the Rust enum (`Exited(1)`).
+    assert!(err.contains("exited with status 1"), "{err}");
+    assert!(!err.contains("Exited("), "{err}");
     assert_eq!(node.changes(), 0);
 }
 

@@ -159,7 +159,7 @@ impl Run<'_> {
             Ok(())
         } else {
             Err(format!(
-                "hook '{name}' ({}) ended with {:?}: {}",
+                "hook '{name}' ({}) {}: {}",
                 spec.argv.join(" "),
                 out.outcome,
                 out.stderr.trim()
