@@ -53,6 +53,17 @@ pub enum AppError {
     WebConfig(String),
 }
 
+impl AppError {
+    /// The exit status: 2 for a configuration error (an unusable web config: restarting
+    /// cannot help, and the unit's `RestartPreventExitStatus=2` stops it), 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            AppError::WebConfig(_) => 2,
+            AppError::Bind { .. } | AppError::Io(_) => 1,
+        }
+    }
+}
+
 /// Where the configuration comes from, so that SIGHUP can read it again.
 pub struct ConfigSource {
     pub path: PathBuf,

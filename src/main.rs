@@ -68,7 +68,7 @@ fn run(args: RunArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "gpu-steward stopped");
-            ExitCode::from(1)
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -49,6 +49,11 @@ fn config_errors_exit_2_with_file_line_and_column() {
         ),
         ("syntax.toml", "[poller\n", ":1:"),
         ("type.toml", "[metrics]\nnative = 1\n", ":2:10:"),
+        (
+            "loglevel.toml",
+            "[log]\nlevel = \"verbose\"\n",
+            ":2:9: invalid log level 'verbose'",
+        ),
     ];
     for (name, text, expected) in cases {
         let path = write(&dir, name, text);
@@ -94,6 +99,52 @@ fn usage_errors_exit_2() {
     assert_eq!(missing.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/config.toml: cannot read")
+    );
+}
+
+#[test]
+fn a_log_level_typo_is_a_usage_error_naming_the_levels() {
+    // EnvFilter alone reads a bare word as a target, silencing every log line.
+    let flag = Command::new(bin())
+        .args(["run", "--log-level", "inof"])
+        .env("GPU_STEWARD_CONFIG", "/dev/null")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&flag.stderr);
+    assert_eq!(flag.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("'inof'"), "{stderr}");
+    assert!(
+        stderr.contains("error, warn, info, debug, trace, off"),
+        "{stderr}"
+    );
+
+    let env = Command::new(bin())
+        .args(["run"])
+        .env("GPU_STEWARD_CONFIG", "/dev/null")
+        .env("GPU_STEWARD_LOG_LEVEL", "verbose")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&env.stderr);
+    assert_eq!(env.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("'verbose'"), "{stderr}");
+
+    // A directive with a target still works, and RUST_LOG keeps the full filter syntax.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = write(
+        &dir,
+        "good.toml",
+        "[log]\nlevel = \"gpu_steward=debug,warn\"\n",
+    );
+    let out = Command::new(bin())
+        .arg("check-config")
+        .arg(&good)
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

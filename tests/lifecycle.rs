@@ -264,6 +264,70 @@ fn demo_serves_the_bundled_eight_gpu_node() {
 }
 
 #[test]
+fn demo_takes_the_listen_address_from_its_config_file() {
+    // Flag > environment > config file > the demo's 127.0.0.1:9400: port 0 in the file gives a
+    // free port, not 9400.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:0\"\n").expect("write config");
+    let mut child = Command::new(bin())
+        .args(["demo", "--interval", "200ms", "--config"])
+        .arg(&config)
+        .arg("--nvml-lib")
+        .arg(common::sim_lib())
+        .env_remove("NVML_SIM_SCENARIO")
+        .env_remove("GPU_STEWARD_LISTEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn demo");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(addr) = line.split("listening on ").nth(1) {
+                let _ = tx.send(addr.trim().to_string());
+            }
+        }
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(20));
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        Signal::SIGTERM,
+    );
+    let _ = wait_for("demo exit", Duration::from_secs(10), || {
+        child.try_wait().expect("try_wait")
+    });
+    let addr = addr.expect("demo listens");
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    assert!(!addr.starts_with("127.0.0.1:9400"), "{addr}");
+}
+
+#[test]
+fn demo_help_shows_the_demo_defaults_not_runs() {
+    let out = Command::new(bin())
+        .args(["demo", "--help"])
+        .output()
+        .expect("demo --help");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{help}");
+    assert!(help.contains("127.0.0.1:9400"), "{help}");
+    assert!(!help.contains("0.0.0.0:9400"), "{help}");
+    assert!(help.contains("simulator"), "{help}");
+    assert!(!help.contains("libnvidia-ml.so.1"), "{help}");
+    let run = Command::new(bin())
+        .args(["run", "--help"])
+        .output()
+        .expect("run --help");
+    let help = String::from_utf8_lossy(&run.stdout);
+    assert!(help.contains("0.0.0.0:9400"), "{help}");
+}
+
+#[test]
 fn a_gpu_refusing_xid_registration_does_not_churn_the_event_waiter() {
     let text = scenario("dgx-h100.toml");
     // GPU 0 answers NOT_SUPPORTED to nvmlDeviceRegisterEvents.

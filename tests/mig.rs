@@ -472,7 +472,8 @@ fn dry_run_and_plan_change_nothing_and_the_second_apply_makes_no_calls() {
 
 #[test]
 fn a_pending_mode_change_is_reported_and_a_configured_reset_applies_it() {
-    let base = "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\n";
+    let base =
+        "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\npci_bus_id = \"00000000:3B:00.0\"\n";
     let busy = format!("{base}[[gpu.process]]\npid = 7\n");
     let node = Node::new(&busy, LAYOUTS);
     let out = node.mig(&["apply", "--layout", "balanced", "--force"]);
@@ -486,14 +487,17 @@ fn a_pending_mode_change_is_reported_and_a_configured_reset_applies_it() {
     );
 
     // A reset command (here: the simulated reset, a scenario rewrite) makes it current, and
-    // the same apply then goes on to create the instances.
+    // the same apply then goes on to create the instances. Its arguments get the GPU's
+    // index, UUID and PCI bus id.
     let reset = node.path("reset.sh");
     let next = node.path("after-reset.toml");
+    let args = node.path("reset-args");
     std::fs::write(&next, format!("{base}reset_count = 1\n")).expect("next scenario");
     std::fs::write(
         &reset,
         format!(
-            "#!/bin/sh\ncp {} {}.tmp && mv {}.tmp {}\n",
+            "#!/bin/sh\necho \"$@\" > {}\ncp {} {}.tmp && mv {}.tmp {}\n",
+            args.display(),
             next.display(),
             node.path("scenario.toml").display(),
             node.path("scenario.toml").display(),
@@ -505,7 +509,7 @@ fn a_pending_mode_change_is_reported_and_a_configured_reset_applies_it() {
     let cfg = cfg.replacen(
         "[audit]",
         &format!(
-            "[mig]\nreset_command = [\"/bin/sh\", \"{}\"]\n\n[audit]",
+            "[mig]\nreset_command = [\"/bin/sh\", \"{}\", \"{{index}}\", \"{{pci_bus_id}}\"]\n\n[audit]",
             reset.display()
         ),
         1,
@@ -516,6 +520,12 @@ fn a_pending_mode_change_is_reported_and_a_configured_reset_applies_it() {
     let show = node.show();
     assert_eq!(show["gpus"][0]["mig"]["current"], true);
     assert_eq!(counts(&show, 0).values().sum::<u64>(), 4);
+    let args = std::fs::read_to_string(&args).expect("the reset command ran");
+    assert_eq!(
+        args.trim().to_ascii_uppercase(),
+        "0 00000000:3B:00.0",
+        "{args}"
+    );
 }
 
 #[test]
@@ -540,7 +550,11 @@ fn hooks_run_around_an_apply_and_a_failing_pre_apply_changes_nothing() {
     let node = Node::new(H100_3G_2G, &format!("{LAYOUTS}{failing}"));
     let out = node.mig(&["apply", "--layout", "balanced"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing was changed"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing was changed"), "{err}");
+    // The outcome in words, not the Rust enum (`Exited(1)`).
+    assert!(err.contains("exited with status 1"), "{err}");
+    assert!(!err.contains("Exited("), "{err}");
     assert_eq!(node.changes(), 0);
 }
 

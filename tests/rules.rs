@@ -572,6 +572,10 @@ fn the_built_in_action_signals_the_processes_on_the_gpu() {
     assert_eq!(end["result"], "success", "{end}");
     assert_eq!(end["processes"][0]["pid"], victim.id());
     assert_eq!(end["processes"][0]["outcome"], "sent");
+    // The action is recorded as the config names it, not as the Rust enum.
+    let start = &s.audit_events("hook.start")[0];
+    assert_eq!(start["action"], "signal_processes", "{start}");
+    assert_eq!(start["signal"], "SIGTERM", "{start}");
     // The process on the other GPU is untouched.
     assert!(
         pid_alive(bystander.id() as i32),

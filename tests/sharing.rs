@@ -139,7 +139,8 @@ fn show_changes_nothing_and_apply_makes_the_node_match() {
         ]
     );
     assert_eq!(
-        show["observed"][0]["compute_mode"]["Ok"], "prohibited",
+        show["observed"][0]["compute_mode"],
+        serde_json::json!({"result": "ok", "value": "prohibited"}),
         "{show}"
     );
     assert!(
@@ -158,9 +159,9 @@ fn show_changes_nothing_and_apply_makes_the_node_match() {
     assert!(outcomes(&applied).iter().all(|(_, _, o)| o == "applied"));
     // Verified by observing again in the same process (the simulator keeps the compute mode
     // while loaded, like a driver).
-    assert_eq!(applied["after"][0]["compute_mode"]["Ok"], "default");
+    assert_eq!(applied["after"][0]["compute_mode"]["value"], "default");
     assert_eq!(
-        applied["after"][1]["compute_mode"]["Ok"],
+        applied["after"][1]["compute_mode"]["value"],
         "exclusive_process"
     );
     assert_eq!(node.timeslice(GPU0), "Long");
@@ -233,8 +234,8 @@ fn a_failure_in_the_middle_is_reported_and_undone() {
     let error = report["steps"][3]["error"].as_str().expect("error");
     assert!(error.contains("Insufficient Permissions"), "{error}");
     // Left as it was found: GPU 0 back to prohibited and Default.
-    assert_eq!(report["after"][0]["compute_mode"]["Ok"], "prohibited");
-    assert_eq!(report["after"][1]["compute_mode"]["Ok"], "default");
+    assert_eq!(report["after"][0]["compute_mode"]["value"], "prohibited");
+    assert_eq!(report["after"][1]["compute_mode"]["value"], "default");
     assert_eq!(node.timeslice(GPU0), "Default");
     assert!(node
         .args_log()
@@ -268,7 +269,7 @@ fn an_nvml_refusal_is_reported_and_undone() {
         error.contains("nvmlDeviceSetComputeMode answered"),
         "{error}"
     );
-    assert_eq!(report["after"][0]["compute_mode"]["Ok"], "prohibited");
+    assert_eq!(report["after"][0]["compute_mode"]["value"], "prohibited");
     assert!(
         node.args_log().is_empty(),
         "no time-slice configured: nvidia-smi is never run"

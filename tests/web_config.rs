@@ -207,7 +207,8 @@ fn a_broken_web_config_stops_the_start_and_says_where() {
         )
         .output()
         .expect("run");
-    assert!(!out.status.success());
+    // 2, a configuration error: the unit's RestartPreventExitStatus=2 stops instead of looping.
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("cert_file missing.pem") && err.contains("does not start"),
@@ -226,4 +227,49 @@ fn a_broken_web_config_stops_the_start_and_says_where() {
         .expect("check-config");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.pem"));
+}
+
+#[test]
+fn a_relative_web_config_file_is_found_beside_the_config_file() {
+    // Run from `/`, as systemd does: the web config must be read from the config's directory.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[server]\nweb_config_file = \"web.yml\"\n").expect("write");
+
+    std::fs::write(
+        dir.path().join("web.yml"),
+        bcrypt_line("prometheus", "secret"),
+    )
+    .expect("write");
+    let out = Command::new(common::bin())
+        .arg("check-config")
+        .arg(&config)
+        .current_dir("/")
+        .output()
+        .expect("check-config");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+
+    // An unusable one (its certificate is missing) stops `run` with exit 2, naming the problem
+    // inside the file that was found.
+    std::fs::write(
+        dir.path().join("web.yml"),
+        "tls_server_config:\n  cert_file: missing.pem\n  key_file: missing.key\n",
+    )
+    .expect("write");
+    let out = Command::new(common::bin())
+        .args(["run", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--nvml-lib")
+        .arg(common::sim_lib())
+        .env(
+            "NVML_SIM_SCENARIO",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/dgx-h100.toml"),
+        )
+        .current_dir("/")
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cert_file missing.pem"), "{err}");
 }

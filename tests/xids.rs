@@ -42,6 +42,14 @@ fn xid_counts_follow_the_board_across_re_enumeration() {
     });
     let uuid =
         agent.metrics().find("gpu_steward_gpu_up", &[("gpu", "1")])[0].labels["uuid"].clone();
+    // The log line names the GPU by its index, not the Rust `Option` around it.
+    let log = agent.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("XID event"))
+        .unwrap_or_default();
+    assert!(line.contains("gpu=1"), "{log}");
+    assert!(!line.contains("Some("), "{line}");
 
     // Four GPUs unbound, then back: GPU 1 stays the same board throughout.
     for (step, gpus) in [("four GPUs", 4usize), ("eight GPUs", 8)] {

@@ -43,6 +43,14 @@ mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
 vols = {v["name"]: v for v in pod.get("volumes", [])}
 pr = [n for n, v in vols.items() if v.get("hostPath", {}).get("path") == "/var/lib/kubelet/pod-resources"]
 need(pr and mounts.get(pr[0], {}).get("readOnly") is True, "pod-resources hostPath mounted read-only")
+# Audit log and accounting state outlive the pod: a writable hostPath at /var/lib/gpu-steward.
+st = [n for n, v in vols.items() if v.get("hostPath", {}).get("path") == "/var/lib/gpu-steward"]
+need(st and vols[st[0]]["hostPath"].get("type") == "DirectoryOrCreate",
+     "state hostPath /var/lib/gpu-steward (DirectoryOrCreate)")
+need(st and mounts.get(st[0], {}).get("mountPath") == "/var/lib/gpu-steward"
+     and not mounts.get(st[0], {}).get("readOnly"), "state hostPath mounted writable at /var/lib/gpu-steward")
+need(env.get("STATE_DIRECTORY", {}).get("value") == "/var/lib/gpu-steward",
+     "STATE_DIRECTORY=/var/lib/gpu-steward (accounting state)")
 need(by_kind["ServiceAccount"][0].get("automountServiceAccountToken") is False, "ServiceAccount without token automount")
 # The config that turns the kubelet client on must reach the agent at the path it is told.
 args = c.get("args", [])

@@ -5,6 +5,9 @@
 use super::{DemoArgs, RunArgs};
 use crate::{config, demo};
 
+/// Where the demo listens unless told otherwise.
+const DEMO_LISTEN: &str = "127.0.0.1:9400";
+
 /// What the daemon runs with.
 pub struct Prepared {
     pub run: RunArgs,
@@ -15,8 +18,14 @@ pub struct Prepared {
 /// The daemon's arguments, or the exit status after saying why there are none: 2 for no
 /// simulator or a missing scenario file, 1 when the bundled scenario cannot be written.
 pub fn prepare(mut args: DemoArgs) -> Result<Prepared, u8> {
-    if args.run.listen.is_none() {
-        args.run.listen = config::parse_listen("127.0.0.1:9400").ok();
+    // Flag > environment > the named config file's `[server] listen` > 127.0.0.1:9400. The
+    // config file read without being named (/etc/gpu-steward/config.toml, the installed agent's)
+    // does not move the demo off loopback.
+    let demo_listen = config::parse_listen(DEMO_LISTEN).ok();
+    if args.run.config.is_some() {
+        args.run.default_listen = demo_listen;
+    } else if args.run.listen.is_none() {
+        args.run.listen = demo_listen;
     }
     if args.run.nvml_lib.is_none() {
         match demo::find_sim() {

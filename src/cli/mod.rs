@@ -91,7 +91,7 @@ pub struct RunArgs {
     /// Poll interval, e.g. 500ms, 5s [default: 5s].
     #[arg(long, env = "GPU_STEWARD_INTERVAL", value_name = "DURATION", value_parser = config::parse_interval)]
     pub interval: Option<Duration>,
-    /// Log level or filter (error, warn, info, debug, trace) [default: RUST_LOG, else config, else info].
+    /// Log level (error, warn, info, debug, trace, off) or target=level directives [default: RUST_LOG, else config, else info].
     #[arg(long, env = "GPU_STEWARD_LOG_LEVEL", value_name = "LEVEL", value_parser = config::parse_log_level)]
     pub log_level: Option<String>,
     /// Log format [default: text].
@@ -100,6 +100,9 @@ pub struct RunArgs {
     /// TLS and basic auth from a Prometheus exporter-toolkit web config file.
     #[arg(long, env = "GPU_STEWARD_WEB_CONFIG_FILE", value_name = "FILE")]
     pub web_config_file: Option<PathBuf>,
+    /// The listen address below the config file's (`demo` sets its own); not a flag.
+    #[arg(skip)]
+    pub default_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -148,7 +151,16 @@ pub enum MigCommand {
     },
 }
 
+/// `demo` shares `run`'s flags but not its defaults: its help says what the demo uses.
 #[derive(Debug, Args)]
+#[command(
+    mut_arg("listen", |a| a.help(
+        "Address to serve HTTP on [default: [server] listen of --config FILE, else 127.0.0.1:9400]"
+    )),
+    mut_arg("nvml_lib", |a| a.help(
+        "NVML library to load [default: the simulator, libnvml_sim.so beside the executable or in /usr/lib/gpu-steward/]"
+    )),
+)]
 pub struct DemoArgs {
     /// Scenario file for the simulated NVML [default: the bundled 8×H100 node].
     #[arg(long, env = "GPU_STEWARD_SCENARIO", value_name = "FILE")]
@@ -166,6 +178,7 @@ impl RunArgs {
             log_level: self.log_level.clone(),
             log_format: self.log_format,
             web_config_file: self.web_config_file.clone(),
+            default_listen: self.default_listen,
         }
     }
 

@@ -257,11 +257,53 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
+/// The words a log level may be, alone or after `target=`.
+const LOG_LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+
+fn is_log_level(word: &str) -> bool {
+    LOG_LEVELS
+        .iter()
+        .any(|l| l.eq_ignore_ascii_case(word.trim()))
+}
+
 /// Checks a log level or `tracing` filter directive (`info`, `gpu_steward=debug,warn`).
+///
+/// Stricter than `EnvFilter`, which takes any bare word as a target name: `inof` or
+/// `verbose` would be read as "trace for target `inof`" and silence every other line,
+/// errors included. So each comma-separated part must be a level word, or
+/// `target=level` (a span filter `target[span]=level` is allowed as `EnvFilter` reads it).
 pub fn parse_log_level(s: &str) -> Result<String, String> {
+    let allowed = "use one of error, warn, info, debug, trace, off, or target=level directives \
+                   like 'gpu_steward=debug,warn'";
+    let parts: Vec<&str> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    if parts.is_empty() {
+        return Err(format!("invalid log level '{s}': it is empty; {allowed}"));
+    }
+    for part in parts {
+        match part.rsplit_once('=') {
+            None if part.contains('[') => {}
+            None if is_log_level(part) => {}
+            None => {
+                return Err(format!(
+                    "invalid log level '{s}': '{part}' is not a level; {allowed}"
+                ))
+            }
+            Some((target, level)) => {
+                if target.trim().is_empty() || !is_log_level(level) {
+                    return Err(format!(
+                        "invalid log level '{s}': '{part}' is not a target=level directive; {allowed}"
+                    ));
+                }
+            }
+        }
+    }
     tracing_subscriber::EnvFilter::try_new(s)
         .map(|_| s.to_string())
-        .map_err(|e| format!("invalid log level '{s}': {e}; use error, warn, info, debug or trace"))
+        .map_err(|e| format!("invalid log level '{s}': {e}; {allowed}"))
 }
 
 fn interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
@@ -452,5 +494,45 @@ impl<'de> Deserialize<'de> for ActionName {
                  drain_and_reset or contact_support"
             ))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_log_level;
+
+    #[test]
+    fn log_levels_and_directives_are_accepted() {
+        for ok in [
+            "info",
+            "WARN",
+            "off",
+            "error",
+            "gpu_steward=debug",
+            "gpu_steward=debug,warn",
+            "gpu_steward::http=trace, info",
+            "gpu_steward[poll]=debug",
+        ] {
+            assert_eq!(parse_log_level(ok).as_deref(), Ok(ok), "{ok}");
+        }
+    }
+
+    #[test]
+    fn a_bare_word_that_is_not_a_level_is_rejected() {
+        for bad in [
+            "inof",
+            "verbose",
+            "warn,inof",
+            "gpu_steward=verbose",
+            "=debug",
+            "",
+            " , ",
+        ] {
+            let e = parse_log_level(bad).expect_err(bad);
+            assert!(
+                e.contains("error, warn, info, debug, trace, off"),
+                "{bad}: {e}"
+            );
+        }
     }
 }

@@ -53,6 +53,9 @@ pub struct Overrides {
     pub log_level: Option<String>,
     pub log_format: Option<LogFormat>,
     pub web_config_file: Option<PathBuf>,
+    /// The listen address when neither the flag, the environment nor the config file gives one
+    /// (`demo`'s `127.0.0.1:9400`); `None`: [`DEFAULT_LISTEN`].
+    pub default_listen: Option<SocketAddr>,
 }
 
 /// The agent's whole configuration, validated.
@@ -284,18 +287,34 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// A path from the config file, relative to the file's directory (as `[rules] files` are), so
+/// that it does not depend on the working directory (`/` under systemd).
+fn beside(config_file: Option<&Path>, p: PathBuf) -> PathBuf {
+    match config_file.and_then(Path::parent) {
+        Some(dir) if p.is_relative() => dir.join(p),
+        _ => p,
+    }
+}
+
 fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
     let Parsed { file: f, sharing } = parsed;
+    let web_config_file = o.web_config_file.clone().or_else(|| {
+        f.server
+            .web_config_file
+            .clone()
+            .map(|p| beside(file.as_deref(), p))
+    });
     let default_listen: SocketAddr = DEFAULT_LISTEN
         .parse()
         .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 9400)));
     Config {
         file,
-        listen: o.listen.or(f.server.listen).unwrap_or(default_listen),
-        web_config_file: o
-            .web_config_file
-            .clone()
-            .or(f.server.web_config_file.clone()),
+        listen: o
+            .listen
+            .or(f.server.listen)
+            .or(o.default_listen)
+            .unwrap_or(default_listen),
+        web_config_file,
         max_connections: f.server.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
         header_timeout: f.server.header_timeout.unwrap_or(DEFAULT_HEADER_TIMEOUT),
         nvml_lib: o
@@ -451,6 +470,37 @@ mod tests {
     }
 
     #[test]
+    fn a_relative_web_config_file_is_beside_the_config_file_a_flag_is_not() {
+        let text = "[server]\nweb_config_file = \"web.yml\"\n";
+        let file = Some(PathBuf::from("/etc/gpu-steward/config.toml"));
+        let c = merge(
+            file.clone(),
+            parse("c.toml", text).expect("valid"),
+            &Overrides::default(),
+        );
+        assert_eq!(
+            c.web_config_file.as_deref(),
+            Some(Path::new("/etc/gpu-steward/web.yml"))
+        );
+        let text = "[server]\nweb_config_file = \"/srv/web.yml\"\n";
+        let c = merge(
+            file.clone(),
+            parse("c.toml", text).expect("valid"),
+            &Overrides::default(),
+        );
+        assert_eq!(
+            c.web_config_file.as_deref(),
+            Some(Path::new("/srv/web.yml"))
+        );
+        let flag = Overrides {
+            web_config_file: Some(PathBuf::from("web.yml")),
+            ..Overrides::default()
+        };
+        let c = merge(file, parse("c.toml", "").expect("valid"), &flag);
+        assert_eq!(c.web_config_file.as_deref(), Some(Path::new("web.yml")));
+    }
+
+    #[test]
     fn a_control_character_gets_a_message_not_an_empty_line() {
         // Found by fuzzing (fuzz/corpus/config): the TOML parser reports no message here.
         let e = err("# a comment\n# with a NUL \0 inside\n");
@@ -554,6 +604,25 @@ mod tests {
         let c = merge(None, f, &o);
         assert_eq!(c.interval, Duration::from_millis(500));
         assert_eq!(c.listen.to_string(), "127.0.0.1:1");
+    }
+
+    #[test]
+    fn a_default_listen_yields_to_the_flag_and_the_config_file() {
+        let demo = Overrides {
+            default_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9400))),
+            ..Overrides::default()
+        };
+        let c = merge(None, parse("c.toml", "").expect("valid"), &demo);
+        assert_eq!(c.listen.to_string(), "127.0.0.1:9400");
+        let file = "[server]\nlisten = \"127.0.0.1:1\"\n";
+        let c = merge(None, parse("c.toml", file).expect("valid"), &demo);
+        assert_eq!(c.listen.to_string(), "127.0.0.1:1");
+        let flag = Overrides {
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 2))),
+            ..demo
+        };
+        let c = merge(None, parse("c.toml", file).expect("valid"), &flag);
+        assert_eq!(c.listen.to_string(), "127.0.0.1:2");
     }
 
     #[test]

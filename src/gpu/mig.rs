@@ -139,6 +139,7 @@ impl MigControl {
             uuid,
             name,
             pci_device_id: pci.pci_device_id,
+            pci_bus_id: pci.bus_id,
             pci_subsystem_id: pci.pci_sub_system_id.unwrap_or(0),
             mig,
             profiles: Vec::new(),

@@ -167,7 +167,7 @@ impl Run<'_> {
             Ok(())
         } else {
             Err(format!(
-                "hook '{name}' ({}) ended with {:?}: {}",
+                "hook '{name}' ({}) {}: {}",
                 spec.argv.join(" "),
                 out.outcome,
                 out.stderr.trim()
@@ -457,13 +457,13 @@ fn settle_mode(
     g: &GpuPlan,
     enable: bool,
 ) -> Result<Option<PendingReset>, String> {
-    let read_mode = || {
+    let read = || {
         ctl.read(g.index)
             .map_err(|e| format!("GPU {}: {e}", g.index))
-            .map(|m| m.mig)
     };
-    let mode = read_mode()?;
-    if mode.is_some_and(|m| m.current == enable) {
+    let read_mode = || read().map(|m| m.mig);
+    let gpu = read()?;
+    if gpu.mig.is_some_and(|m| m.current == enable) {
         return Ok(None);
     }
     // The driver's activation status is IN_USE while processes hold the GPU, RESET_REQUIRED
@@ -480,6 +480,7 @@ fn settle_mode(
             .map(|a| {
                 a.replace("{index}", &g.index.to_string())
                     .replace("{uuid}", &g.uuid)
+                    .replace("{pci_bus_id}", &gpu.pci_bus_id)
             })
             .collect();
         let spec = CommandSpec {

@@ -22,6 +22,7 @@ fn h100(index: u32, enabled: bool) -> MigGpu {
         uuid: format!("GPU-{index}"),
         name: "NVIDIA H100 80GB HBM3".into(),
         pci_device_id: 0x2330_10DE,
+        pci_bus_id: format!("00000000:{:02X}:00.0", 0x18 + index),
         pci_subsystem_id: 0x16C1_10DE,
         mig: Some(MigMode {
             current: enabled,

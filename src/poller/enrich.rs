@@ -108,7 +108,7 @@ impl Enricher {
                     xid,
                     at,
                 } => {
-                    tracing::warn!(gpu = ?index, %uuid, xid, "XID event");
+                    tracing::warn!(gpu = index, %uuid, xid, "XID event");
                     self.boards.record_xid(&uuid, xid, at);
                 }
                 XidEvent::Xid {

@@ -18,7 +18,7 @@ use crate::exec::{self, CommandSpec};
 use crate::publication::Published;
 
 use super::alert::Alert;
-use super::config::{Action, RemediationConfig, Route};
+use super::config::{Action, ActionKind, RemediationConfig, Route};
 use super::metrics::HookMetrics;
 use super::rails::{gpu_key, Decision, Handled, Rails};
 
@@ -187,7 +187,16 @@ impl Step {
     fn describe(&self) -> serde_json::Value {
         match self {
             Step::Hook(h) => json!({"hook": h.name, "argv": h.argv}),
-            Step::Action(a) => json!({"hook": a.name, "action": format!("{:?}", a.kind)}),
+            // The action as the config names it, not the Rust enum (`SignalProcesses(SIGTERM)`).
+            Step::Action(a) => match a.kind {
+                ActionKind::SignalProcesses(sig) => {
+                    json!({"hook": a.name, "action": "signal_processes", "signal": sig.as_str()})
+                }
+                ActionKind::PowerLimit(watts) => {
+                    json!({"hook": a.name, "action": "power_limit", "watts": watts})
+                }
+                ActionKind::Fence => json!({"hook": a.name, "action": "fence"}),
+            },
         }
     }
 }

@@ -14,9 +14,37 @@ pub struct ObservedGpu {
     pub uuid: String,
     pub mig_enabled: bool,
     /// The error in words when it could not be read.
+    #[serde(serialize_with = "named_result::serialize")]
     pub compute_mode: Result<ComputeMode, String>,
     /// `Err` also when nobody asked (the listing is only run when a time-slice is configured).
+    #[serde(serialize_with = "named_result::serialize")]
     pub timeslice: Result<Timeslice, String>,
+}
+
+/// A read that may have failed, as JSON with the outcome named: `{"result":"ok","value":…}` or
+/// `{"result":"error","error":"…"}`. Serde's default, `{"Ok":…}` / `{"Err":…}`, is the Rust
+/// type leaking into the CLI's `--json` and `/api/v1/sharing`.
+mod named_result {
+    use serde::ser::{SerializeStruct, Serializer};
+    use serde::Serialize;
+
+    pub fn serialize<T: Serialize, S: Serializer>(
+        r: &Result<T, String>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut out = s.serialize_struct("Read", 2)?;
+        match r {
+            Ok(value) => {
+                out.serialize_field("result", "ok")?;
+                out.serialize_field("value", value)?;
+            }
+            Err(error) => {
+                out.serialize_field("result", "error")?;
+                out.serialize_field("error", error)?;
+            }
+        }
+        out.end()
+    }
 }
 
 /// One setting to change on one GPU, with the value it had (to go back to).
@@ -187,6 +215,21 @@ mod tests {
             }],
             ..SharingConfig::default()
         }
+    }
+
+    #[test]
+    fn observed_reads_name_their_outcome_in_json() {
+        let mut g = gpu(0, ComputeMode::Prohibited, Timeslice::Long);
+        g.timeslice = Err("nvidia-smi not found".into());
+        let v = serde_json::to_value(&g).expect("json");
+        assert_eq!(
+            v["compute_mode"],
+            serde_json::json!({"result": "ok", "value": "prohibited"})
+        );
+        assert_eq!(
+            v["timeslice"],
+            serde_json::json!({"result": "error", "error": "nvidia-smi not found"})
+        );
     }
 
     #[test]

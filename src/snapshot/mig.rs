@@ -85,6 +85,10 @@ pub struct MigGpu {
     pub name: String,
     /// PCI device and vendor id, `0x233010DE` (mig-parted's `device-filter`).
     pub pci_device_id: u32,
+    /// PCI bus id as NVML writes it (`00000000:18:00.0`), for `{pci_bus_id}` in
+    /// `[mig] reset_command`.
+    #[serde(skip)]
+    pub pci_bus_id: String,
     /// PCI subsystem id (`0x16C110DE`), for filters that name one.
     #[serde(skip)]
     pub pci_subsystem_id: u32,
