@@ -40,16 +40,13 @@ pub struct Page {
     /// Polls outnumber scrapes (a 1-5 s poll against a 15-30 s scrape), so compressing every
     /// publication up front would mostly compress pages nobody fetches.
     gzip: OnceLock<Bytes>,
-    /// Series on the page (sample lines), counted as it was rendered.
-    pub series: usize,
 }
 
 impl Page {
-    pub fn new(text: Bytes, series: usize) -> Page {
+    pub fn new(text: Bytes) -> Page {
         Page {
             text,
             gzip: OnceLock::new(),
-            series,
         }
     }
 
@@ -87,7 +84,7 @@ mod tests {
         let text: Vec<u8> = (0..20_000u32)
             .flat_map(|i| format!("metric{{gpu=\"{}\"}} {}\n", i % 8, i).into_bytes())
             .collect();
-        let page = Page::new(Bytes::from(text.clone()), 20_000);
+        let page = Page::new(Bytes::from(text.clone()));
         assert!(!page.gzip_ready());
         let first = page.gzip();
         assert!(page.gzip_ready());
@@ -106,7 +103,7 @@ mod tests {
 
     #[test]
     fn an_empty_page_compresses_to_a_valid_stream() {
-        let page = Page::new(Bytes::new(), 0);
+        let page = Page::new(Bytes::new());
         let mut out = Vec::new();
         flate2::read::GzDecoder::new(&page.gzip()[..])
             .read_to_end(&mut out)

@@ -107,15 +107,7 @@ pub fn render(
             c.collect(&mut text);
         }
     }
-    let series = count_series(&text);
-    Page::new(Bytes::from(text.into_bytes()), series)
-}
-
-/// Sample lines of a page in the text format: every line that is not a comment.
-fn count_series(text: &str) -> usize {
-    text.lines()
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .count()
+    Page::new(Bytes::from(text.into_bytes()))
 }
 
 /// 1 for true, 0 for false: the value of a boolean series.
