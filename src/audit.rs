@@ -172,6 +172,58 @@ fn note(component: &str, path: &Path, error: Option<&io::Error>) {
     }
 }
 
+/// What [`read_back`] found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReadBack {
+    /// Lines of the wanted component and event, handed to the caller.
+    pub records: u64,
+    /// Lines that looked like one but are not JSON (a torn write from before short writes were
+    /// cut back, or a damaged file); skipped.
+    pub damaged: u64,
+}
+
+/// Hands every record of `component` and `event` in the audit log at `path` to `each`, oldest
+/// first, parsed as `T` (a struct of the fields the caller needs). For the actors that rebuild
+/// their limits from what they recorded (remediation's rails, reclaim's hourly count), so that
+/// a restart or a crash loop cannot act beyond them. A missing file is an empty log.
+///
+/// Every line starts with ts, component and event (see `encode`): the other lines are told
+/// apart without parsing them. Reads the file once, line by line.
+pub fn read_back<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    component: &str,
+    event: &str,
+    mut each: impl FnMut(T),
+) -> io::Result<ReadBack> {
+    use std::io::BufRead;
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ReadBack::default()),
+        Err(e) => return Err(with_path(e, path)),
+    };
+    let marker = format!(
+        ",\"component\":{},\"event\":{}",
+        Value::String(component.into()),
+        Value::String(event.into())
+    );
+    let marker = marker.as_bytes();
+    let mut found = ReadBack::default();
+    for line in io::BufReader::new(file).split(b'\n') {
+        let line = line.map_err(|e| with_path(e, path))?;
+        if !line.windows(marker.len()).any(|w| w == marker) {
+            continue;
+        }
+        match serde_json::from_slice::<T>(&line) {
+            Ok(record) => {
+                found.records += 1;
+                each(record);
+            }
+            Err(_) => found.damaged += 1,
+        }
+    }
+    Ok(found)
+}
+
 fn encode(now: SystemTime, component: &str, event: &str, fields: Value) -> String {
     // Written by hand so that time, component and event lead every line (serde_json's map
     // sorts its keys), which keeps the log readable with `cut` and `grep` as well as `jq`.

@@ -304,6 +304,16 @@ impl Ladder {
         })
     }
 
+    /// Counts reclaims decided before this ladder existed (read back from the audit log at
+    /// start) against `max_reclaims_per_hour`: those of the hour before `now`, oldest first.
+    pub fn restore_reclaims(&mut self, mut at: Vec<SystemTime>, now: SystemTime) {
+        let hour = Duration::from_secs(3600);
+        at.retain(|t| *t <= now && now.duration_since(*t).unwrap_or_default() < hour);
+        at.extend(self.reclaims.drain(..));
+        at.sort();
+        self.reclaims = at.into();
+    }
+
     /// Reclaims decided in the hour before the last decision.
     pub fn reclaims_last_hour(&self) -> usize {
         self.reclaims.len()

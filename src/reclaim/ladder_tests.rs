@@ -354,3 +354,20 @@ fn pod_labels_exempt_and_unknown_labels_are_exempt_too() {
     let plain = r.units(&idle(1));
     assert_eq!(why(&plain[0].holders[0], &plain[0]), None);
 }
+
+#[test]
+fn reclaims_from_before_a_restart_count_against_the_hourly_limit() {
+    let mut c = config();
+    c.max_reclaims_per_hour = 1;
+    let one = |t| snap(t, vec![gpu(0, Some(0), vec![proc(10, 4096, Some(0))])]);
+    let mut r = Run::new(c);
+    // The last life reclaimed 30 min before this one's first snapshot (t = 1800 s), and once
+    // more 2 h before: only the recent one is counted.
+    let long_ago = at(0) - Duration::from_secs(5400);
+    r.ladder.restore_reclaims(vec![at(0), long_ago], at(1800));
+    assert_eq!(r.ladder.reclaims_last_hour(), 1);
+    r.at(&one(1800));
+    assert_eq!(kinds(&r.at(&one(1860))), ["detected", "rate_limited"]);
+    // An hour after the restored reclaim, this one may go.
+    assert_eq!(kinds(&r.at(&one(3600))), ["reclaim"]);
+}

@@ -3,6 +3,7 @@
 //! - [`idle`]: idleness per GPU and MIG instance, a pure function over successive snapshots;
 //! - [`ladder`]: which step is due for which unit, pure, with exemptions and the hourly limit;
 //! - [`config`]: `[reclaim]` and `[accounting]`;
+//! - [`replay`]: the hourly count read back from the audit log at start;
 //! - [`stage`]: what reclaim keeps across polls, run once per publication by [`task`], the
 //!   actor that receives publications and hands on its view, findings and series.
 //!
@@ -16,6 +17,7 @@ pub mod cri;
 pub mod idle;
 pub mod ladder;
 pub mod metrics;
+pub mod replay;
 pub mod stage;
 pub mod task;
 

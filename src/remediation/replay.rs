@@ -7,8 +7,6 @@
 //! then as complete as what could be read). Reads the whole file once; records older than what
 //! the rails keep (a week) change nothing.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -22,45 +20,24 @@ use super::rails::{Handled, Rails};
 /// configuration in dry run first does not hold back the real actions.
 pub fn rails(audit_file: &Path, dry_run: bool, now: SystemTime) -> Rails {
     let mut rails = Rails::default();
-    let file = match File::open(audit_file) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return rails,
-        Err(e) => {
-            tracing::error!(error = %e, file = %audit_file.display(), "cannot read past remediation decisions back: the rails start empty");
-            return rails;
-        }
-    };
-    let (mut kept, mut bad) = (0u64, 0u64);
-    for line in BufReader::new(file).split(b'\n') {
-        let Ok(line) = line else {
-            bad += 1;
-            break;
-        };
-        // Every record starts with ts, component and event (see `audit::encode`): most lines
-        // are told apart without parsing them.
-        if !contains(&line, DECISION) {
-            continue;
-        }
-        let Ok(record) = serde_json::from_slice::<Record>(&line) else {
-            bad += 1;
-            continue;
-        };
-        if let Some(h) = handled(&record, dry_run) {
+    let mut kept = 0u64;
+    let read = crate::audit::read_back(audit_file, "remediation", "decision", |r: Record| {
+        if let Some(h) = handled(&r, dry_run) {
             rails.remember(h, now);
             kept += 1;
         }
-    }
-    if bad > 0 {
-        tracing::warn!(file = %audit_file.display(), lines = bad, "audit log lines that are not JSON were skipped");
+    });
+    match read {
+        Ok(read) if read.damaged > 0 => {
+            tracing::warn!(file = %audit_file.display(), lines = read.damaged, "audit log lines that are not JSON were skipped");
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read all past remediation decisions back: the rails hold what could be read");
+        }
     }
     tracing::info!(file = %audit_file.display(), decisions = kept, "remediation rails rebuilt from the audit log");
     rails
-}
-
-const DECISION: &[u8] = br#""component":"remediation","event":"decision""#;
-
-fn contains(line: &[u8], what: &[u8]) -> bool {
-    line.windows(what.len()).any(|w| w == what)
 }
 
 /// The fields of a `decision` record the rails need (the others are skipped unparsed).

@@ -1,0 +1,75 @@
+//! Reading reclaim's hourly count back from the audit log at start: every reclaim is recorded
+//! (and fsynced) before anything is signalled or run, so the `reclaim` records of the last hour
+//! are the reclaims that count against `max_reclaims_per_hour`, across restarts and crash loops.
+//!
+//! Must not fail the start: an unreadable file or line is logged and skipped. As with the
+//! remediation rails, a dry run counts dry-run records too, and a live agent only live ones:
+//! trying a configuration in dry run first does not hold back the real reclaims.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use serde::Deserialize;
+
+/// The fields of a `reclaim` record the count needs.
+#[derive(Debug, Deserialize)]
+struct Record {
+    ts: String,
+    dry_run: Option<bool>,
+}
+
+/// When the reclaims recorded in `audit_file` were decided (dry-run ones only when `dry_run`).
+pub fn reclaims(audit_file: &Path, dry_run: bool) -> Vec<SystemTime> {
+    let mut at = Vec::new();
+    let read = crate::audit::read_back(audit_file, "reclaim", "reclaim", |r: Record| {
+        if r.dry_run.unwrap_or(false) && !dry_run {
+            return;
+        }
+        if let Ok(t) = humantime::parse_rfc3339(&r.ts) {
+            at.push(t);
+        }
+    });
+    match read {
+        Ok(read) if read.damaged > 0 => {
+            tracing::warn!(file = %audit_file.display(), lines = read.damaged, "audit log lines that are not JSON were skipped");
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read all past reclaims back: the hourly count holds what could be read");
+        }
+    }
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::AuditLog;
+    use serde_json::json;
+
+    #[test]
+    fn live_reclaims_count_and_dry_runs_only_in_a_dry_run() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("audit.jsonl");
+        assert!(reclaims(&path, false).is_empty(), "no log yet is no reclaim");
+        let log = AuditLog::open(&path).expect("open");
+        log.record("reclaim", "reclaim", json!({"dry_run": false, "gpu": 0}))
+            .expect("write");
+        log.record("reclaim", "reclaim", json!({"dry_run": true, "gpu": 1}))
+            .expect("write");
+        log.record("reclaim", "warn", json!({"dry_run": false, "gpu": 2}))
+            .expect("write");
+        log.record("remediation", "reclaim", json!({"dry_run": false}))
+            .expect("write");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| {
+                use std::io::Write;
+                f.write_all(b"{\"ts\":\"x\",\"component\":\"reclaim\",\"event\":\"reclaim\",\"torn\n")
+            })
+            .expect("append a torn line");
+        assert_eq!(reclaims(&path, false).len(), 1);
+        assert_eq!(reclaims(&path, true).len(), 2);
+    }
+}
