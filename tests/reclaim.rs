@@ -560,3 +560,46 @@ fn a_full_audit_disk_holds_the_signal_back_until_it_can_be_recorded() {
     assert_eq!(reclaims.len(), 1, "{records:?}");
     assert_eq!(reclaims[0]["processes"][0]["pid"], pid);
 }
+
+#[test]
+fn reclaims_before_a_restart_count_against_the_hourly_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let audit = dir.path().join("audit.jsonl");
+    // The agent's last life reclaimed ten minutes ago: with max_reclaims_per_hour = 1, this life
+    // must hold the next reclaim back, not start the hour afresh.
+    let ten_minutes_ago = SystemTime::now() - Duration::from_secs(600);
+    std::fs::write(
+        &audit,
+        format!(
+            "{{\"ts\":\"{}\",\"component\":\"reclaim\",\"event\":\"reclaim\",\"step\":\"reclaim\",\"dry_run\":false,\"gpu\":3}}\n",
+            humantime::format_rfc3339_millis(ten_minutes_ago)
+        ),
+    )
+    .expect("write the earlier life's record");
+    let procs = Procs::sleep(1);
+    let holder = procs.pid(0);
+    let agent = Agent::with_scenario(&scenario(&[holder], 0))
+        .config(&config(
+            &audit,
+            "dry_run = false\ngrace = \"1s\"\nmax_reclaims_per_hour = 1\n",
+        ))
+        .start();
+    let held = wait_for("the reclaim held back", WAIT, || {
+        events_named(&audit, "rate_limited").pop()
+    });
+    assert_eq!(held["max_reclaims_per_hour"], 1);
+    assert_eq!(
+        events_named(&audit, "reclaim").len(),
+        1,
+        "only the earlier life's"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        alive(holder),
+        "a restart let the agent reclaim beyond its hourly limit"
+    );
+    assert_eq!(
+        agent.get("/api/v1/reclaim").json()["candidates"][0]["next"]["step"],
+        "reclaim (rate limited)"
+    );
+}

@@ -51,7 +51,10 @@ mod tests {
     fn live_reclaims_count_and_dry_runs_only_in_a_dry_run() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("audit.jsonl");
-        assert!(reclaims(&path, false).is_empty(), "no log yet is no reclaim");
+        assert!(
+            reclaims(&path, false).is_empty(),
+            "no log yet is no reclaim"
+        );
         let log = AuditLog::open(&path).expect("open");
         log.record("reclaim", "reclaim", json!({"dry_run": false, "gpu": 0}))
             .expect("write");
@@ -66,7 +69,9 @@ mod tests {
             .open(&path)
             .and_then(|mut f| {
                 use std::io::Write;
-                f.write_all(b"{\"ts\":\"x\",\"component\":\"reclaim\",\"event\":\"reclaim\",\"torn\n")
+                f.write_all(
+                    b"{\"ts\":\"x\",\"component\":\"reclaim\",\"event\":\"reclaim\",\"torn\n",
+                )
             })
             .expect("append a torn line");
         assert_eq!(reclaims(&path, false).len(), 1);
