@@ -968,9 +968,9 @@ fn a_webhook_batch_is_accepted_whole_or_refused_whole_with_413_beyond_the_queue(
 }
 
 #[test]
-fn an_alert_that_could_not_be_recorded_is_not_remembered_and_runs_when_resent() {
+fn a_webhook_batch_that_cannot_be_recorded_is_refused_at_once_and_runs_when_resent() {
     let Some(fs) = SmallFs::new(
-        "an_alert_that_could_not_be_recorded_is_not_remembered_and_runs_when_resent",
+        "a_webhook_batch_that_cannot_be_recorded_is_refused_at_once_and_runs_when_resent",
         256,
     ) else {
         return;
@@ -987,18 +987,22 @@ fn an_alert_that_could_not_be_recorded_is_not_remembered_and_runs_when_resent() 
         .start();
     let body = webhook_batch(&[("fp-full".to_string(), "0".to_string())]);
     fs.fill();
+    // Refused up front, with a status Alertmanager retries and the reason, not a 202 for a
+    // batch whose every decision would then be refused unrecorded.
     let r = post(&agent, "/api/v1/alertmanager", Some(TOKEN), &body);
-    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(
+        r.text().contains("audit log cannot be written"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("none of the 1 alerts"), "{}", r.text());
     wait_for("the refusal counted", Duration::from_secs(10), || {
         let m = agent.metrics();
         (m.get(
             "gpu_steward_audit_write_errors_total",
             &[("component", "remediation")],
-        ) >= 1.0
-            && m.get(
-                "gpu_steward_hook_runs_total",
-                &[("hook", "record"), ("result", "audit_failed")],
-            ) == 1.0)
+        ) >= 1.0)
             .then_some(())
     });
     assert_eq!(agent.get("/health").json()["status"], "warn");
@@ -1020,6 +1024,13 @@ fn an_alert_that_could_not_be_recorded_is_not_remembered_and_runs_when_resent() 
     let decisions: Vec<&Value> = lines.iter().filter(|r| r["event"] == "decision").collect();
     assert_eq!(decisions[0]["decision"], "run");
     assert_eq!(decisions[1]["decision"], "skip");
+    let receipts: Vec<&Value> = lines
+        .iter()
+        .filter(|r| r["event"] == "webhook.received")
+        .collect();
+    assert_eq!(receipts.len(), 2, "one receipt per accepted batch");
+    assert_eq!(receipts[0]["alerts"], 1);
+    assert_eq!(receipts[0]["firing"], 1);
     assert_eq!(s.calls().len(), 1);
     assert_eq!(
         agent.get("/health").json()["agent"]["audit"]["status"],

@@ -3,7 +3,8 @@
 //! routes run asynchronously, so that Alertmanager's own timeout never waits on a hook.
 //! A malformed body gets 400 with the reason and nothing is queued. A batch is queued whole or
 //! not at all: 503 while the queue is busy (Alertmanager retries the whole batch), 413 for a
-//! batch larger than the queue (set `max_alerts` in Alertmanager's `webhook_config`).
+//! batch larger than the queue (set `max_alerts` in Alertmanager's `webhook_config`), 503 when
+//! its receipt cannot be recorded in the audit log (a full disk: nothing it asks for could be).
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -31,12 +32,25 @@ pub async fn receive(State(state): State<AppState>, body: Bytes) -> Response {
             .into_response();
     };
     let n = alerts.len();
-    match remediation.submit(alerts, Source::Alertmanager) {
+    // Recording the batch's receipt syncs the audit log: off the async workers.
+    let handle = remediation.clone();
+    let submitted =
+        tokio::task::spawn_blocking(move || handle.submit(alerts, Source::Alertmanager)).await;
+    let Ok(submitted) = submitted else {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the webhook batch could not be handed to remediation; retry\n",
+        )
+            .into_response();
+    };
+    match submitted {
         Ok(()) => (StatusCode::ACCEPTED, Json(json!({ "accepted": n }))).into_response(),
         Err(e) => {
             let code = match e {
                 Refused::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-                Refused::Full { .. } => StatusCode::SERVICE_UNAVAILABLE,
+                Refused::Full { .. } | Refused::Unrecorded { .. } => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
             };
             tracing::warn!(
                 alerts = n,

@@ -68,6 +68,13 @@ pub enum Refused {
         free: usize,
         limit: usize,
     },
+    /// The batch's receipt could not be written to the audit log (a full disk, a read-only
+    /// file system): nothing it asks for could be recorded, so none of it is taken.
+    #[error(
+        "the audit log cannot be written ({reason}): none of the {alerts} alerts were \
+         accepted; retry when it can"
+    )]
+    Unrecorded { alerts: usize, reason: String },
 }
 
 /// The way in: cheap to clone, shared by the rules task and the HTTP handler.
@@ -75,6 +82,8 @@ pub enum Refused {
 pub struct Handle {
     tx: mpsc::Sender<Notice>,
     pub metrics: Arc<HookMetrics>,
+    /// Where a webhook batch's receipt is recorded before it is queued.
+    audit: Option<AuditLog>,
 }
 
 impl Handle {
@@ -96,6 +105,24 @@ impl Handle {
             free: self.tx.capacity(),
             limit: QUEUE,
         })?;
+        // A batch from Alertmanager is recorded before it is taken: when the audit log cannot
+        // be written (its decisions could not be either), the sender hears it now, with a 503
+        // it retries, instead of a 202 for alerts that would then all be refused unrecorded.
+        // Blocks for one fsync: called off the async workers.
+        if let (Source::Alertmanager, Some(log)) = (source, &self.audit) {
+            let firing = alerts
+                .iter()
+                .filter(|a| a.status == super::alert::Status::Firing)
+                .count();
+            let receipt = json!({"source": source.as_str(), "alerts": n, "firing": firing,
+                                 "resolved": n - firing});
+            if let Err(e) = log.record("remediation", "webhook.received", receipt) {
+                return Err(Refused::Unrecorded {
+                    alerts: n,
+                    reason: e.to_string(),
+                });
+            }
+        }
         for (permit, alert) in permits.zip(alerts) {
             permit.send(Notice { alert, source });
         }
@@ -131,6 +158,7 @@ pub fn spawn(
     let handle = Handle {
         tx,
         metrics: metrics.clone(),
+        audit: audit.clone(),
     };
     let runner = Arc::new(Runner {
         config,
@@ -141,6 +169,7 @@ pub fn spawn(
     });
     let replay_from = runner.audit.as_ref().map(|log| log.path().to_path_buf());
     let dry_run = runner.config.dry_run;
+    let routes = runner.config.routes.clone();
     tokio::spawn(async move {
         // What was decided before this start (a restart, a crash loop) still holds. Read off
         // the runtime's threads and before the first decision: alerts wait in the queue
@@ -148,7 +177,7 @@ pub fn spawn(
         let mut rails = match replay_from {
             None => Rails::default(),
             Some(path) => tokio::task::spawn_blocking(move || {
-                super::replay::rails(&path, dry_run, SystemTime::now())
+                super::replay::rails(&path, &routes, dry_run, SystemTime::now())
             })
             .await
             .unwrap_or_else(|e| {
@@ -240,7 +269,6 @@ impl Runner {
         }
         for (index, route) in matched {
             let decision = rails.decide(
-                index,
                 route,
                 a,
                 self.config.dry_run,
@@ -258,6 +286,7 @@ impl Runner {
                     &base,
                     json!({
                         "route": index,
+                        "route_id": route.id,
                         "hooks": route.hooks,
                         "decision": word,
                         "reason": reason.map(|r| r.as_str()),
@@ -289,7 +318,7 @@ impl Runner {
                 }
                 continue;
             }
-            rails.remember(Handled::of(index, a, now), now);
+            rails.remember(Handled::of(route, a, now), now);
             let hooks: Vec<Step> = route
                 .hooks
                 .iter()
@@ -474,6 +503,7 @@ mod tests {
         let h = Handle {
             tx,
             metrics: Arc::default(),
+            audit: None,
         };
         assert_eq!(
             h.submit(alerts(QUEUE + 1), Source::Alertmanager),
