@@ -173,6 +173,9 @@ pub enum ActionKind {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Route {
+    /// What the rails and the audit log know the route by: its matchers and hooks, so that
+    /// reordering routes (or adding one) keeps each route's cooldowns and past decisions.
+    pub id: String,
     pub matchers: Vec<LabelMatcher>,
     pub hooks: Vec<String>,
     pub cooldown: Duration,
@@ -264,11 +267,16 @@ impl RemediationSection {
             routes: self
                 .routes
                 .into_iter()
-                .map(|r| Route {
-                    matchers: r.matchers,
-                    hooks: r.hooks.into_iter().map(toml::Spanned::into_inner).collect(),
-                    cooldown: r.cooldown,
-                    on_resolved: r.on_resolved,
+                .map(|r| {
+                    let hooks: Vec<String> =
+                        r.hooks.into_iter().map(toml::Spanned::into_inner).collect();
+                    Route {
+                        id: route_id(&r.matchers, &hooks),
+                        matchers: r.matchers,
+                        hooks,
+                        cooldown: r.cooldown,
+                        on_resolved: r.on_resolved,
+                    }
                 })
                 .collect(),
         }
@@ -304,6 +312,13 @@ impl RemediationConfig {
         }
         s
     }
+}
+
+/// A route's identity: `alertname="GpuXid", gpu=~"0|1" -> drain, reset`. Two routes with the
+/// same matchers and hooks are the same route to the rails.
+pub fn route_id(matchers: &[LabelMatcher], hooks: &[String]) -> String {
+    let m: Vec<&str> = matchers.iter().map(|m| m.text.as_str()).collect();
+    format!("{} -> {}", m.join(", "), hooks.join(", "))
 }
 
 /// An Alertmanager-style matcher: `name="value"`, `name!="value"`, `name=~"regex"`,

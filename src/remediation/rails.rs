@@ -67,9 +67,9 @@ impl SkipReason {
 #[derive(Debug, Default)]
 pub struct Rails {
     /// (route, fingerprint, status, startsAt) → when handled.
-    handled: HashMap<(usize, String, Status, String), SystemTime>,
+    handled: HashMap<(String, String, Status, String), SystemTime>,
     /// (route, GPU key) → last firing action.
-    last_run: HashMap<(usize, String), SystemTime>,
+    last_run: HashMap<(String, String), SystemTime>,
     /// Starts of actions in the last hour, node-wide.
     recent: VecDeque<SystemTime>,
 }
@@ -87,7 +87,8 @@ pub fn gpu_key(alert: &Alert) -> String {
 /// carry it, to be remembered again after a restart).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Handled {
-    pub route: usize,
+    /// The route's [`Route::id`].
+    pub route: String,
     pub fingerprint: String,
     pub status: Status,
     pub starts_at: String,
@@ -97,9 +98,9 @@ pub struct Handled {
 }
 
 impl Handled {
-    pub fn of(route: usize, alert: &Alert, at: SystemTime) -> Handled {
+    pub fn of(route: &Route, alert: &Alert, at: SystemTime) -> Handled {
         Handled {
-            route,
+            route: route.id.clone(),
             fingerprint: alert.fingerprint.clone(),
             status: alert.status,
             starts_at: alert.starts_at.clone(),
@@ -110,11 +111,10 @@ impl Handled {
 }
 
 impl Rails {
-    /// Decides for (`route_index`, `alert`) at `now`; a `Run` or `DryRun` is remembered only
-    /// once [`Rails::remember`] is called with it.
+    /// Decides for (`route`, `alert`) at `now`; a `Run` or `DryRun` is remembered only once
+    /// [`Rails::remember`] is called with it.
     pub fn decide(
         &mut self,
-        route_index: usize,
         route: &Route,
         alert: &Alert,
         dry_run: bool,
@@ -126,7 +126,7 @@ impl Rails {
             return Decision::Skip(SkipReason::Resolved);
         }
         let key = (
-            route_index,
+            route.id.clone(),
             alert.fingerprint.clone(),
             alert.status,
             alert.starts_at.clone(),
@@ -134,7 +134,7 @@ impl Rails {
         if self.handled.contains_key(&key) {
             return Decision::Skip(SkipReason::Duplicate);
         }
-        let gpu = (route_index, gpu_key(alert));
+        let gpu = (route.id.clone(), gpu_key(alert));
         // Cooldown holds back repeated firing actions; a resolution always gets through (its
         // firing action is what started the cooldown).
         if alert.status == Status::Firing {
@@ -158,7 +158,7 @@ impl Rails {
     /// hourly count. Records older than what the rails keep change nothing.
     pub fn remember(&mut self, h: Handled, now: SystemTime) {
         let Handled {
-            route: route_index,
+            route,
             fingerprint,
             status,
             starts_at,
@@ -168,7 +168,7 @@ impl Rails {
         if since(at, now) >= REMEMBER {
             return;
         }
-        let key = (route_index, fingerprint.clone(), status, starts_at);
+        let key = (route.clone(), fingerprint.clone(), status, starts_at);
         self.handled.insert(key, at);
         // Pruned in batches, down to REMEMBER_MAX: one scan per REMEMBER_MAX / 10 inserts rather
         // than one per insert, which matters when a week of decisions is replayed at start.
@@ -180,12 +180,12 @@ impl Rails {
             }
         }
         if status == Status::Firing {
-            let last = self.last_run.entry((route_index, gpu)).or_insert(at);
+            let last = self.last_run.entry((route.clone(), gpu)).or_insert(at);
             *last = (*last).max(at);
         } else {
             // The alert is over: a new firing of it (new startsAt) is a new alert.
             self.handled.retain(|(r, fp, s, _), t| {
-                !(*r == route_index && *fp == fingerprint && *s == Status::Firing && *t <= at)
+                !(*r == route && *fp == fingerprint && *s == Status::Firing && *t <= at)
             });
         }
         if since(at, now) < HOUR {
@@ -228,6 +228,7 @@ mod tests {
 
     fn route(cooldown_s: u64, on_resolved: bool) -> Route {
         Route {
+            id: "-> h".into(),
             matchers: Vec::new(),
             hooks: vec!["h".into()],
             cooldown: Duration::from_secs(cooldown_s),
@@ -244,16 +245,15 @@ mod tests {
         /// decision is recorded).
         fn take(
             &mut self,
-            i: usize,
             route: &Route,
             a: &Alert,
             dry_run: bool,
             max: u32,
             now: SystemTime,
         ) -> Decision {
-            let d = self.decide(i, route, a, dry_run, max, now);
+            let d = self.decide(route, a, dry_run, max, now);
             if !matches!(d, Decision::Skip(_)) {
-                self.remember(Handled::of(i, a, now), now);
+                self.remember(Handled::of(route, a, now), now);
             }
             d
         }
@@ -266,7 +266,7 @@ mod tests {
         let now = at(100_000);
         for i in 0..(2 * REMEMBER_MAX) {
             let a = alert(Status::Firing, "0", &format!("f{i}"), "t");
-            r.remember(Handled::of(0, &a, at(i as u64)), now);
+            r.remember(Handled::of(&route, &a, at(i as u64)), now);
         }
         assert!(r.handled.len() <= REMEMBER_MAX + REMEMBER_MAX / 10);
         let newest = alert(
@@ -276,12 +276,12 @@ mod tests {
             "t",
         );
         assert_eq!(
-            r.decide(0, &route, &newest, false, u32::MAX, now),
+            r.decide(&route, &newest, false, u32::MAX, now),
             Decision::Skip(SkipReason::Duplicate)
         );
         let oldest = alert(Status::Firing, "0", "f0", "t");
         assert_eq!(
-            r.decide(0, &route, &oldest, false, u32::MAX, now),
+            r.decide(&route, &oldest, false, u32::MAX, now),
             Decision::Run
         );
     }
@@ -291,11 +291,11 @@ mod tests {
         let mut r = Rails::default();
         let a = alert(Status::Firing, "0", "f1", "t0");
         let route = route(3600, false);
-        assert_eq!(r.decide(0, &route, &a, false, 1, at(0)), Decision::Run);
+        assert_eq!(r.decide(&route, &a, false, 1, at(0)), Decision::Run);
         // Its record could not be written: the re-send is decided afresh, and runs.
-        assert_eq!(r.take(0, &route, &a, false, 1, at(5)), Decision::Run);
+        assert_eq!(r.take(&route, &a, false, 1, at(5)), Decision::Run);
         assert_eq!(
-            r.take(0, &route, &a, false, 1, at(6)),
+            r.take(&route, &a, false, 1, at(6)),
             Decision::Skip(SkipReason::Duplicate)
         );
     }
@@ -309,26 +309,26 @@ mod tests {
         let mut r = Rails::default();
         let now = at(8 * 24 * 3600);
         let hour_ago = now - Duration::from_secs(1800);
-        r.remember(Handled::of(0, &b, hour_ago), now);
-        r.remember(Handled::of(0, &a, now - Duration::from_secs(60)), now);
-        r.remember(Handled::of(0, &old, at(0)), now);
+        r.remember(Handled::of(&route, &b, hour_ago), now);
+        r.remember(Handled::of(&route, &a, now - Duration::from_secs(60)), now);
+        r.remember(Handled::of(&route, &old, at(0)), now);
         assert_eq!(
-            r.decide(0, &route, &a, false, 10, now),
+            r.decide(&route, &a, false, 10, now),
             Decision::Skip(SkipReason::Duplicate)
         );
         let a2 = alert(Status::Firing, "0", "g0", "t1");
         assert_eq!(
-            r.decide(0, &route, &a2, false, 10, now),
+            r.decide(&route, &a2, false, 10, now),
             Decision::Skip(SkipReason::Cooldown)
         );
         let c = alert(Status::Firing, "3", "f3", "t0");
-        assert_eq!(r.decide(0, &route, &c, false, 3, now), Decision::Run);
+        assert_eq!(r.decide(&route, &c, false, 3, now), Decision::Run);
         assert_eq!(
-            r.decide(0, &route, &c, false, 2, now),
+            r.decide(&route, &c, false, 2, now),
             Decision::Skip(SkipReason::RateLimited)
         );
         // A week-old record is forgotten.
-        assert_eq!(r.decide(0, &route, &old, false, 10, now), Decision::Run);
+        assert_eq!(r.decide(&route, &old, false, 10, now), Decision::Run);
     }
 
     #[test]
@@ -336,13 +336,17 @@ mod tests {
         let mut r = Rails::default();
         let a = alert(Status::Firing, "0", "f1", "t0");
         let route = route(0, false);
-        assert_eq!(r.take(0, &route, &a, false, 10, at(0)), Decision::Run);
+        assert_eq!(r.take(&route, &a, false, 10, at(0)), Decision::Run);
         assert_eq!(
-            r.take(0, &route, &a, false, 10, at(1)),
+            r.take(&route, &a, false, 10, at(1)),
             Decision::Skip(SkipReason::Duplicate)
         );
         // Another route handles it on its own.
-        assert_eq!(r.take(1, &route, &a, false, 10, at(2)), Decision::Run);
+        let other = Route {
+            id: "-> other".into(),
+            ..route.clone()
+        };
+        assert_eq!(r.take(&other, &a, false, 10, at(2)), Decision::Run);
     }
 
     #[test]
@@ -352,28 +356,22 @@ mod tests {
         let a0 = alert(Status::Firing, "0", "f0", "t0");
         let b0 = alert(Status::Firing, "0", "g0", "t0");
         let a1 = alert(Status::Firing, "1", "f1", "t0");
-        assert_eq!(r.take(0, &route, &a0, false, 10, at(0)), Decision::Run);
+        assert_eq!(r.take(&route, &a0, false, 10, at(0)), Decision::Run);
         assert_eq!(
-            r.take(0, &route, &b0, false, 10, at(10)),
+            r.take(&route, &b0, false, 10, at(10)),
             Decision::Skip(SkipReason::Cooldown)
         );
-        assert_eq!(r.take(0, &route, &a1, false, 10, at(10)), Decision::Run);
+        assert_eq!(r.take(&route, &a1, false, 10, at(10)), Decision::Run);
         let resolved = alert(Status::Resolved, "0", "f0", "t0");
-        assert_eq!(
-            r.take(0, &route, &resolved, false, 10, at(20)),
-            Decision::Run
-        );
-        assert_eq!(r.take(0, &route, &b0, false, 10, at(3601)), Decision::Run);
+        assert_eq!(r.take(&route, &resolved, false, 10, at(20)), Decision::Run);
+        assert_eq!(r.take(&route, &b0, false, 10, at(3601)), Decision::Run);
         // After its resolution, the same alert firing again (a new start) is new, past cooldown.
         let again = alert(Status::Firing, "0", "f0", "t1");
         assert_eq!(
-            r.take(0, &route, &again, false, 10, at(3700)),
+            r.take(&route, &again, false, 10, at(3700)),
             Decision::Skip(SkipReason::Cooldown)
         );
-        assert_eq!(
-            r.take(0, &route, &again, false, 10, at(7300)),
-            Decision::Run
-        );
+        assert_eq!(r.take(&route, &again, false, 10, at(7300)), Decision::Run);
     }
 
     #[test]
@@ -381,16 +379,16 @@ mod tests {
         let mut r = Rails::default();
         let resolved = alert(Status::Resolved, "0", "f0", "t0");
         assert_eq!(
-            r.take(0, &route(0, false), &resolved, false, 10, at(0)),
+            r.take(&route(0, false), &resolved, false, 10, at(0)),
             Decision::Skip(SkipReason::Resolved)
         );
         let a = alert(Status::Firing, "0", "f0", "t0");
         assert_eq!(
-            r.take(0, &route(0, false), &a, true, 10, at(0)),
+            r.take(&route(0, false), &a, true, 10, at(0)),
             Decision::DryRun
         );
         assert_eq!(
-            r.take(0, &route(0, false), &a, true, 10, at(1)),
+            r.take(&route(0, false), &a, true, 10, at(1)),
             Decision::Skip(SkipReason::Duplicate)
         );
     }
@@ -401,13 +399,13 @@ mod tests {
         let route = route(0, false);
         for i in 0..3 {
             let a = alert(Status::Firing, &i.to_string(), &format!("f{i}"), "t");
-            assert_eq!(r.take(i, &route, &a, false, 3, at(i as u64)), Decision::Run);
+            assert_eq!(r.take(&route, &a, false, 3, at(i as u64)), Decision::Run);
         }
         let a = alert(Status::Firing, "9", "f9", "t");
         assert_eq!(
-            r.take(5, &route, &a, false, 3, at(100)),
+            r.take(&route, &a, false, 3, at(100)),
             Decision::Skip(SkipReason::RateLimited)
         );
-        assert_eq!(r.take(5, &route, &a, false, 3, at(3600)), Decision::Run);
+        assert_eq!(r.take(&route, &a, false, 3, at(3600)), Decision::Run);
     }
 }

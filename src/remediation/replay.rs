@@ -13,16 +13,17 @@ use std::time::SystemTime;
 use serde::Deserialize;
 
 use super::alert::Status;
+use super::config::Route;
 use super::rails::{Handled, Rails};
 
 /// The rails as the decisions in `audit_file` left them. In a dry run, dry-run decisions count
 /// too (as they do in memory); a live agent counts only decisions that ran, so that trying a
 /// configuration in dry run first does not hold back the real actions.
-pub fn rails(audit_file: &Path, dry_run: bool, now: SystemTime) -> Rails {
+pub fn rails(audit_file: &Path, routes: &[Route], dry_run: bool, now: SystemTime) -> Rails {
     let mut rails = Rails::default();
     let mut kept = 0u64;
     let read = crate::audit::read_back(audit_file, "remediation", "decision", |r: Record| {
-        if let Some(h) = handled(&r, dry_run) {
+        if let Some(h) = handled(&r, routes, dry_run) {
             rails.remember(h, now);
             kept += 1;
         }
@@ -52,13 +53,14 @@ struct Record {
     #[serde(rename = "startsAt")]
     starts_at: Option<String>,
     route: Option<u64>,
+    route_id: Option<String>,
     gpu_key: Option<String>,
     gpu_uuid: Option<String>,
     gpu: Option<String>,
 }
 
 /// The decision in one audit record, if it is a remediation decision to act.
-fn handled(r: &Record, dry_run: bool) -> Option<Handled> {
+fn handled(r: &Record, routes: &[Route], dry_run: bool) -> Option<Handled> {
     if r.component != "remediation" || r.event != "decision" {
         return None;
     }
@@ -75,7 +77,12 @@ fn handled(r: &Record, dry_run: bool) -> Option<Handled> {
         .or_else(|| r.gpu.clone())
         .unwrap_or_else(|| "node".into());
     Some(Handled {
-        route: usize::try_from(r.route?).ok()?,
+        // Records written before `route_id` was added name the route by its position: read as
+        // the route now at that position, as they were then.
+        route: match &r.route_id {
+            Some(id) => id.clone(),
+            None => routes.get(usize::try_from(r.route?).ok()?)?.id.clone(),
+        },
         fingerprint: r.fingerprint.clone()?,
         status: r.status?,
         starts_at: r.starts_at.clone().unwrap_or_default(),
@@ -93,35 +100,58 @@ mod tests {
         serde_json::from_value(v.clone()).expect("a record")
     }
 
+    fn routes() -> Vec<Route> {
+        ["-> first", "-> second"]
+            .iter()
+            .map(|id| Route {
+                id: id.to_string(),
+                matchers: Vec::new(),
+                hooks: Vec::new(),
+                cooldown: std::time::Duration::ZERO,
+                on_resolved: false,
+            })
+            .collect()
+    }
+
     #[test]
     fn only_decisions_to_act_are_read_back() {
+        let routes = routes();
         let base = json!({"ts": "2026-11-22T22:30:01.123Z", "component": "remediation",
-            "event": "decision", "route": 1, "status": "firing", "fingerprint": "f",
-            "startsAt": "t0", "gpu": "0", "gpu_uuid": "GPU-a", "decision": "run"});
-        let h = handled(&record(&base), false).expect("a run decision");
-        assert_eq!((h.route, h.gpu.as_str()), (1, "GPU-a"));
+            "event": "decision", "route": 0, "route_id": "-> second", "status": "firing",
+            "fingerprint": "f", "startsAt": "t0", "gpu": "0", "gpu_uuid": "GPU-a",
+            "decision": "run"});
+        let read = |v: &Value, dry_run| handled(&record(v), &routes, dry_run);
+        let h = read(&base, false).expect("a run decision");
+        // Known by its matchers and hooks, wherever it now stands.
+        assert_eq!((h.route.as_str(), h.gpu.as_str()), ("-> second", "GPU-a"));
         let with = |k: &str, v: Value| {
             let mut r = base.clone();
             r[k] = v;
             r
         };
-        assert!(handled(&record(&with("decision", json!("skip"))), false).is_none());
-        assert!(handled(&record(&with("decision", json!("dry_run"))), false).is_none());
-        assert!(handled(&record(&with("decision", json!("dry_run"))), true).is_some());
-        assert!(handled(&record(&with("component", json!("reclaim"))), false).is_none());
-        assert!(handled(&record(&with("ts", json!("yesterday"))), false).is_none());
+        assert!(read(&with("decision", json!("skip")), false).is_none());
+        assert!(read(&with("decision", json!("dry_run")), false).is_none());
+        assert!(read(&with("decision", json!("dry_run")), true).is_some());
+        assert!(read(&with("component", json!("reclaim")), false).is_none());
+        assert!(read(&with("ts", json!("yesterday")), false).is_none());
         assert_eq!(
-            handled(&record(&with("gpu_key", json!("node"))), false).map(|h| h.gpu),
+            read(&with("gpu_key", json!("node")), false).map(|h| h.gpu),
             Some("node".to_string())
         );
+        // A record from before route ids: the route at its position; none there, no decision.
+        let mut old = base.clone();
+        old.as_object_mut().expect("an object").remove("route_id");
+        assert_eq!(read(&old, false).map(|h| h.route), Some("-> first".into()));
+        old["route"] = json!(7);
+        assert!(read(&old, false).is_none());
     }
 
     #[test]
     fn a_missing_or_damaged_log_gives_working_rails() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("audit.jsonl");
-        let _ = rails(&path, false, SystemTime::now());
+        let _ = rails(&path, &routes(), false, SystemTime::now());
         std::fs::write(&path, "{\"half\":\n\u{0}\u{1}not json\n").expect("write");
-        let _ = rails(&path, false, SystemTime::now());
+        let _ = rails(&path, &routes(), false, SystemTime::now());
     }
 }
