@@ -681,3 +681,97 @@ fn a_full_audit_disk_refuses_the_apply_and_cuts_the_half_record_off() {
     );
     assert_eq!(events.last().map(String::as_str), Some("apply.done"));
 }
+
+/// Starts `gpu-steward mig apply --layout balanced` with GPU- and compute-instance creations
+/// made slow (`ms` each) by the simulator's cost table, and waits for its first step's record.
+fn slow_apply(node: &Node, ms: u64) -> std::process::Child {
+    let cost = node.path("cost.json");
+    let table = serde_json::json!({"functions": {
+        "nvmlDeviceCreateGpuInstanceWithPlacement": {"wall_us": ms * 1000},
+        "nvmlGpuInstanceCreateComputeInstanceWithPlacement": {"wall_us": ms * 1000},
+    }});
+    std::fs::write(&cost, table.to_string()).expect("cost table");
+    let child = Command::new(bin())
+        .args(["mig", "apply", "--layout", "balanced", "--nvml-lib"])
+        .arg(sim_lib())
+        .arg("--config")
+        .arg(node.path("config.toml"))
+        .env("NVML_SIM_SCENARIO", node.path("scenario.toml"))
+        .env("NVML_SIM_STATE", node.path("state.json"))
+        .env("NVML_SIM_COST", &cost)
+        .env_remove("GPU_STEWARD_MIG_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start gpu-steward mig apply");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let audit = std::fs::read_to_string(node.path("audit.jsonl")).unwrap_or_default();
+        // Past the destruction of what was there: the apply is creating.
+        if audit
+            .lines()
+            .any(|l| l.contains("\"event\":\"step\"") && l.contains("\"op\":\"create_instance\""))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the apply never got to its creations: {audit}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child
+}
+
+#[test]
+fn a_signal_during_a_cli_apply_rolls_it_back_instead_of_killing_it_mid_change() {
+    for signal in [
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGHUP,
+    ] {
+        let node = Node::new(H100_3G_2G, LAYOUTS);
+        let before = shape(&node.show(), 0);
+        let child = slow_apply(&node, 300);
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("signal");
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(out.status.code(), Some(1), "{signal}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("{signal}: stopping the apply")),
+            "{signal}: {err}"
+        );
+        assert!(err.contains("a stop was asked for"), "{signal}: {err}");
+        assert!(
+            err.contains("the layout found before was restored"),
+            "{signal}: {err}"
+        );
+        assert_eq!(shape(&node.show(), 0), before, "{signal}: as it was");
+        assert!(
+            !node.path("mig-apply.intent").exists(),
+            "{signal}: a rolled-back apply is settled"
+        );
+        let audit = std::fs::read_to_string(node.path("audit.jsonl")).expect("audit");
+        assert!(audit.contains("\"event\":\"rollback\""), "{audit}");
+    }
+}
+
+#[test]
+fn a_cli_apply_killed_half_way_leaves_its_intent_record_for_the_daemon() {
+    let node = Node::new(H100_3G_2G, LAYOUTS);
+    let mut child = slow_apply(&node, 1_000);
+    let intent = node.path("mig-apply.intent");
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(&intent).expect("an intent record"))
+            .expect("JSON");
+    assert_eq!(record["layout"], "balanced");
+    assert_eq!(record["pid"], child.id());
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    assert!(intent.exists(), "kept: the layout may be half-made");
+    // A later apply that completes settles it.
+    let out = node.mig(&["apply", "--layout", "balanced"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!intent.exists());
+}

@@ -14,6 +14,7 @@ use crate::mig::apply::{self, ApplyError, Outcome, Request};
 use crate::mig::config::read_mig_parted;
 use crate::mig::layout::Layouts;
 use crate::mig::plan::plan;
+use crate::mig::service::with_intent;
 use crate::mig::show;
 
 /// Runs the command; the exit status.
@@ -127,10 +128,74 @@ fn run_inner(args: &MigArgs) -> Result<(), Failure> {
                 dry_run: *dry_run,
                 force: *force,
             };
-            report(&name, apply::apply(&ctl, &cfg.mig, audit.as_ref(), &req))
+            if *dry_run {
+                return report(&name, apply::apply(&ctl, &cfg.mig, None, &req));
+            }
+            // A Ctrl-C, a SIGTERM or a SIGHUP (a closed terminal) stops the apply between two
+            // steps and rolls back what it did, as in the daemon: killing it mid-step would
+            // leave GPU instances without their compute instances.
+            let _signals = stop_on_signals().map_err(|e| {
+                (
+                    1,
+                    format!("cannot catch signals ({e}); nothing was changed"),
+                )
+            })?;
+            let r = with_intent(&cfg.audit_file, &name, || {
+                apply::apply(&ctl, &cfg.mig, audit.as_ref(), &req)
+            });
+            report(&name, r)
         }
         _ => Err((2, "no layout given".into())),
     }
+}
+
+/// Catches SIGINT, SIGTERM and SIGHUP for as long as it is kept: the first asks the apply to
+/// stop ([`crate::shutdown`]), which it does before its next step, rolling back.
+struct StopOnSignals {
+    _waiter: std::thread::JoinHandle<()>,
+}
+
+fn stop_on_signals() -> std::io::Result<StopOnSignals> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    // Installed here, before the first step: the handlers replace the default action (exit) at
+    // once, on this thread; the waiting is done on another.
+    let (mut int, mut term, mut hup) = {
+        let _in = rt.enter();
+        (
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::hangup())?,
+        )
+    };
+    let waiter = std::thread::Builder::new()
+        .name("mig-signals".into())
+        .spawn(move || {
+            rt.block_on(async {
+                let name = tokio::select! {
+                    _ = int.recv() => "SIGINT",
+                    _ = term.recv() => "SIGTERM",
+                    _ = hup.recv() => "SIGHUP",
+                };
+                eprintln!(
+                    "gpu-steward: {name}: stopping the apply before its next step and rolling \
+                     back what it did (at most {} s)",
+                    crate::shutdown::CHANGE_BUDGET.as_secs()
+                );
+                crate::shutdown::request();
+                // Later signals are caught and ignored until the rollback is done.
+                loop {
+                    tokio::select! {
+                        _ = int.recv() => {},
+                        _ = term.recv() => {},
+                        _ = hup.recv() => {},
+                    }
+                }
+            })
+        })?;
+    Ok(StopOnSignals { _waiter: waiter })
 }
 
 fn report(name: &str, r: Result<Outcome, ApplyError>) -> Result<(), Failure> {

@@ -370,8 +370,10 @@ pub fn apply(
             // A stop (SIGTERM) ends the apply between two steps, and what was done is undone:
             // the rollback fits the stop budget, a half-made layout would not (crate::shutdown).
             if crate::shutdown::requested() {
-                failure =
-                    Some("the agent is stopping: the apply stopped before its next step".into());
+                failure = Some(
+                    "a stop was asked for (a signal): the apply stopped before its next step"
+                        .into(),
+                );
                 run.journal.push((g.index, g.uuid.clone(), done));
                 break 'gpus;
             }

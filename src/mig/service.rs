@@ -143,20 +143,12 @@ impl MigService {
             dry_run,
             force,
         };
-        // The intent record outlives a kill -9 (or power loss) in the middle of the apply, so
-        // that the next start knows the layout may be half-made.
-        let intent = (!dry_run).then(|| intent_path(&lock(&self.audit_file)));
-        if let Some(path) = &intent {
-            if let Err(e) = write_intent(path, layout) {
-                tracing::warn!(file = %path.display(), error = %e, "cannot write the MIG apply intent record");
-            }
-        }
-        let r = apply::apply(&session.mig(), &cfg, audit.as_ref(), &req);
-        // Kept when the rollback failed too: the node is not in a known layout.
-        let settled = !matches!(r, Err(ApplyError::Failed { undone: false, .. }));
-        if let (Some(path), true) = (&intent, settled) {
-            let _ = std::fs::remove_file(path);
-        }
+        let run = || apply::apply(&session.mig(), &cfg, audit.as_ref(), &req);
+        let r = if dry_run {
+            run()
+        } else {
+            with_intent(&lock(&self.audit_file).clone(), layout, run)
+        };
         report(layout, r)
     }
 
@@ -182,6 +174,27 @@ pub struct Interrupted {
     pub pid: u32,
     /// Seconds since the Unix epoch.
     pub started: u64,
+}
+
+/// Runs `apply` (a real one, not a dry run) with its intent record written before: the record
+/// outlives a kill -9 (or power loss) in the middle of the apply, so that the next start knows
+/// the layout may be half-made. It is removed once the apply has settled (done, or rolled
+/// back), and kept when the rollback failed too: the node is not in a known layout. For the
+/// daemon's applies and `gpu-steward mig apply` alike.
+pub fn with_intent(
+    audit_file: &std::path::Path,
+    layout: &str,
+    apply: impl FnOnce() -> Result<Outcome, ApplyError>,
+) -> Result<Outcome, ApplyError> {
+    let path = intent_path(audit_file);
+    if let Err(e) = write_intent(&path, layout) {
+        tracing::warn!(file = %path.display(), error = %e, "cannot write the MIG apply intent record");
+    }
+    let r = apply();
+    if !matches!(r, Err(ApplyError::Failed { undone: false, .. })) {
+        let _ = std::fs::remove_file(&path);
+    }
+    r
 }
 
 /// `mig-apply.intent` beside the audit log, in the agent's state directory.
