@@ -186,7 +186,8 @@ impl PidReport {
     }
 }
 
-/// SIGTERM to each, SIGKILL after `grace` to those still alive; blocking.
+/// SIGTERM to each, SIGKILL after `grace` to those still alive; blocking. Once the agent is
+/// stopping, the grace ends and no SIGKILL is sent: the result says who was left alive.
 pub fn terminate(procfs: &Path, who: &[ProcessIdentity], grace: Duration) -> Vec<PidReport> {
     let mut reports: Vec<PidReport> = who
         .iter()
@@ -199,8 +200,11 @@ pub fn terminate(procfs: &Path, who: &[ProcessIdentity], grace: Duration) -> Vec
         .collect();
     let alive = |r: &PidReport| r.term == SignalResult::Sent && procs::is_alive(procfs, &r.who);
     wait_until(grace, || !reports.iter().any(alive));
+    // The agent is stopping: no new signal (the grace was cut short, and a SIGKILL decided
+    // before it would land after the stop); the result says what was left alive.
+    let stopping = crate::shutdown::requested();
     for r in &mut reports {
-        if alive(r) {
+        if alive(r) && !stopping {
             r.kill = Some(procs::signal_verified(procfs, &r.who, Signal::SIGKILL));
         }
     }
@@ -217,9 +221,10 @@ pub fn terminate(procfs: &Path, who: &[ProcessIdentity], grace: Duration) -> Vec
     reports
 }
 
+/// Waits until `done`, for at most `limit`, and no longer once the agent is stopping.
 fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
-    while !done() && Instant::now() < deadline {
+    while !done() && Instant::now() < deadline && !crate::shutdown::requested() {
         std::thread::sleep(CHECK_EVERY);
     }
 }

@@ -182,14 +182,27 @@ impl Report {
 
 /// Runs the plan's steps on `node`; on the first failure undoes what was done, newest first.
 /// Returns the results and whether every change is either in place or undone.
+///
+/// `audit` records each result and says whether it could: a change whose record cannot be
+/// written counts as a failure (the changes stop, and what was done is undone), as does a stop
+/// of the agent (`crate::shutdown`) between two steps.
 pub fn execute(
     steps: &[Step],
     node: &mut dyn Node,
-    mut audit: impl FnMut(&StepResult),
+    mut audit: impl FnMut(&StepResult) -> bool,
 ) -> (Vec<StepResult>, bool) {
     let mut results: Vec<StepResult> = Vec::with_capacity(steps.len());
     let mut failed = false;
     for step in steps {
+        if !failed && crate::shutdown::requested() {
+            failed = true;
+            results.push(StepResult {
+                step: step.clone(),
+                outcome: Outcome::NotRun,
+                error: Some("the agent is stopping: not made, and what was made is undone".into()),
+            });
+            continue;
+        }
         if failed {
             results.push(StepResult {
                 step: step.clone(),
@@ -198,7 +211,7 @@ pub fn execute(
             });
             continue;
         }
-        let r = match node.set(step.gpu, &step.uuid, step.change) {
+        let mut r = match node.set(step.gpu, &step.uuid, step.change) {
             Ok(()) => StepResult {
                 step: step.clone(),
                 outcome: Outcome::Applied,
@@ -213,7 +226,10 @@ pub fn execute(
                 }
             }
         };
-        audit(&r);
+        if !audit(&r) && r.outcome == Outcome::Applied {
+            failed = true;
+            r.error = Some("made, but its audit record could not be written: undone".into());
+        }
         results.push(r);
     }
     let mut consistent = true;
@@ -389,8 +405,12 @@ pub fn apply_plan(
         return report;
     }
     let (steps, consistent) = execute(&plan.steps, node, |r| {
-        if let Err(e) = record("apply.step", json!(r)) {
-            tracing::error!(error = %e, "cannot write the sharing audit record");
+        match record("apply.step", json!(r)) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write the sharing audit record: stopping, and undoing what was done");
+                false
+            }
         }
     });
     report.consistent = consistent;

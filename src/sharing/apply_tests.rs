@@ -53,7 +53,10 @@ fn all_steps_applied_when_nothing_fails() {
         stuck: false,
     };
     let mut audited = 0;
-    let (r, consistent) = execute(&steps(), &mut node, |_| audited += 1);
+    let (r, consistent) = execute(&steps(), &mut node, |_| {
+        audited += 1;
+        true
+    });
     assert!(consistent);
     assert!(r.iter().all(|s| s.outcome == Outcome::Applied));
     assert_eq!((node.calls.len(), audited), (4, 4));
@@ -66,7 +69,7 @@ fn a_failure_in_the_middle_undoes_what_was_done_newest_first() {
         fail_at: Some(2),
         stuck: false,
     };
-    let (r, consistent) = execute(&steps(), &mut node, |_| {});
+    let (r, consistent) = execute(&steps(), &mut node, |_| true);
     assert!(consistent);
     let outcomes: Vec<Outcome> = r.iter().map(|s| s.outcome).collect();
     assert_eq!(
@@ -97,7 +100,7 @@ fn an_undo_that_fails_is_reported_as_inconsistent() {
         fail_at: Some(1),
         stuck: true,
     };
-    let (r, consistent) = execute(&steps(), &mut node, |_| {});
+    let (r, consistent) = execute(&steps(), &mut node, |_| true);
     assert!(!consistent);
     assert_eq!(r[0].outcome, Outcome::RollbackFailed);
     assert!(r[0]
@@ -124,4 +127,36 @@ fn a_dry_run_changes_nothing() {
     assert!(report
         .render_text()
         .contains("dry run: 4 change(s) planned"));
+}
+
+#[test]
+fn a_change_that_cannot_be_recorded_stops_the_apply_and_is_undone() {
+    let mut node = Fake {
+        calls: vec![],
+        fail_at: None,
+        stuck: false,
+    };
+    // The disk fills after the second step's record.
+    let mut written = 0;
+    let (r, consistent) = execute(&steps(), &mut node, |_| {
+        written += 1;
+        written <= 1
+    });
+    assert!(consistent);
+    let outcomes: Vec<Outcome> = r.iter().map(|s| s.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            Outcome::RolledBack,
+            Outcome::RolledBack,
+            Outcome::NotRun,
+            Outcome::NotRun
+        ]
+    );
+    assert!(r[1]
+        .error
+        .as_deref()
+        .is_some_and(|e| e.contains("could not be written")));
+    // Calls: 0, 1, then undo 1, undo 0.
+    assert_eq!(node.calls.len(), 4);
 }
