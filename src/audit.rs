@@ -189,7 +189,29 @@ pub struct ReadBack {
 ///
 /// Every line starts with ts, component and event (see `encode`): the other lines are told
 /// apart without parsing them. Reads the file once, line by line.
+///
+/// Never fails a start: damaged lines are skipped and an unreadable file (or the rest of it) is
+/// logged, and the caller gets what could be read.
 pub fn read_back<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    component: &str,
+    event: &str,
+    each: impl FnMut(T),
+) -> ReadBack {
+    let found = read_back_inner(path, component, event, each);
+    match &found {
+        Ok(r) if r.damaged > 0 => {
+            tracing::warn!(file = %path.display(), lines = r.damaged, component, event, "audit log lines that are not JSON were skipped");
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::error!(error = %e, component, event, "cannot read all past records back from the audit log: going on with what could be read");
+        }
+    }
+    found.unwrap_or_default()
+}
+
+fn read_back_inner<T: serde::de::DeserializeOwned>(
     path: &Path,
     component: &str,
     event: &str,

@@ -21,7 +21,7 @@ struct Record {
 /// When the reclaims recorded in `audit_file` were decided (dry-run ones only when `dry_run`).
 pub fn reclaims(audit_file: &Path, dry_run: bool) -> Vec<SystemTime> {
     let mut at = Vec::new();
-    let read = crate::audit::read_back(audit_file, "reclaim", "reclaim", |r: Record| {
+    crate::audit::read_back(audit_file, "reclaim", "reclaim", |r: Record| {
         if r.dry_run.unwrap_or(false) && !dry_run {
             return;
         }
@@ -29,15 +29,6 @@ pub fn reclaims(audit_file: &Path, dry_run: bool) -> Vec<SystemTime> {
             at.push(t);
         }
     });
-    match read {
-        Ok(read) if read.damaged > 0 => {
-            tracing::warn!(file = %audit_file.display(), lines = read.damaged, "audit log lines that are not JSON were skipped");
-        }
-        Ok(_) => {}
-        Err(e) => {
-            tracing::error!(error = %e, "cannot read all past reclaims back: the hourly count holds what could be read");
-        }
-    }
     at
 }
 

@@ -22,21 +22,12 @@ use super::rails::{Handled, Rails};
 pub fn rails(audit_file: &Path, routes: &[Route], dry_run: bool, now: SystemTime) -> Rails {
     let mut rails = Rails::default();
     let mut kept = 0u64;
-    let read = crate::audit::read_back(audit_file, "remediation", "decision", |r: Record| {
+    crate::audit::read_back(audit_file, "remediation", "decision", |r: Record| {
         if let Some(h) = handled(&r, routes, dry_run) {
             rails.remember(h, now);
             kept += 1;
         }
     });
-    match read {
-        Ok(read) if read.damaged > 0 => {
-            tracing::warn!(file = %audit_file.display(), lines = read.damaged, "audit log lines that are not JSON were skipped");
-        }
-        Ok(_) => {}
-        Err(e) => {
-            tracing::error!(error = %e, "cannot read all past remediation decisions back: the rails hold what could be read");
-        }
-    }
     tracing::info!(file = %audit_file.display(), decisions = kept, "remediation rails rebuilt from the audit log");
     rails
 }
