@@ -169,6 +169,11 @@ pub fn spawn(
             }
             reported = now_keys;
             for offender in due {
+                // Stopping: no new signal (what was not sent is not remembered as sent).
+                if *stop.borrow() || crate::shutdown::requested() {
+                    state.not_signalled(&offender.over);
+                    continue;
+                }
                 if audit.is_none() {
                     audit = AuditLog::open(&audit_file)
                         .map_err(|e| tracing::error!(error = %e, "memory guard: cannot open the audit log; not signalling"))
