@@ -421,6 +421,29 @@ fn running_processes_block_apply_but_not_changes_around_them() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("4242") && err.contains("--force"), "{err}");
+    // The message promises only what the driver allows.
+    assert!(
+        err.contains("stop them and apply again") && err.contains("waits for a GPU reset"),
+        "{err}"
+    );
+    assert!(!err.contains("[4242]"), "no Rust Debug list: {err}");
+    assert_eq!(node.changes(), 0);
+    // Issue 26 bug 8: the dry run fails where the apply would, with the plan and the reason.
+    let out = node.mig(&["apply", "--layout", "balanced", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("apply 'balanced' would be refused") && err.contains("pid 4242"),
+        "{err}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("dry run: nothing was changed"),
+        "{}",
+        text(&out)
+    );
+    // With --force the dry run passes: the apply would try.
+    let out = node.mig(&["apply", "--layout", "balanced", "--dry-run", "--force"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(node.changes(), 0);
     // --force tries; the driver answers IN_USE; the found layout comes back.
     let out = node.mig(&["apply", "--layout", "balanced", "--force"]);

@@ -145,7 +145,9 @@ pub enum MigCommand {
         /// Print the plan; change nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Apply even where processes run in instances the layout removes.
+        /// Try even where processes run in instances the layout removes or on a GPU whose MIG
+        /// mode changes. The driver still refuses to destroy an instance in use (the apply is
+        /// then undone), and a mode change waits for the processes to end or a GPU reset.
         #[arg(long)]
         force: bool,
     },
