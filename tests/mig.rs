@@ -397,6 +397,16 @@ fn a_failure_injected_at_each_step_leaves_the_gpu_as_it_was() {
                 "{op} #{call}: {audit}"
             );
             assert!(audit.contains("\"event\":\"apply.failed\""), "{audit}");
+            // Undos in words, not Rust Debug (`CiCreated { gi: 1, ci: 0 }`).
+            assert!(!audit.contains(" { "), "{op} #{call}: {audit}");
+            if !first {
+                assert!(
+                    audit.contains("\"undo\":\"destroy created")
+                        || audit.contains("\"undo\":\"re-create destroyed")
+                        || audit.contains("\"undo\":\"set MIG mode back"),
+                    "{op} #{call}: {audit}"
+                );
+            }
         }
     }
     // Enabling MIG fails: nothing to undo, still disabled.
@@ -600,6 +610,12 @@ fn bad_layouts_and_files_are_rejected_with_positions() {
         (
             "[[mig.hooks]]\nname = \"pre-flight\"\ncommand = [\"/bin/true\"]\n",
             "MIG hook 'pre-flight' is unknown",
+        ),
+        // Issue 26 bug 10: the bad hook is named at its own place, not at the first hook.
+        (
+            "[[mig.hooks]]\nname = \"pre-apply\"\ncommand = [\"/bin/true\"]\n\n\
+             [[mig.hooks]]\nname = \"post-aply\"\ncommand = [\"/bin/true\"]\n",
+            ":5:1: MIG hook 'post-aply' is unknown",
         ),
     ];
     for (i, (toml, want)) in cases.iter().enumerate() {

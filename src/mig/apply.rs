@@ -153,6 +153,46 @@ enum Done {
     },
 }
 
+impl std::fmt::Display for Done {
+    /// The undo in words, for the audit log and the report.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Done::Mode { enable } => write!(
+                f,
+                "set MIG mode back to {}",
+                if *enable { "disabled" } else { "enabled" }
+            ),
+            Done::GiCreated { gi } => write!(f, "destroy created GPU instance {gi}"),
+            Done::CiCreated { gi, ci } => {
+                write!(
+                    f,
+                    "destroy created compute instance {ci} of GPU instance {gi}"
+                )
+            }
+            Done::GiDestroyed {
+                gi,
+                profile_id,
+                start,
+                size,
+            } => write!(
+                f,
+                "re-create destroyed GPU instance {gi} (profile {profile_id}, placement \
+                 {start}+{size})"
+            ),
+            Done::CiDestroyed {
+                gi,
+                profile_id,
+                start,
+                size,
+            } => write!(
+                f,
+                "re-create destroyed compute instance of GPU instance {gi} (profile \
+                 {profile_id}, placement {start}+{size})"
+            ),
+        }
+    }
+}
+
 struct Run<'a> {
     ctl: &'a MigControl,
     cfg: &'a MigConfig,
@@ -324,10 +364,10 @@ impl Run<'_> {
                 };
                 let _ = self.audit(
                     "rollback",
-                    json!({"gpu": index, "uuid": uuid, "undo": format!("{d:?}"), "result": result}),
+                    json!({"gpu": index, "uuid": uuid, "undo": d.to_string(), "result": result}),
                 );
                 if let Err(e) = res {
-                    problems.push(format!("GPU {index}: undo {d:?}: {e}"));
+                    problems.push(format!("GPU {index}: {d}: {e}"));
                 }
             }
         }
