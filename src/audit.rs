@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
@@ -41,26 +41,11 @@ struct Inner {
 }
 
 impl AuditLog {
-    /// Opens (creating it and its parent directories) `path` for append, mode 0640.
+    /// Opens (creating it) `path` for append, mode 0640. Its directory must exist, except the
+    /// agent's state directory ([`state_dir`]), which is created (one level, mode 0750): a typo
+    /// in `[audit] file` is an error naming the directory, not a tree made as root.
     pub fn open(path: &Path) -> io::Result<AuditLog> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            fs::create_dir_all(parent).map_err(|e| with_path(e, parent))?;
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o640)
-            // A symlink planted at the path would send the records (appended as the agent's
-            // user, often root) into any file: refuse it (ELOOP).
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(|e| with_path(e, path))?;
-        Ok(AuditLog {
-            inner: Arc::new(Inner {
-                path: path.to_path_buf(),
-                file: Mutex::new(file),
-            }),
-        })
+        open_in(path, &state_dir())
     }
 
     pub fn path(&self) -> &Path {
@@ -277,6 +262,66 @@ fn encode(now: SystemTime, component: &str, event: &str, fields: Value) -> Strin
     line
 }
 
+/// The agent's state directory: systemd's `$STATE_DIRECTORY` (its first entry; the unit's
+/// `StateDirectory=`, the DaemonSet's env), else the directory of [`DEFAULT_FILE`].
+pub fn state_dir() -> PathBuf {
+    std::env::var_os("STATE_DIRECTORY")
+        .and_then(|v| {
+            v.to_str()
+                .and_then(|s| s.split(':').next())
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| {
+            Path::new(DEFAULT_FILE)
+                .parent()
+                .map_or_else(PathBuf::new, Path::to_path_buf)
+        })
+}
+
+fn open_in(path: &Path, state: &Path) -> io::Result<AuditLog> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !parent.is_dir() {
+            if parent == state && parent.parent().is_some_and(Path::is_dir) {
+                fs::DirBuilder::new()
+                    .mode(0o750)
+                    .create(parent)
+                    .or_else(|e| match e.kind() {
+                        io::ErrorKind::AlreadyExists => Ok(()),
+                        _ => Err(e),
+                    })
+                    .map_err(|e| with_path(e, parent))?;
+            } else if !parent.exists() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!(
+                        "audit log '{}': directory '{}' does not exist; create it, or fix \
+                         [audit] file (the agent creates only its state directory '{}')",
+                        path.display(),
+                        parent.display(),
+                        state.display()
+                    ),
+                ));
+            }
+        }
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o640)
+        // A symlink planted at the path would send the records (appended as the agent's
+        // user, often root) into any file: refuse it (ELOOP).
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| with_path(e, path))?;
+    Ok(AuditLog {
+        inner: Arc::new(Inner {
+            path: path.to_path_buf(),
+            file: Mutex::new(file),
+        }),
+    })
+}
+
 fn with_path(e: io::Error, path: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("audit log '{}': {e}", path.display()))
 }
@@ -303,7 +348,7 @@ mod tests {
     #[test]
     fn records_append_across_opens_and_threads() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("sub/dir/audit.jsonl");
+        let path = dir.path().join("audit.jsonl");
         let log = AuditLog::open(&path).expect("open");
         std::thread::scope(|s| {
             for t in 0..4 {
@@ -422,6 +467,33 @@ mod tests {
         let e = AuditLog::open(&link).expect_err("a symlink");
         assert!(e.to_string().contains("audit.jsonl"), "{e}");
         assert_eq!(fs::read_to_string(&target).expect("read"), "precious\n");
+    }
+
+    /// Issue 26 bug 10: a typo in `[audit] file` is refused with the directory named; only
+    /// the state directory itself is created.
+    #[test]
+    fn a_missing_directory_is_refused_and_only_the_state_directory_is_created() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("gpu-steward");
+        let typo = dir.path().join("gpu-stewrad/audit.jsonl");
+        let e = open_in(&typo, &state).expect_err("a typo");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(
+            e.to_string().contains("gpu-stewrad' does not exist")
+                && e.to_string().contains("[audit] file"),
+            "{e}"
+        );
+        assert!(!dir.path().join("gpu-stewrad").exists(), "nothing created");
+        let deep = state.join("sub/audit.jsonl");
+        assert!(
+            open_in(&deep, &state).is_err(),
+            "not below the state directory"
+        );
+        assert!(!state.exists());
+        open_in(&state.join("audit.jsonl"), &state).expect("the state directory is created");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(&state).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode & 0o027, 0, "{mode:o}");
     }
 
     #[test]

@@ -3,8 +3,12 @@
 //!
 //! Level precedence: `--log-level` / `GPU_STEWARD_LOG_LEVEL` > `RUST_LOG` > `[log] level` >
 //! `info`. The format is fixed at start: changing it needs a restart.
+//!
+//! A text log line is one event: a newline inside a field (a hook's output, a multi-line
+//! report) is written as `\n` ([`OneLine`]), so grep, journald and log shippers see one record
+//! per line. JSON escapes newlines itself.
 
-use std::io::IsTerminal;
+use std::io::{self, IsTerminal, Write};
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -53,7 +57,7 @@ pub fn init(
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_ansi(std::io::stderr().is_terminal())
-                    .with_writer(std::io::stderr),
+                    .with_writer(|| OneLine(std::io::stderr())),
             )
             .try_init(),
         LogFormat::Json => registry
@@ -68,6 +72,40 @@ pub fn init(
         eprintln!("gpu-steward: logging was already initialised: {e}");
     }
     LogHandle { handle, flag_level }
+}
+
+/// A writer that keeps each event on one line: the formatter hands it one whole event per
+/// write (ending in its newline); newlines and carriage returns before that end are escaped.
+pub struct OneLine<W>(pub W);
+
+impl<W: Write> Write for OneLine<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let (body, end) = match buf.strip_suffix(b"\n") {
+            Some(b) => (b, true),
+            None => (buf, false),
+        };
+        if !body.iter().any(|c| *c == b'\n' || *c == b'\r') {
+            self.0.write_all(buf)?;
+            return Ok(buf.len());
+        }
+        let mut out = Vec::with_capacity(buf.len() + 16);
+        for &c in body {
+            match c {
+                b'\n' => out.extend_from_slice(b"\\n"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                c => out.push(c),
+            }
+        }
+        if end {
+            out.push(b'\n');
+        }
+        self.0.write_all(&out)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
 }
 
 impl LogHandle {
@@ -86,7 +124,44 @@ impl LogHandle {
 
 #[cfg(test)]
 mod tests {
-    use super::directive;
+    use super::{directive, OneLine};
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Issue 26 bug 10: a hook's multi-line output stays inside its one log line.
+    #[test]
+    fn a_multi_line_field_stays_on_one_text_line() {
+        let buf = Buf::default();
+        let w = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || OneLine(w.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(hook = "drain", stdout = %"line one\nline two\r\n", "hook failed");
+            tracing::info!("next event");
+        });
+        let text = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            lines[0].contains(r"stdout=line one\nline two\r\n"),
+            "{text}"
+        );
+        assert!(lines[1].ends_with("next event"), "{text}");
+    }
 
     #[test]
     fn flag_wins_then_rust_log_then_config_then_info() {

@@ -14,6 +14,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { file } => ExitCode::from(cli::check_config::run(&file)),
         Command::Run(args) => run(args),
         Command::Mig(args) => ExitCode::from(cli::mig::run(&args)),
+        Command::Status(args) => ExitCode::from(cli::status::run(&args)),
         Command::Sharing { action } => ExitCode::from(match action {
             SharingAction::Show(args) => cli::sharing::run(&args, true),
             SharingAction::Apply { dry_run, args } => cli::sharing::run(&args, dry_run),

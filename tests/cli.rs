@@ -33,6 +33,73 @@ fn check_config_accepts_a_valid_file_and_says_what_it_would_do() {
     assert!(stdout.contains("dcgm-compatible off"), "{stdout}");
 }
 
+/// Issue 26, deliver 3: a valid file that cannot work as written says so, and check-config
+/// lists the rules and routes it loaded.
+#[test]
+fn check_config_warns_of_an_unwritable_audit_log_and_an_empty_rules_glob_and_lists_what_it_loaded()
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        &dir,
+        "hot.yml",
+        "groups:\n- name: thermal\n  rules:\n  - alert: GpuHot\n    expr: DCGM_FI_DEV_GPU_TEMP > 90\n  - alert: GpuVeryHot\n    expr: DCGM_FI_DEV_GPU_TEMP > 95\n",
+    );
+    let cfg = write(
+        &dir,
+        "c.toml",
+        &format!(
+            "[audit]\nfile = \"{}/no-such-dir/audit.jsonl\"\n\
+             [rules]\nfiles = [\"hot.yml\", \"rules.d/*.yml\"]\n\
+             [[remediation.hooks]]\nname = \"page\"\ncommand = [\"/bin/true\"]\n\
+             [[remediation.routes]]\nmatchers = ['alertname=\"GpuHot\"']\nhooks = [\"page\"]\n",
+            dir.path().display()
+        ),
+    );
+    let out = Command::new(bin())
+        .arg("check-config")
+        .arg(&cfg)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("group 'thermal': GpuHot, GpuVeryHot"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("route [alertname=\"GpuHot\"] -> page"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("[\""), "no Rust Debug lists: {stdout}");
+    assert!(
+        stderr.contains("warning: the audit log's directory")
+            && stderr.contains("no-such-dir' does not exist")
+            && stderr.contains("would be refused"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: [rules] files pattern")
+            && stderr.contains("rules.d/*.yml' matches no file"),
+        "{stderr}"
+    );
+    // Fixed, the warnings go.
+    std::fs::create_dir(dir.path().join("no-such-dir")).expect("mkdir");
+    std::fs::create_dir(dir.path().join("rules.d")).expect("mkdir");
+    write(&dir, "rules.d/more.yml", "groups: []\n");
+    let out = Command::new(bin())
+        .arg("check-config")
+        .arg(&cfg)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("warning"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn config_errors_exit_2_with_file_line_and_column() {
     let dir = tempfile::tempdir().expect("tempdir");

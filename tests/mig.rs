@@ -397,6 +397,16 @@ fn a_failure_injected_at_each_step_leaves_the_gpu_as_it_was() {
                 "{op} #{call}: {audit}"
             );
             assert!(audit.contains("\"event\":\"apply.failed\""), "{audit}");
+            // Undos in words, not Rust Debug (`CiCreated { gi: 1, ci: 0 }`).
+            assert!(!audit.contains(" { "), "{op} #{call}: {audit}");
+            if !first {
+                assert!(
+                    audit.contains("\"undo\":\"destroy created")
+                        || audit.contains("\"undo\":\"re-create destroyed")
+                        || audit.contains("\"undo\":\"set MIG mode back"),
+                    "{op} #{call}: {audit}"
+                );
+            }
         }
     }
     // Enabling MIG fails: nothing to undo, still disabled.
@@ -421,6 +431,29 @@ fn running_processes_block_apply_but_not_changes_around_them() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("4242") && err.contains("--force"), "{err}");
+    // The message promises only what the driver allows.
+    assert!(
+        err.contains("stop them and apply again") && err.contains("waits for a GPU reset"),
+        "{err}"
+    );
+    assert!(!err.contains("[4242]"), "no Rust Debug list: {err}");
+    assert_eq!(node.changes(), 0);
+    // Issue 26 bug 8: the dry run fails where the apply would, with the plan and the reason.
+    let out = node.mig(&["apply", "--layout", "balanced", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("apply 'balanced' would be refused") && err.contains("pid 4242"),
+        "{err}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("dry run: nothing was changed"),
+        "{}",
+        text(&out)
+    );
+    // With --force the dry run passes: the apply would try.
+    let out = node.mig(&["apply", "--layout", "balanced", "--dry-run", "--force"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(node.changes(), 0);
     // --force tries; the driver answers IN_USE; the found layout comes back.
     let out = node.mig(&["apply", "--layout", "balanced", "--force"]);
@@ -577,6 +610,12 @@ fn bad_layouts_and_files_are_rejected_with_positions() {
         (
             "[[mig.hooks]]\nname = \"pre-flight\"\ncommand = [\"/bin/true\"]\n",
             "MIG hook 'pre-flight' is unknown",
+        ),
+        // Issue 26 bug 10: the bad hook is named at its own place, not at the first hook.
+        (
+            "[[mig.hooks]]\nname = \"pre-apply\"\ncommand = [\"/bin/true\"]\n\n\
+             [[mig.hooks]]\nname = \"post-aply\"\ncommand = [\"/bin/true\"]\n",
+            ":5:1: MIG hook 'post-aply' is unknown",
         ),
     ];
     for (i, (toml, want)) in cases.iter().enumerate() {

@@ -276,6 +276,92 @@ fn an_nvml_refusal_is_reported_and_undone() {
     );
 }
 
+/// Issue 26 bug 1: a time-slice is configured but nvidia-smi is missing. The compute modes are
+/// read, applied and kept; the time-slices are left alone; the report, its text and the audit
+/// log all say exactly that, and none of them claims an undo that never happened.
+#[test]
+fn a_missing_nvidia_smi_leaves_the_timeslice_and_reports_exactly_what_was_applied() {
+    let node = Node::new(&scenario(""));
+    std::fs::write(
+        node.path("config.toml"),
+        node.config(SETTINGS).replace(
+            &node.path("nvidia-smi").display().to_string(),
+            &node.path("no-such-nvidia-smi").display().to_string(),
+        ),
+    )
+    .expect("config");
+
+    let (code, report) = node.cli(&["apply"]);
+    assert_eq!(
+        code, 1,
+        "the node does not match the configuration: {report}"
+    );
+    assert!(!report["ok"].as_bool().expect("ok"), "{report}");
+    assert!(
+        report["consistent"].as_bool().expect("consistent"),
+        "{report}"
+    );
+    assert!(report.get("error").is_none(), "{report}");
+    assert_eq!(
+        outcomes(&report),
+        [
+            (0, "compute_mode".into(), "applied".into()),
+            (1, "compute_mode".into(), "applied".into()),
+        ]
+    );
+    assert_eq!(report["after"][0]["compute_mode"]["value"], "default");
+    assert_eq!(
+        report["after"][1]["compute_mode"]["value"],
+        "exclusive_process"
+    );
+    let unread: Vec<&serde_json::Value> = report["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .filter(|s| s["setting"] == "timeslice" && s["error"] == true)
+        .collect();
+    assert_eq!(unread.len(), 2, "{report}");
+
+    let end = node
+        .audit()
+        .into_iter()
+        .find(|r| r["event"] == "apply.end")
+        .expect("apply.end");
+    assert_eq!(
+        (
+            &end["ok"],
+            &end["consistent"],
+            &end["applied"],
+            &end["rolled_back"]
+        ),
+        (
+            &serde_json::json!(false),
+            &serde_json::json!(true),
+            &serde_json::json!(2),
+            &serde_json::json!(0)
+        ),
+        "{end}"
+    );
+
+    // The same run as text: what was applied, what was left, no undo.
+    let out = Command::new(bin())
+        .args(["sharing", "apply", "--config"])
+        .arg(node.path("config.toml"))
+        .arg("--nvml-lib")
+        .arg(sim_lib())
+        .env("NVML_SIM_SCENARIO", node.path("scenario.toml"))
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("undo"), "{text}");
+    assert!(
+        text.contains(
+            "applied 2 change(s); 2 setting(s) could not be read and are left as they are"
+        ),
+        "{text}"
+    );
+}
+
 #[test]
 fn the_daemon_applies_at_start_and_on_sighup_only_what_differs() {
     let node = Node::new("");

@@ -1,10 +1,17 @@
 //! `gpu-steward check-config FILE`: load and validate the file as the daemon would (the web
-//! config it names included) and print what it would do. Exit codes: 0 valid, 2 not. Reads
-//! files only: no NVML, no sockets.
+//! config it names included) and print what it would do, the alert rules and remediation
+//! routes it loaded among it. Exit codes: 0 valid, 2 not. Reads files only: no NVML, no
+//! sockets.
+//!
+//! A valid file can still leave the agent unable to act: warnings (on stderr, exit still 0)
+//! say when the audit log's directory cannot be written (every change to the node would be
+//! refused) and when a `[rules] files` pattern matches no file.
 
 use std::path::Path;
 
-use crate::config::{self, Overrides};
+use nix::unistd::{access, AccessFlags};
+
+use crate::config::{self, Config, Overrides};
 
 /// Runs the command; the exit status.
 pub fn run(file: &Path) -> u8 {
@@ -16,6 +23,9 @@ pub fn run(file: &Path) -> u8 {
                 return 2;
             }
             print!("{}: valid\n{}", file.display(), c.describe());
+            for w in warnings(&c) {
+                eprintln!("{}: warning: {w}", file.display());
+            }
             0
         }
         Err(e) => {
@@ -23,4 +33,64 @@ pub fn run(file: &Path) -> u8 {
             2
         }
     }
+}
+
+/// What keeps a valid configuration from working as written, checked as the user running
+/// `check-config` (run it as the agent's user for the agent's view).
+pub fn warnings(c: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(w) = audit_warning(&c.audit_file) {
+        out.push(w);
+    }
+    for p in c.rule_patterns() {
+        let wildcard = p.contains(['*', '?', '[']);
+        let none = glob::glob(&p).map_or(false, |m| m.filter_map(Result::ok).next().is_none());
+        if wildcard && none {
+            out.push(format!(
+                "[rules] files pattern '{p}' matches no file: no rules from it are evaluated"
+            ));
+        }
+    }
+    out
+}
+
+const REFUSED: &str = "every change to the node (MIG, sharing, reclaim, remediation) would be \
+                       refused, and reclaim stays in dry run";
+
+/// Whether the audit log can be opened for append here, and if not, why.
+fn audit_warning(file: &Path) -> Option<String> {
+    let writable = |p: &Path| access(p, AccessFlags::W_OK).is_ok();
+    if file.exists() {
+        return (!writable(file)).then(|| {
+            format!(
+                "the audit log '{}' is not writable by this user: {REFUSED}",
+                file.display()
+            )
+        });
+    }
+    let dir = file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if dir.is_dir() {
+        return (!writable(dir)).then(|| {
+            format!(
+                "the audit log's directory '{}' is not writable by this user: {REFUSED}",
+                dir.display()
+            )
+        });
+    }
+    let state = crate::audit::state_dir();
+    if dir == state && dir.parent().is_some_and(|p| p.is_dir() && writable(p)) {
+        return None; // the agent creates its state directory
+    }
+    Some(format!(
+        "the audit log's directory '{}' does not exist{}: {REFUSED}; create it or fix [audit] file",
+        dir.display(),
+        if dir == state {
+            " and cannot be created by this user"
+        } else {
+            ""
+        }
+    ))
 }

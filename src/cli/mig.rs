@@ -206,10 +206,14 @@ fn report(name: &str, r: Result<Outcome, ApplyError>) -> Result<(), Failure> {
             ));
             Ok(())
         }
-        Ok(Outcome::DryRun(p)) => {
-            out(&show::plan_text(name, &p));
+        Ok(Outcome::DryRun { plan, refused }) => {
+            out(&show::plan_text(name, &plan));
             out("dry run: nothing was changed\n");
-            Ok(())
+            match refused {
+                // Exit as the real apply would: a dry run that passes promises an apply that can.
+                Some(reason) => Err((1, format!("apply '{name}' would be refused: {reason}"))),
+                None => Ok(()),
+            }
         }
         Ok(Outcome::Applied {
             plan,

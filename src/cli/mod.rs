@@ -6,10 +6,12 @@
 //! exit status for `main`; [`demo`] fills in the demo's defaults. Subsystems must not import
 //! this module; the daemon (`run`, `demo`) is started from `main`, which sets up its logging.
 
+pub mod agent_client;
 pub mod check_config;
 pub mod demo;
 pub mod mig;
 pub mod sharing;
+pub mod status;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,6 +40,9 @@ pub enum Command {
     Demo(DemoArgs),
     /// Show, plan and apply MIG layouts (mig-parted compatible).
     Mig(MigArgs),
+    /// One screen of the node from the running agent: health, telemetry, MIG, processes,
+    /// reclaim candidates and the last changes.
+    Status(StatusArgs),
     /// Validate a configuration file and print what it would do.
     CheckConfig {
         /// The file to check.
@@ -145,10 +150,37 @@ pub enum MigCommand {
         /// Print the plan; change nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Apply even where processes run in instances the layout removes.
+        /// Try even where processes run in instances the layout removes or on a GPU whose MIG
+        /// mode changes. The driver still refuses to destroy an instance in use (the apply is
+        /// then undone), and a mode change waits for the processes to end or a GPU reset.
         #[arg(long)]
         force: bool,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The agent's HTTP address.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "GPU_STEWARD_URL",
+        conflicts_with = "socket",
+        default_value = "http://127.0.0.1:9400"
+    )]
+    pub url: Option<String>,
+    /// Ask the agent on its API socket ([api] socket) instead.
+    #[arg(long, value_name = "PATH", env = "GPU_STEWARD_SOCKET")]
+    pub socket: Option<PathBuf>,
+    /// Refresh the screen until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+    /// How often --watch refreshes.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = config::parse_interval)]
+    pub interval: Duration,
+    /// The configuration whose [audit] file gives the last changes.
+    #[arg(long, value_name = "FILE", env = "GPU_STEWARD_CONFIG")]
+    pub config: Option<PathBuf>,
 }
 
 /// `demo` shares `run`'s flags but not its defaults: its help says what the demo uses.

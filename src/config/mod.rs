@@ -157,23 +157,7 @@ fn load_rules(config: &mut Config) -> Result<(), ConfigError> {
     if config.rule_files.is_empty() {
         return Ok(());
     }
-    let base = config
-        .file
-        .as_ref()
-        .and_then(|f| f.parent())
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let patterns: Vec<String> = config
-        .rule_files
-        .iter()
-        .map(|p| {
-            if Path::new(p).is_absolute() {
-                p.clone()
-            } else {
-                base.join(p).display().to_string()
-            }
-        })
-        .collect();
+    let patterns = config.rule_patterns();
     let set = RuleSet::load(&patterns).map_err(|e| ConfigError::Invalid {
         file: e.file,
         line: e.line,
@@ -354,6 +338,26 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
 }
 
 impl Config {
+    /// The `[rules] files` patterns as loaded: a relative one is taken beside the config file.
+    pub fn rule_patterns(&self) -> Vec<String> {
+        let base = self
+            .file
+            .as_ref()
+            .and_then(|f| f.parent())
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        self.rule_files
+            .iter()
+            .map(|p| {
+                if Path::new(p).is_absolute() {
+                    p.clone()
+                } else {
+                    base.join(p).display().to_string()
+                }
+            })
+            .collect()
+    }
+
     /// A human summary of what this configuration makes the agent do (for `check-config`).
     pub fn describe(&self) -> String {
         let on = |b: bool| if b { "on" } else { "off" };
@@ -376,7 +380,7 @@ impl Config {
              TLS and basic auth: {web}\n\
              mutating API (/api/v1): {api}\n\
              audit log: {audit}\n\
-             log: level {level}, format {format:?}\n\
+             log: level {level}, format {format}\n\
              {health}\
              {processes}\
              {kubernetes}\
@@ -421,7 +425,10 @@ impl Config {
                 },
             },
             level = self.log_level.as_deref().unwrap_or("info (or RUST_LOG)"),
-            format = self.log_format,
+            format = match self.log_format {
+                LogFormat::Text => "text",
+                LogFormat::Json => "json",
+            },
             health = self.health.describe(),
             processes = self.processes.describe(),
             kubernetes = self.kubernetes.describe(),
@@ -429,10 +436,15 @@ impl Config {
                 "alert rules: none ([rules] files)\n".to_string()
             } else {
                 format!(
-                    "alert rules: {} rule(s) from {} file(s) matching {:?}\n",
+                    "alert rules: {} rule(s) from {} file(s) matching {}\n{}",
                     self.rules.rule_count(),
                     self.rules.files().count(),
                     self.rule_files
+                        .iter()
+                        .map(|p| format!("'{p}'"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    self.rules.listing()
                 )
             },
             remediation = self.remediation.describe(),

@@ -162,15 +162,23 @@ impl Session {
     /// afterwards.
     pub fn fence(&self, uuid: &str, prohibit: bool) -> Result<String, ControlError> {
         let mut device = self.device_by_uuid(uuid)?;
-        use nvml_wrapper::enum_wrappers::device::ComputeMode as W;
-        let mode = if prohibit { W::Prohibited } else { W::Default };
+        let mode = if prohibit {
+            ComputeMode::Prohibited
+        } else {
+            ComputeMode::Default
+        };
         device
-            .set_compute_mode(mode)
-            .map_err(failed(format!("nvmlDeviceSetComputeMode({mode:?})")))?;
+            .set_compute_mode(to_wrapper(mode))
+            .map_err(failed(format!(
+                "nvmlDeviceSetComputeMode({})",
+                mode.as_str()
+            )))?;
         let now = device
             .compute_mode()
             .map_err(failed("nvmlDeviceGetComputeMode"))?;
-        Ok(format!("{now:?}"))
+        // The words of the configuration and the sharing report (`prohibited`), not the
+        // wrapper's Rust names.
+        Ok(from_wrapper(now).as_str().to_string())
     }
 }
 

@@ -4,7 +4,11 @@
 //! - Nothing happens when the plan is empty: applying the current layout again makes no
 //!   create or destroy call at all.
 //! - GPUs with processes in instances the plan removes (or on a GPU whose MIG mode changes)
-//!   are refused unless `force`.
+//!   are refused unless `force`; a dry run says so too (it fails where the apply would). `force`
+//!   only makes the apply try: the driver still answers `IN_USE` to destroying an instance
+//!   with processes in it (the step fails and the apply is undone) and leaves a MIG mode
+//!   change pending until the GPU is reset (nvml.h: `nvmlGpuInstanceDestroy`,
+//!   `nvmlDeviceSetMigMode` activationStatus).
 //! - Hooks `pre-apply` (a failure aborts before any change), `post-apply` and `on-failure` run
 //!   through `exec::run` with a timeout, the plan as JSON on stdin and `GPU_STEWARD_MIG_LAYOUT`
 //!   in their environment.
@@ -51,8 +55,9 @@ pub struct PendingReset {
 pub enum Outcome {
     /// The plan was empty.
     NothingToDo(Plan),
-    /// `dry_run`: the plan, unapplied.
-    DryRun(Plan),
+    /// `dry_run`: the plan, unapplied, and why the real apply would be refused (processes in
+    /// the way and no `force`), if it would.
+    DryRun { plan: Plan, refused: Option<String> },
     /// Applied (steps made), possibly with GPUs waiting for a reset.
     Applied {
         plan: Plan,
@@ -100,6 +105,27 @@ pub fn observe(ctl: &MigControl) -> Result<Vec<MigGpu>, MigCallError> {
     (0..ctl.device_count()?).map(|i| ctl.read(i)).collect()
 }
 
+/// Why an apply without `force` is refused: the processes in the way, per GPU.
+pub fn blocked(plan: &Plan) -> Option<String> {
+    let blocked: Vec<String> = plan
+        .gpus
+        .iter()
+        .filter(|g| !g.steps.is_empty() && !g.blocking_pids.is_empty())
+        .map(|g| {
+            let pids: Vec<String> = g.blocking_pids.iter().map(u32::to_string).collect();
+            format!("GPU {} ({}): pid {}", g.index, g.uuid, pids.join(", "))
+        })
+        .collect();
+    (!blocked.is_empty()).then(|| {
+        format!(
+            "processes run in instances the layout removes or on GPUs whose MIG mode changes \
+             ({}); stop them and apply again (--force only tries anyway: the driver refuses to \
+             destroy an instance in use, and a MIG mode change waits for a GPU reset)",
+            blocked.join("; ")
+        )
+    })
+}
+
 /// One done change and how to undo it.
 #[derive(Debug, Clone)]
 enum Done {
@@ -125,6 +151,46 @@ enum Done {
         start: u32,
         size: u32,
     },
+}
+
+impl std::fmt::Display for Done {
+    /// The undo in words, for the audit log and the report.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Done::Mode { enable } => write!(
+                f,
+                "set MIG mode back to {}",
+                if *enable { "disabled" } else { "enabled" }
+            ),
+            Done::GiCreated { gi } => write!(f, "destroy created GPU instance {gi}"),
+            Done::CiCreated { gi, ci } => {
+                write!(
+                    f,
+                    "destroy created compute instance {ci} of GPU instance {gi}"
+                )
+            }
+            Done::GiDestroyed {
+                gi,
+                profile_id,
+                start,
+                size,
+            } => write!(
+                f,
+                "re-create destroyed GPU instance {gi} (profile {profile_id}, placement \
+                 {start}+{size})"
+            ),
+            Done::CiDestroyed {
+                gi,
+                profile_id,
+                start,
+                size,
+            } => write!(
+                f,
+                "re-create destroyed compute instance of GPU instance {gi} (profile \
+                 {profile_id}, placement {start}+{size})"
+            ),
+        }
+    }
 }
 
 struct Run<'a> {
@@ -298,10 +364,10 @@ impl Run<'_> {
                 };
                 let _ = self.audit(
                     "rollback",
-                    json!({"gpu": index, "uuid": uuid, "undo": format!("{d:?}"), "result": result}),
+                    json!({"gpu": index, "uuid": uuid, "undo": d.to_string(), "result": result}),
                 );
                 if let Err(e) = res {
-                    problems.push(format!("GPU {index}: undo {d:?}: {e}"));
+                    problems.push(format!("GPU {index}: {d}: {e}"));
                 }
             }
         }
@@ -322,23 +388,12 @@ pub fn apply(
     if plan.is_noop() {
         return Ok(Outcome::NothingToDo(plan));
     }
+    let refused = if req.force { None } else { blocked(&plan) };
     if req.dry_run {
-        return Ok(Outcome::DryRun(plan));
+        return Ok(Outcome::DryRun { plan, refused });
     }
-    if !req.force {
-        let blocked: Vec<String> = plan
-            .gpus
-            .iter()
-            .filter(|g| !g.steps.is_empty() && !g.blocking_pids.is_empty())
-            .map(|g| format!("GPU {} ({}): pids {:?}", g.index, g.uuid, g.blocking_pids))
-            .collect();
-        if !blocked.is_empty() {
-            return Err(ApplyError::Refused(format!(
-                "processes run in instances the layout removes or on GPUs whose MIG mode \
-                 changes ({}); stop them, or pass --force to try anyway",
-                blocked.join("; ")
-            )));
-        }
+    if let Some(reason) = refused {
+        return Err(ApplyError::Refused(reason));
     }
     let mut run = Run {
         ctl,

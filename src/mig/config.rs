@@ -43,8 +43,8 @@ pub struct MigSection {
     pub reset_command: Option<Vec<String>>,
     #[serde(deserialize_with = "duration")]
     pub reset_timeout: Option<Duration>,
-    #[serde(deserialize_with = "hooks")]
-    pub hooks: Vec<HookSection>,
+    /// Spanned, so that a bad name is reported at its own `[[mig.hooks]]`, not the first.
+    pub hooks: Vec<toml::Spanned<HookSection>>,
     pub layouts: Layouts,
 }
 
@@ -107,6 +107,24 @@ pub const DEFAULT_RESET_TIMEOUT: Duration = Duration::from_secs(120);
 impl MigSection {
     /// Checks what needs the whole section; `Err((byte offset, message))`.
     pub fn check(&self) -> Result<(), (usize, String)> {
+        for (i, h) in self.hooks.iter().enumerate() {
+            let name = &h.get_ref().name;
+            if !HOOK_NAMES.contains(&name.as_str()) {
+                return Err((
+                    h.span().start,
+                    format!(
+                        "MIG hook '{name}' is unknown; use one of {}",
+                        HOOK_NAMES.join(", ")
+                    ),
+                ));
+            }
+            if self.hooks[..i].iter().any(|o| o.get_ref().name == *name) {
+                return Err((
+                    h.span().start,
+                    format!("MIG hook '{name}' is given twice; keep one"),
+                ));
+            }
+        }
         if let Some(l) = &self.layout {
             let name = l.get_ref();
             if self.mig_config.is_none() && !self.layouts.contains_key(name) {
@@ -137,7 +155,7 @@ impl MigSection {
                 argv,
                 timeout: self.reset_timeout.unwrap_or(DEFAULT_RESET_TIMEOUT),
             }),
-            hooks: self.hooks.iter().map(HookSection::spec).collect(),
+            hooks: self.hooks.iter().map(|h| h.get_ref().spec()).collect(),
             layouts: self.layouts,
         }
     }
@@ -162,26 +180,6 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Erro
             "invalid duration '{s}'; write it like '120s' or '2m'"
         ))),
     }
-}
-
-fn hooks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<HookSection>, D::Error> {
-    let v = Vec::<HookSection>::deserialize(d)?;
-    for (i, h) in v.iter().enumerate() {
-        if !HOOK_NAMES.contains(&h.name.as_str()) {
-            return Err(serde::de::Error::custom(format!(
-                "MIG hook '{}' is unknown; use one of {}",
-                h.name,
-                HOOK_NAMES.join(", ")
-            )));
-        }
-        if v[..i].iter().any(|o| o.name == h.name) {
-            return Err(serde::de::Error::custom(format!(
-                "MIG hook '{}' is given twice; keep one",
-                h.name
-            )));
-        }
-    }
-    Ok(v)
 }
 
 /// mig-parted's file: `version: v1` and `mig-configs`.

@@ -246,9 +246,15 @@ fn report(layout: &str, r: Result<Outcome, ApplyError>) -> Report {
             rep.outcome = "nothing_to_do";
             rep.plan = Some(p);
         }
-        Ok(Outcome::DryRun(p)) => {
-            rep.outcome = "dry_run";
-            rep.plan = Some(p);
+        Ok(Outcome::DryRun { plan, refused }) => {
+            // A dry run answers as the apply would: refused (409) where processes are in the way.
+            rep.outcome = if refused.is_some() {
+                "refused"
+            } else {
+                "dry_run"
+            };
+            rep.error = refused.map(|r| format!("dry run: the apply would be refused: {r}"));
+            rep.plan = Some(plan);
         }
         Ok(Outcome::Applied {
             plan,

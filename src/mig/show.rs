@@ -99,7 +99,7 @@ pub fn plan_text(layout: &str, plan: &Plan) -> String {
         let kept = if g.kept.is_empty() {
             String::new()
         } else {
-            format!(" (keeps GPU instances {:?})", g.kept)
+            format!(" (keeps GPU instances {})", list(&g.kept))
         };
         let _ = writeln!(
             s,
@@ -112,7 +112,7 @@ pub fn plan_text(layout: &str, plan: &Plan) -> String {
             let _ = writeln!(s, "  {}. {step}", n + 1);
         }
         if !g.blocking_pids.is_empty() {
-            let _ = writeln!(s, "  processes in the way: {:?}", g.blocking_pids);
+            let _ = writeln!(s, "  processes in the way: pid {}", list(&g.blocking_pids));
         }
     }
     s
@@ -125,7 +125,10 @@ pub fn pending_text(pending: &[PendingReset]) -> String {
         let blockers = if p.blocking_pids.is_empty() {
             String::new()
         } else {
-            format!("; processes holding the GPU: {:?}", p.blocking_pids)
+            format!(
+                "; processes holding the GPU: pid {}",
+                list(&p.blocking_pids)
+            )
         };
         let _ = writeln!(
             s,
@@ -140,4 +143,13 @@ pub fn pending_text(pending: &[PendingReset]) -> String {
         );
     }
     s
+}
+
+/// `1, 2, 3`: a list in words, not Rust's `[1, 2, 3]`.
+fn list<T: std::fmt::Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -191,11 +191,10 @@ impl ReclaimConfig {
         let action = match self.action {
             ActionKind::Signal => format!("SIGTERM the holders, SIGKILL after {}", d(self.grace)),
             ActionKind::Hook => format!(
-                "run {:?}",
+                "run {}",
                 self.hook
                     .as_ref()
-                    .map(|h| h.command.clone())
-                    .unwrap_or_default()
+                    .map_or_else(|| "no hook".to_string(), |h| quoted(&h.command))
             ),
         };
         let warn = match &self.warn {
@@ -203,7 +202,7 @@ impl ReclaimConfig {
                 "warn ({}) and wait {}, then ",
                 w.hook
                     .as_ref()
-                    .map_or("no hook".to_string(), |h| format!("{:?}", h.command)),
+                    .map_or("no hook".to_string(), |h| quoted(&h.command)),
                 d(w.grace)
             ),
             None => String::new(),
@@ -211,8 +210,8 @@ impl ReclaimConfig {
         format!(
             "reclaim: {mode}; a GPU held (processes with >= {mem} MiB) at <= {thr}% utilization \
              for {after} is reported, then {warn}{action}; at most {max} reclaims per hour; \
-             exempt: process names {names:?}, users {users:?}, namespaces {ns:?}, pod labels \
-             {labels:?}, GPUs {gpus:?}\n",
+             exempt: process names {names}, users {users}, namespaces {ns}, pod labels \
+             {labels}, GPUs {gpus}\n",
             mode = if self.dry_run {
                 "DRY RUN (decisions are logged and audited, nothing is done)"
             } else {
@@ -222,16 +221,18 @@ impl ReclaimConfig {
             thr = self.utilization_threshold * 100.0,
             after = d(self.idle_after),
             max = self.max_reclaims_per_hour,
-            names = self.exempt.process_names.sources(),
-            users = self.exempt.users,
-            ns = self.exempt.namespaces,
-            gpus = self.exempt.gpus,
-            labels = self
-                .exempt
-                .pod_labels
-                .iter()
-                .map(|l| format!("{l} (from {})", self.cri_socket.display()))
-                .collect::<Vec<_>>(),
+            names = quoted(self.exempt.process_names.sources()),
+            users = quoted(&self.exempt.users),
+            ns = quoted(&self.exempt.namespaces),
+            gpus = quoted(&self.exempt.gpus),
+            labels = quoted(
+                &self
+                    .exempt
+                    .pod_labels
+                    .iter()
+                    .map(|l| format!("{l} (from {})", self.cri_socket.display()))
+                    .collect::<Vec<_>>()
+            ),
         )
     }
 }
@@ -283,3 +284,15 @@ impl AccountingConfig {
 #[cfg(test)]
 #[path = "config_tests.rs"]
 mod tests;
+
+/// `'a', 'b'`, or `none`: a list in words for `check-config`, not Rust's `["a", "b"]`.
+fn quoted<T: std::fmt::Display>(items: &[T]) -> String {
+    if items.is_empty() {
+        return "none".into();
+    }
+    items
+        .iter()
+        .map(|i| format!("'{i}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -8,6 +8,10 @@
 //! - then **reclaim** once (`Reclaim`), unless `max_reclaims_per_hour` were reached in the last
 //!   hour (`RateLimited`, once; retried at each later snapshot).
 //!
+//! A warn or reclaim decided in dry run did nothing to the node: when dry run is turned off
+//! (SIGHUP) during the same episode, the ladder decides them again for real (warn first, then
+//! its grace), and the dry-run reclaim no longer counts against the hourly limit.
+//!
 //! Targets are the holders that can be acted on: alive when observed (a zombie or vanished
 //! process is gone), holding the unit since the episode began, and not exempt. A unit with
 //! none is reported and never warned nor reclaimed.
@@ -124,6 +128,10 @@ struct Episode {
     warned_at: Option<SystemTime>,
     reclaimed: bool,
     rate_limited: bool,
+    /// The warn was decided in dry run (nobody was warned).
+    warned_dry: bool,
+    /// The reclaim was decided in dry run, at this time (nothing was done).
+    reclaimed_dry: Option<SystemTime>,
 }
 
 /// A step [`Ladder::undo`] takes back.
@@ -209,6 +217,19 @@ impl Ladder {
         if idle_for < config.idle_after {
             return;
         }
+        if !config.dry_run {
+            // Dry run was turned off during this episode: what it only reported is still to do.
+            if let Some(t) = ep.reclaimed_dry.take() {
+                ep.reclaimed = false;
+                ep.rate_limited = false;
+                if let Some(i) = self.reclaims.iter().rposition(|r| *r == t) {
+                    self.reclaims.remove(i);
+                }
+            }
+            if std::mem::take(&mut ep.warned_dry) {
+                ep.warned_at = None;
+            }
+        }
         if !ep.reported {
             ep.reported = true;
             out.push(match unit.state {
@@ -225,6 +246,7 @@ impl Ladder {
         if let Some(warn) = &config.warn {
             let Some(warned) = ep.warned_at else {
                 ep.warned_at = Some(now);
+                ep.warned_dry = config.dry_run;
                 out.push(Decision::Warn {
                     unit: unit.clone(),
                     targets,
@@ -244,6 +266,7 @@ impl Ladder {
         }
         self.reclaims.push_back(now);
         ep.reclaimed = true;
+        ep.reclaimed_dry = config.dry_run.then_some(now);
         out.push(Decision::Reclaim {
             unit: unit.clone(),
             targets,
@@ -258,35 +281,83 @@ impl Ladder {
             return;
         };
         match step {
-            Undo::Warn => ep.warned_at = None,
+            Undo::Warn => {
+                ep.warned_at = None;
+                ep.warned_dry = false;
+            }
             Undo::Reclaim => {
                 if ep.reclaimed {
                     ep.reclaimed = false;
+                    ep.reclaimed_dry = None;
                     self.reclaims.pop_back();
                 }
             }
         }
     }
 
-    /// The next step due for `unit`, if any.
-    pub fn next(&self, unit: &UnitStatus, config: &ReclaimConfig) -> Option<Next> {
-        let UnitState::Idle { since } = unit.state else {
-            return None;
+    /// The next step due for `unit`, or why there is none (`GET /api/v1/reclaim` never shows
+    /// a missing next step without its reason). `config` is the one in force (dry run
+    /// included).
+    pub fn next(&self, unit: &UnitStatus, config: &ReclaimConfig) -> Result<Next, String> {
+        let since = match &unit.state {
+            UnitState::Idle { since } => *since,
+            UnitState::AllocatedUnused { .. } => {
+                return Err(
+                    "allocated to a pod that runs nothing on it: reported only, never \
+                            acted on"
+                        .into(),
+                )
+            }
+            UnitState::Active { reason } => return Err(format!("not idle: {reason}")),
+            UnitState::Unknown { reason } => {
+                return Err(format!(
+                    "activity unknown ({reason}): nothing is done until it is known"
+                ))
+            }
         };
         let ep = self.episodes.get(&unit.key).cloned().unwrap_or_default();
         let due = since + config.idle_after;
         if !ep.reported {
-            return Some(Next {
+            return Ok(Next {
                 step: "report",
                 at: due,
             });
         }
-        if ep.reclaimed || targets(unit, &config.exempt).is_empty() {
-            return None;
+        let redo = !config.dry_run;
+        if ep.reclaimed && !(redo && ep.reclaimed_dry.is_some()) {
+            return Err(match ep.reclaimed_dry {
+                Some(_) => "reclaimed in dry run (nothing was done); it is done for real at the \
+                            first poll after dry run ends (dry_run = false and a writable \
+                            audit log), while this episode lasts"
+                    .into(),
+                None => "reclaimed in this idle episode: nothing more until the GPU is active \
+                         or released"
+                    .into(),
+            });
         }
-        let reclaim = match (&config.warn, ep.warned_at) {
+        if targets(unit, &config.exempt).is_empty() {
+            let why: Vec<String> = unit
+                .holders
+                .iter()
+                .map(|h| match exemption(h, unit, &config.exempt) {
+                    Some(e) => format!("pid {}: {e}", h.pid),
+                    None if h.start_time.is_none() => format!("pid {}: gone", h.pid),
+                    None => format!("pid {}: holds it since after the episode began", h.pid),
+                })
+                .collect();
+            return Err(format!(
+                "reported only: no holder can be acted on ({})",
+                if why.is_empty() {
+                    "no holders".to_string()
+                } else {
+                    why.join("; ")
+                }
+            ));
+        }
+        let warned_at = ep.warned_at.filter(|_| !(redo && ep.warned_dry));
+        let reclaim = match (&config.warn, warned_at) {
             (Some(_), None) => {
-                return Some(Next {
+                return Ok(Next {
                     step: "warn",
                     at: due,
                 })
@@ -294,7 +365,7 @@ impl Ladder {
             (Some(w), Some(warned)) => warned + w.grace,
             (None, _) => due,
         };
-        Some(Next {
+        Ok(Next {
             step: if ep.rate_limited {
                 "reclaim (rate limited)"
             } else {

@@ -251,7 +251,7 @@ fn the_hourly_limit_holds_reclaims_back_and_says_so_once() {
     let units = r.units(&two(121));
     assert_eq!(
         r.ladder.next(&units[1], &r.config).map(|n| n.step),
-        Some("reclaim (rate limited)")
+        Ok("reclaim (rate limited)")
     );
     // An hour after the first reclaim, the second may go.
     assert_eq!(kinds(&r.at(&two(3660))), ["reclaim"]);
@@ -290,7 +290,68 @@ fn next_says_what_happens_when() {
     assert_eq!((n.step, n.at), ("reclaim", at(90)));
     r.at(&idle(90));
     let units = r.units(&idle(91));
-    assert_eq!(r.ladder.next(&units[0], &r.config), None, "done");
+    let why = r.ladder.next(&units[0], &r.config).expect_err("done");
+    assert!(why.starts_with("reclaimed in this idle episode"), "{why}");
+}
+
+/// Issue 26 bug 9: a reclaim (and its warn) decided in dry run did nothing; turning dry run
+/// off during the same idle episode acts on it, warn first, and the dry-run reclaim does not
+/// hold the real one back under the hourly limit.
+#[test]
+fn turning_dry_run_off_acts_on_the_episode_that_dry_run_only_reported() {
+    let mut c = config();
+    c.dry_run = true;
+    c.max_reclaims_per_hour = 1;
+    c.warn = Some(WarnStep {
+        hook: None,
+        grace: Duration::from_secs(30),
+    });
+    let mut r = Run::new(c);
+    r.at(&idle(0));
+    assert_eq!(kinds(&r.at(&idle(60))), ["detected", "warn"]);
+    assert_eq!(kinds(&r.at(&idle(90))), ["reclaim"]);
+    assert!(r.at(&idle(120)).is_empty(), "once per episode in dry run");
+    let units = r.units(&idle(121));
+    let why = r
+        .ladder
+        .next(&units[0], &r.config)
+        .expect_err("no next in dry run");
+    assert!(why.contains("dry run"), "{why}");
+
+    // SIGHUP with dry_run = false: the same episode is warned for real, then reclaimed.
+    r.config.dry_run = false;
+    let units = r.units(&idle(122));
+    let n = r.ladder.next(&units[0], &r.config).expect("next");
+    assert_eq!(n.step, "warn");
+    assert_eq!(kinds(&r.at(&idle(130))), ["warn"]);
+    assert!(r.at(&idle(140)).is_empty(), "its grace");
+    assert_eq!(kinds(&r.at(&idle(160))), ["reclaim"]);
+    assert_eq!(r.ladder.reclaims_last_hour(), 1);
+    let units = r.units(&idle(161));
+    let why = r.ladder.next(&units[0], &r.config).expect_err("done");
+    assert!(why.starts_with("reclaimed in this idle episode"), "{why}");
+}
+
+#[test]
+fn a_missing_next_step_always_says_why() {
+    let mut c = config();
+    c.exempt.gpus = vec!["0".into()];
+    let mut r = Run::new(c);
+    r.at(&idle(0));
+    assert_eq!(kinds(&r.at(&idle(60))), ["detected"]);
+    let units = r.units(&idle(61));
+    let why = r.ladder.next(&units[0], &r.config).expect_err("exempt");
+    assert!(
+        why.contains("no holder can be acted on") && why.contains("pid 10: GPU 0 is exempt"),
+        "{why}"
+    );
+    // Not idle: the state says why.
+    let units = r.units(&snap(
+        62,
+        vec![gpu(0, Some(90), vec![proc(10, 4096, Some(90))])],
+    ));
+    let why = r.ladder.next(&units[0], &r.config).expect_err("active");
+    assert!(why.starts_with("not idle: "), "{why}");
 }
 
 #[test]

@@ -51,6 +51,9 @@ pub struct Candidate {
     /// The pids the next warn or reclaim would act on.
     pub targets: Vec<u32>,
     pub next: Option<Next>,
+    /// Why `next` is `null`: set exactly when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_next: Option<String>,
 }
 
 /// What the stage publishes with each snapshot.
@@ -210,19 +213,26 @@ impl Stage {
             findings = health_findings(&units, r, snapshot.taken_at);
             candidates = units
                 .iter()
-                .map(|u| Candidate {
-                    unit: u.clone(),
-                    idle_seconds: u.idle_for(snapshot.taken_at).as_secs_f64(),
-                    exempt: u
-                        .holders
-                        .iter()
-                        .map(|h| ladder::exemption(h, u, &r.exempt))
-                        .collect(),
-                    targets: ladder::targets(u, &r.exempt)
-                        .iter()
-                        .map(|h| h.pid)
-                        .collect(),
-                    next: self.ladder.next(u, r),
+                .map(|u| {
+                    let (next, no_next) = match self.ladder.next(u, &effective) {
+                        Ok(n) => (Some(n), None),
+                        Err(why) => (None, Some(why)),
+                    };
+                    Candidate {
+                        unit: u.clone(),
+                        idle_seconds: u.idle_for(snapshot.taken_at).as_secs_f64(),
+                        exempt: u
+                            .holders
+                            .iter()
+                            .map(|h| ladder::exemption(h, u, &r.exempt))
+                            .collect(),
+                        targets: ladder::targets(u, &r.exempt)
+                            .iter()
+                            .map(|h| h.pid)
+                            .collect(),
+                        next,
+                        no_next,
+                    }
                 })
                 .collect();
         }
@@ -446,6 +456,10 @@ mod tests {
             view.candidates[0].next, None,
             "reclaimed (in dry run): nothing more"
         );
+        assert!(view.candidates[0]
+            .no_next
+            .as_deref()
+            .is_some_and(|w| w.contains("reclaimed in dry run")));
         std::thread::sleep(Duration::from_millis(300));
         assert!(child.try_wait().expect("try_wait").is_none(), "untouched");
         let _ = child.kill();

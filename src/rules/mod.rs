@@ -112,6 +112,26 @@ impl RuleSet {
     pub fn files(&self) -> impl Iterator<Item = &Path> {
         self.sources.iter().map(|(p, _)| p.as_path())
     }
+
+    /// One line per group, with its file and its alerts, for `check-config`.
+    pub fn listing(&self) -> String {
+        self.groups
+            .iter()
+            .map(|g| {
+                let names: Vec<&str> = g.rules.iter().map(|r| r.name.as_str()).collect();
+                format!(
+                    "  {} group '{}': {}\n",
+                    g.file.display(),
+                    g.name,
+                    if names.is_empty() {
+                        "no rules".to_string()
+                    } else {
+                        names.join(", ")
+                    }
+                )
+            })
+            .collect()
+    }
 }
 
 /// Counters and gauges of the rules, collected into the page at each poll.

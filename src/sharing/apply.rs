@@ -3,11 +3,14 @@
 //!
 //! A step that fails stops the run and undoes the steps this run already made, newest first,
 //! so the node is left as it was found; the report says so, or names the settings that could
-//! not be put back. Every record goes to the audit log before and after the change; without a
-//! writable audit log nothing is changed. A dry run observes and plans, and changes nothing.
+//! not be put back. A setting that could not be read is left as it is and reported; the
+//! settings that could be read are still applied, and the report says exactly which. After
+//! any change the node is observed again and each step checked against what it claims, before
+//! the closing audit record, so the report, its JSON and the audit log say the same thing.
+//! Every record goes to the audit log before and after the change; without a writable audit
+//! log nothing is changed. A dry run observes and plans, and changes nothing.
 
-use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde::Serialize;
 use serde_json::json;
@@ -18,16 +21,17 @@ use super::timeslice;
 use crate::audit::AuditLog;
 use crate::gpu::Session;
 
-/// Something that can change one setting of one GPU.
+/// Something that can change one setting of one GPU, and read the node back.
 pub trait Node {
     fn set(&mut self, gpu: u32, uuid: &str, change: Change) -> Result<(), String>;
+    /// Every GPU as it is now (the same reads as before the apply).
+    fn observe(&mut self) -> Result<Vec<ObservedGpu>, String>;
 }
 
 /// The real node: compute mode through NVML, time-slice through nvidia-smi.
 pub struct NvmlNode<'a> {
     pub session: &'a Session,
-    pub nvidia_smi: PathBuf,
-    pub timeout: Duration,
+    pub config: &'a SharingConfig,
 }
 
 impl Node for NvmlNode<'_> {
@@ -37,10 +41,17 @@ impl Node for NvmlNode<'_> {
                 .session
                 .set_compute_mode(gpu, to)
                 .map_err(|e| format!("nvmlDeviceSetComputeMode answered {}", e.code())),
-            Change::Timeslice { to, .. } => {
-                timeslice::set(&self.nvidia_smi, self.timeout, uuid, to)
-            }
+            Change::Timeslice { to, .. } => timeslice::set(
+                &self.config.nvidia_smi,
+                self.config.nvidia_smi_timeout,
+                uuid,
+                to,
+            ),
         }
+    }
+
+    fn observe(&mut self) -> Result<Vec<ObservedGpu>, String> {
+        observe(self.session, self.config)
     }
 }
 
@@ -165,18 +176,53 @@ impl Report {
         if let Some(e) = &self.error {
             out.push_str(&format!("error: {e}\n"));
         }
-        let verdict = match (self.ok, self.dry_run, self.steps.is_empty()) {
-            (true, _, true) => "nothing to do: the node matches the configuration".to_string(),
-            (true, true, false) => format!("dry run: {} change(s) planned", self.steps.len()),
-            (true, false, false) => format!("applied {} change(s)", self.steps.len()),
-            (false, _, _) if !self.consistent => {
-                "FAILED, and some changes could not be undone: see above".to_string()
-            }
-            (false, _, _) => "FAILED; the node was left as it was found".to_string(),
-        };
-        out.push_str(&verdict);
+        out.push_str(&self.verdict());
         out.push('\n');
         out
+    }
+
+    /// The last line: what this run did to the node, in words that match its steps.
+    fn verdict(&self) -> String {
+        let count = |o: Outcome| self.steps.iter().filter(|s| s.outcome == o).count();
+        let unread = self.skipped.iter().filter(|s| s.error).count();
+        let unread_note = if unread > 0 {
+            format!("; {unread} setting(s) could not be read and are left as they are")
+        } else {
+            String::new()
+        };
+        if self.ok && self.steps.is_empty() {
+            return "nothing to do: the node matches the configuration".into();
+        }
+        if self.dry_run {
+            return match (self.ok, self.steps.len()) {
+                (true, n) => format!("dry run: {n} change(s) planned"),
+                (false, _) if self.observed.is_empty() => {
+                    "dry run: the node could not be observed; nothing was changed".into()
+                }
+                (false, n) => {
+                    format!("dry run: {n} change(s) planned{unread_note}; nothing was changed")
+                }
+            };
+        }
+        let applied = count(Outcome::Applied);
+        if self.ok {
+            return format!("applied {applied} change(s)");
+        }
+        if count(Outcome::RollbackFailed) > 0 {
+            return "FAILED, and some changes could not be undone: see above".into();
+        }
+        if !self.consistent {
+            return "FAILED: after the apply the node is not as the steps above say: see above"
+                .into();
+        }
+        if count(Outcome::Failed) > 0 {
+            return "FAILED; every change made was undone: the node was left as it was found"
+                .into();
+        }
+        if applied > 0 {
+            return format!("applied {applied} change(s){unread_note}: the node does not fully match the configuration");
+        }
+        format!("FAILED; nothing was changed{unread_note}")
     }
 }
 
@@ -302,53 +348,75 @@ pub fn run(
     let plan = plan::plan(config, &observed);
     let mut node = NvmlNode {
         session: &session,
-        nvidia_smi: config.nvidia_smi.clone(),
-        timeout: config.nvidia_smi_timeout,
+        config,
     };
-    let mut report = apply_plan(plan, observed, &mut node, audit, dry_run, trigger);
-    if report.steps.iter().any(|s| s.outcome != Outcome::Planned) {
-        verify(&mut report, &session, config);
-    }
-    report
+    apply_plan(plan, observed, &mut node, audit, dry_run, trigger)
 }
 
-/// Observes the node again after changes: a run that reports success must leave the node
-/// matching the configuration, and one that undid its changes must leave it as it was.
-fn verify(report: &mut Report, session: &Session, config: &SharingConfig) {
-    match observe(session, config) {
-        Ok(after) => {
-            let left = plan::plan(config, &after).steps;
-            if report.ok && !left.is_empty() {
-                report.ok = false;
-                report.error = Some(format!(
-                    "after the apply the node still differs: {}",
-                    left.iter()
-                        .map(|s| format!("gpu {} {}", s.gpu, s.change.describe()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-            if !report.ok && report.consistent {
-                let same = |a: &ObservedGpu, b: &ObservedGpu| {
-                    a.compute_mode == b.compute_mode && a.timeslice == b.timeslice
-                };
-                let restored = after.len() == report.observed.len()
-                    && after.iter().zip(&report.observed).all(|(a, b)| same(a, b));
-                if !restored {
-                    report.consistent = false;
-                    report.error.get_or_insert_with(|| {
-                        "after undoing, the node differs from what was found".into()
-                    });
-                }
-            }
-            report.after = after;
-        }
+/// The value a setting must have after the run for `step` to be what its outcome says:
+/// applied → the new value; undone, failed or not run → the old one. `None` when the outcome
+/// itself says the node differs (an undo that failed).
+fn expected(step: &StepResult) -> Option<(Change, bool)> {
+    let to = match step.outcome {
+        Outcome::Applied => true,
+        Outcome::RolledBack | Outcome::Failed | Outcome::NotRun => false,
+        Outcome::RollbackFailed | Outcome::Planned => return None,
+    };
+    Some((step.step.change, to))
+}
+
+/// Observes the node again after changes and checks every step against what its outcome
+/// claims; a step whose GPU does not hold the claimed value makes the report inconsistent and
+/// is named in the error. A run that cannot observe says so and claims nothing more.
+fn verify(report: &mut Report, node: &mut dyn Node) {
+    let after = match node.observe() {
+        Ok(a) => a,
         Err(e) => {
             report
                 .error
                 .get_or_insert(format!("cannot observe the node after the apply: {e}"));
+            return;
+        }
+    };
+    let mut differ = Vec::new();
+    for r in &report.steps {
+        let Some((change, applied)) = expected(r) else {
+            continue;
+        };
+        let Some(g) = after.iter().find(|g| g.uuid == r.step.uuid) else {
+            differ.push(format!("gpu {} is gone", r.step.gpu));
+            continue;
+        };
+        let holds = match change {
+            Change::ComputeMode { from, to } => {
+                g.compute_mode.as_ref().ok() == Some(if applied { &to } else { &from })
+            }
+            Change::Timeslice { from, to } => {
+                g.timeslice.as_ref().ok() == Some(if applied { &to } else { &from })
+            }
+        };
+        if !holds {
+            differ.push(format!(
+                "gpu {} {} was {} but reads otherwise",
+                r.step.gpu,
+                r.step.change.setting(),
+                if applied {
+                    "applied"
+                } else {
+                    "left or put back"
+                }
+            ));
         }
     }
+    if !differ.is_empty() {
+        report.ok = false;
+        report.consistent = false;
+        report.error = Some(format!(
+            "after the apply the node differs from the steps: {}",
+            differ.join(", ")
+        ));
+    }
+    report.after = after;
 }
 
 /// Applies `plan` (made from `observed`) on `node`, with audit records around every change.
@@ -418,10 +486,17 @@ pub fn apply_plan(
         report.ok = false;
     }
     report.steps = steps;
+    verify(&mut report, node);
+    let count = |o: Outcome| report.steps.iter().filter(|s| s.outcome == o).count();
     let _ = record(
         "apply.end",
-        json!({"trigger": trigger, "ok": report.ok, "consistent": consistent,
-               "applied": report.steps.iter().filter(|s| s.outcome == Outcome::Applied).count()}),
+        json!({"trigger": trigger, "ok": report.ok, "consistent": report.consistent,
+               "applied": count(Outcome::Applied),
+               "rolled_back": count(Outcome::RolledBack),
+               "rollback_failed": count(Outcome::RollbackFailed),
+               "not_read": report.skipped.iter().filter(|s| s.error).count(),
+               "error": &report.error,
+               "result": report.verdict()}),
     );
     report
 }

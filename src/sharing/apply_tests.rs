@@ -11,6 +11,8 @@ struct Fake {
     calls: Vec<(u32, Change)>,
     fail_at: Option<usize>,
     stuck: bool,
+    /// What `observe` answers after the run (`None`: the read fails).
+    after: Option<Vec<ObservedGpu>>,
 }
 
 impl Node for Fake {
@@ -21,6 +23,12 @@ impl Node for Fake {
             Some(k) if n == k || (self.stuck && n > k) => Err(format!("call {n} failed")),
             _ => Ok(()),
         }
+    }
+
+    fn observe(&mut self) -> Result<Vec<ObservedGpu>, String> {
+        self.after
+            .clone()
+            .ok_or_else(|| "fake: no reading".to_string())
     }
 }
 
@@ -51,6 +59,7 @@ fn all_steps_applied_when_nothing_fails() {
         calls: vec![],
         fail_at: None,
         stuck: false,
+        after: None,
     };
     let mut audited = 0;
     let (r, consistent) = execute(&steps(), &mut node, |_| {
@@ -68,6 +77,7 @@ fn a_failure_in_the_middle_undoes_what_was_done_newest_first() {
         calls: vec![],
         fail_at: Some(2),
         stuck: false,
+        after: None,
     };
     let (r, consistent) = execute(&steps(), &mut node, |_| true);
     assert!(consistent);
@@ -99,6 +109,7 @@ fn an_undo_that_fails_is_reported_as_inconsistent() {
         calls: vec![],
         fail_at: Some(1),
         stuck: true,
+        after: None,
     };
     let (r, consistent) = execute(&steps(), &mut node, |_| true);
     assert!(!consistent);
@@ -115,6 +126,7 @@ fn a_dry_run_changes_nothing() {
         calls: vec![],
         fail_at: None,
         stuck: false,
+        after: None,
     };
     let plan = Plan {
         steps: steps(),
@@ -129,12 +141,96 @@ fn a_dry_run_changes_nothing() {
         .contains("dry run: 4 change(s) planned"));
 }
 
+fn observed(index: u32, mode: ComputeMode, timeslice: Result<Timeslice, String>) -> ObservedGpu {
+    ObservedGpu {
+        index,
+        uuid: format!("GPU-{index}"),
+        mig_enabled: false,
+        compute_mode: Ok(mode),
+        timeslice,
+    }
+}
+
+/// Issue 26 bug 1: a time-slice that cannot be read (nvidia-smi missing) is left alone, the
+/// compute modes are applied and kept, and the report says so: no undo it never did.
+#[test]
+fn an_unreadable_setting_is_reported_and_what_was_applied_is_said_exactly() {
+    let unread = || Err("'nvidia-smi compute-policy -l' could not start".to_string());
+    let mut node = Fake {
+        calls: vec![],
+        fail_at: None,
+        stuck: false,
+        after: Some(vec![observed(0, ComputeMode::ExclusiveProcess, unread())]),
+    };
+    let plan = Plan {
+        steps: vec![steps().remove(0)],
+        skipped: vec![Skipped {
+            gpu: Some(0),
+            uuid: "GPU-0".into(),
+            setting: "timeslice",
+            reason: "cannot read its time-slice; left as it is".into(),
+            error: true,
+        }],
+        unchanged: 0,
+    };
+    let before = vec![observed(0, ComputeMode::Default, unread())];
+    let report = apply_plan(plan, before, &mut node, None, false, "cli");
+    assert_eq!(node.calls.len(), 1, "no undo: {:?}", node.calls);
+    assert!(!report.ok, "the node does not match the configuration");
+    assert!(report.consistent, "{:?}", report.error);
+    assert_eq!(report.steps[0].outcome, Outcome::Applied);
+    let text = report.render_text();
+    assert!(!text.contains("undo"), "{text}");
+    assert!(
+        text.ends_with("applied 1 change(s); 1 setting(s) could not be read and are left as they are: the node does not fully match the configuration\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_step_the_node_does_not_hold_afterwards_makes_the_report_inconsistent() {
+    let mut node = Fake {
+        calls: vec![],
+        fail_at: None,
+        stuck: false,
+        after: Some(vec![observed(
+            0,
+            ComputeMode::Default,
+            Ok(Timeslice::Default),
+        )]),
+    };
+    let plan = Plan {
+        steps: vec![steps().remove(0)],
+        skipped: vec![],
+        unchanged: 0,
+    };
+    let before = vec![observed(0, ComputeMode::Default, Ok(Timeslice::Default))];
+    let report = apply_plan(plan, before, &mut node, None, false, "api");
+    assert!(!report.ok && !report.consistent);
+    assert!(report
+        .error
+        .as_deref()
+        .is_some_and(|e| e.contains("gpu 0 compute_mode was applied but reads otherwise")));
+}
+
+#[test]
+fn a_read_only_run_that_cannot_read_never_says_it_left_the_node() {
+    let report = Report::failed("cli", true, "cannot load NVML".into());
+    let text = report.render_text();
+    assert!(!text.contains("FAILED; the node was left"), "{text}");
+    assert!(
+        text.contains("dry run: the node could not be observed"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_change_that_cannot_be_recorded_stops_the_apply_and_is_undone() {
     let mut node = Fake {
         calls: vec![],
         fail_at: None,
         stuck: false,
+        after: None,
     };
     // The disk fills after the second step's record.
     let mut written = 0;
