@@ -199,6 +199,7 @@ impl Inventory {
         let mut last_health: BTreeMap<String, bool> = BTreeMap::new();
         let mut last_problem: Option<String> = None;
         let mut checked_cdi: Option<BTreeSet<String>> = None;
+        let mut first = true;
         let mut stop = self.shared.stop.clone();
         loop {
             let p = published.borrow_and_update().clone();
@@ -237,8 +238,10 @@ impl Inventory {
                 }
                 for (name, tx) in &self.senders {
                     let list = inv.devices.get(name).cloned().unwrap_or_default();
+                    // The first list is sent even when empty (`single` on a mixed node): it
+                    // is what lets the resource register.
                     tx.send_if_modified(|cur| {
-                        if cur.as_slice() == list.as_slice() {
+                        if cur.as_slice() == list.as_slice() && !first {
                             false
                         } else {
                             *cur = Arc::new(list);
@@ -246,6 +249,7 @@ impl Inventory {
                         }
                     });
                 }
+                first = false;
                 let cdi = self.check_cdi(&inv, &mut checked_cdi);
                 self.shared.status.update(|s| {
                     if s.replicas != inv.replicas {
