@@ -654,3 +654,108 @@ fn single_advertises_nothing_until_the_node_is_uniform() {
     });
     assert!(agent.get("/api/v1/sharing").json()["device_plugin_mig_problem"].is_null());
 }
+
+/// GetDevicePluginOptions over a hand-written HTTP/2 connection whose `:authority` is
+/// `authority` (which no HTTP/2 client library here would send): `Ok` when the answer's message
+/// came back, `Err` with what came instead.
+fn options_with_authority(socket: &Path, authority: &str) -> Result<(), String> {
+    use std::io::{Read, Write};
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+    // Literals without indexing, new names, no Huffman; lengths under 127.
+    let mut block = Vec::new();
+    for (n, v) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", OPTIONS_PATH),
+        (":authority", authority),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ] {
+        block.extend_from_slice(&[0, n.len() as u8]);
+        block.extend_from_slice(n.as_bytes());
+        block.push(v.len() as u8);
+        block.extend_from_slice(v.as_bytes());
+    }
+    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    out.extend(frame(0x1, 0x4, 1, &block));
+    out.extend(frame(0x0, 0x1, 1, &[0, 0, 0, 0, 0]));
+    s.write_all(&out).map_err(|e| e.to_string())?;
+    loop {
+        let mut h = [0u8; 9];
+        s.read_exact(&mut h).map_err(|e| format!("read: {e}"))?;
+        let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload)
+            .map_err(|e| format!("read: {e}"))?;
+        let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]);
+        match (h[3], stream) {
+            (0x4, 0) if h[4] & 1 == 0 => s
+                .write_all(&frame(0x4, 1, 0, &[]))
+                .map_err(|e| e.to_string())?,
+            // DevicePluginOptions{get_preferred_allocation_available: true}, gRPC-framed.
+            (0x0, 1) => {
+                return if payload == [0, 0, 0, 0, 2, 0x10, 1] {
+                    Ok(())
+                } else {
+                    Err(format!("unexpected message {payload:?}"))
+                }
+            }
+            (0x3, 1) => return Err(format!("RST_STREAM {payload:?}")),
+            (0x7, _) => return Err(format!("GOAWAY {payload:?}")),
+            _ => {}
+        }
+    }
+}
+
+/// The plugin sockets answer whatever `:authority` the client sends: `localhost` (today's
+/// kubelet), a socket path (older kubelets, grpc-java), its %-encoding (grpc-go and grpc-core
+/// releases that encode it), `unix://…`, or nothing; h2 alone refuses all but the first.
+#[test]
+fn plugin_sockets_accept_any_authority() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dp: PathBuf = dir.path().join("device-plugins");
+    std::fs::create_dir(&dp).expect("mkdir");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kubelet = Kubelet::start(&rt, &dp.join("kubelet.sock"));
+    let config = format!(
+        "[sharing.device_plugin]\nenabled = true\ndirectory = \"{}\"\n",
+        dp.display()
+    );
+    let _agent = Agent::with_scenario(&scenario(false))
+        .config(&config)
+        .start();
+    wait_for("registration", Duration::from_secs(20), || {
+        kubelet.registered().first().cloned()
+    });
+    let socket = dp.join("gpu-steward-gpu.sock");
+    let path = socket.display().to_string();
+    for authority in [
+        "localhost".to_string(),
+        path.clone(),
+        path.replace('/', "%2F"),
+        format!("unix://{path}"),
+        String::new(),
+    ] {
+        options_with_authority(&socket, &authority)
+            .unwrap_or_else(|e| panic!("authority '{authority}': {e}"));
+    }
+    // A client of the usual kind (Huffman, dynamic table) still works through the rewrite.
+    rt.block_on(async {
+        let mut stream = list_and_watch(&socket).await;
+        watch_until(&mut stream, "two GPUs", |d| d.len() == 2).await;
+    });
+}

@@ -16,6 +16,7 @@
 //! and registers again when either changed. A stat a second instead of inotify: no extra
 //! dependency, and a kubelet restart takes seconds anyway.
 
+pub mod authority;
 pub mod cdi;
 pub mod devices;
 pub mod proto;
@@ -31,6 +32,7 @@ use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tonic::codegen::tokio_stream::wrappers::UnixListenerStream;
+use tonic::codegen::tokio_stream::StreamExt;
 
 use self::devices::{AllocateOptions, GpuState, MigDevice};
 use self::proto::Device;
@@ -460,9 +462,12 @@ impl Registrar {
         tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .add_service(PluginService(state))
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
-                    let _ = shutdown.wait_for(|s| *s).await;
-                })
+                .serve_with_incoming_shutdown(
+                    UnixListenerStream::new(listener).map(|c| c.map(authority::Relaxed::new)),
+                    async move {
+                        let _ = shutdown.wait_for(|s| *s).await;
+                    },
+                )
                 .await;
             if let Err(e) = result {
                 tracing::error!(resource = %resource, "device plugin: server stopped: {e}");
