@@ -44,7 +44,7 @@ diff -u components/monitoring/prometheusrule.yaml "$TMP/prometheusrule.yaml" \
   || { echo "out of date: run packaging/kubernetes/gen-prometheusrule.sh"; exit 1; }
 
 for dir in base overlays/with-monitoring overlays/full overlays/non-root overlays/device-plugin \
-  overlays/device-plugin-cdi; do
+  overlays/device-plugin-cdi overlays/node-problem-detector; do
   out="$TMP/$(echo "$dir" | tr / _).yaml"
   say "kubectl kustomize $dir"
   "$VENV/bin/kubectl" kustomize "$dir" >"$out"
