@@ -759,3 +759,53 @@ fn plugin_sockets_accept_any_authority() {
         watch_until(&mut stream, "two GPUs", |d| d.len() == 2).await;
     });
 }
+
+/// An XID publishes at once, not at the next poll: at a 60 s poll interval a failing XID reaches
+/// ListAndWatch and `/health/gpus` long before the next tick (the bound is loose on purpose;
+/// `benches/event_latency.py` measures the distribution).
+#[test]
+fn an_xid_reaches_list_and_watch_and_health_before_the_next_poll() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dp: PathBuf = dir.path().join("device-plugins");
+    std::fs::create_dir(&dp).expect("mkdir");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kubelet = Kubelet::start(&rt, &dp.join("kubelet.sock"));
+    let config = format!(
+        "[health]\nxid_window = \"1h\"\n[sharing.device_plugin]\nenabled = true\ndirectory = \"{}\"\n",
+        dp.display()
+    );
+    let agent = Agent::with_scenario(&scenario(false))
+        .interval("60s")
+        .config(&config)
+        .start();
+    wait_for("registration", Duration::from_secs(20), || {
+        kubelet.registered().first().cloned()
+    });
+    rt.block_on(async {
+        let mut stream = list_and_watch(&dp.join("gpu-steward-gpu.sock")).await;
+        watch_until(&mut stream, "two healthy GPUs", |d| {
+            d.len() == 2 && d.iter().all(|(_, h)| h == "Healthy")
+        })
+        .await;
+        let started = Instant::now();
+        agent.rewrite_scenario(&common::with_event(
+            &scenario(false),
+            1,
+            "[[gpu.event]]\nid = 1\nxid = 48\n",
+        ));
+        watch_until(&mut stream, "GPU 1 unhealthy", |d| {
+            d.contains(&(GPU1.to_string(), "Unhealthy".to_string()))
+        })
+        .await;
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "waited for the next poll: {:?}",
+            started.elapsed()
+        );
+    });
+    assert_eq!(agent.get("/health/gpus").status, 503);
+}
