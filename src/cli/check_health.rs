@@ -137,6 +137,15 @@ fn parse_url(url: &str) -> Result<Target, String> {
     if authority.is_empty() {
         return Err(format!("URL '{url}' names no host; give http://HOST:PORT"));
     }
+    if authority
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '@')
+    {
+        return Err(format!(
+            "URL '{}' has an unusable host; give http://HOST:PORT",
+            url.escape_debug()
+        ));
+    }
     Ok(Target::Http {
         authority: authority.to_string(),
     })
@@ -436,6 +445,13 @@ mod tests {
         assert_eq!(parse_response(chunked), Ok((200, b"{\"}".to_vec())));
         assert!(parse_response(b"SSH-2.0-OpenSSH\r\n").is_err());
         assert!(parse_url("https://x").is_err() && parse_url("http://").is_err());
+        assert!(parse_url("http://a\r\nX-Evil: 1").is_err());
+        assert_eq!(
+            parse_url("http://127.0.0.1:9400/ignored"),
+            Ok(Target::Http {
+                authority: "127.0.0.1:9400".into()
+            })
+        );
         assert!(!valid_gpu("0 HTTP/1.1\r\n") && valid_gpu("GPU-1234-ab") && valid_gpu("3"));
     }
 }
