@@ -12,6 +12,17 @@ use gpu_steward::{app, logging};
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::CheckConfig { file } => ExitCode::from(cli::check_config::run(&file)),
+        Command::CheckHealth {
+            url,
+            socket,
+            gpu,
+            timeout,
+        } => ExitCode::from(cli::check_health::run(
+            url.as_deref(),
+            socket,
+            gpu.as_deref(),
+            timeout,
+        )),
         Command::Run(args) => run(args),
         Command::Mig(args) => ExitCode::from(cli::mig::run(&args)),
         Command::Status(args) => ExitCode::from(cli::status::run(&args)),

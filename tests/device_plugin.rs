@@ -433,3 +433,379 @@ fn mig_devices_are_advertised_under_their_profile() {
         );
     });
 }
+
+const TOKEN: &str = "device-plugin-test-token-0123456789";
+
+const LAYOUTS: &str = r#"
+[[mig.layouts.balanced]]
+devices = "all"
+mig-enabled = true
+mig-devices = { "1g.10gb" = 2, "2g.20gb" = 1, "3g.40gb" = 1 }
+
+[[mig.layouts.seven]]
+devices = "all"
+mig-enabled = true
+mig-devices = { "1g.10gb" = 7 }
+"#;
+
+/// `[api]` with a token and `[audit]` in `dir`, for `POST /api/v1/mig/apply`.
+fn api_config(dir: &Path) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let token = dir.join("token");
+    std::fs::write(&token, TOKEN).expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    format!(
+        "[api]\nenabled = true\ntoken_file = \"{}\"\n[audit]\nfile = \"{}\"\n",
+        token.display(),
+        dir.join("audit.jsonl").display()
+    )
+}
+
+fn apply_layout(agent: &Agent, layout: &str) {
+    let body = format!("{{\"layout\": \"{layout}\"}}");
+    let r = agent.request(&format!(
+        "POST /api/v1/mig/apply HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    assert_eq!(r.status, 200, "apply {layout}: {}", r.text());
+}
+
+fn registered_names(kubelet: &Kubelet) -> Vec<String> {
+    let mut n: Vec<String> = kubelet
+        .registered()
+        .into_iter()
+        .map(|r| r.resource_name)
+        .collect();
+    n.sort();
+    n.dedup();
+    n
+}
+
+/// `mig_strategy = "mixed"`: every MIG device of the layout at start is advertised under its
+/// profile; Allocate names it `<gpu>:<mig index>` in `NVIDIA_VISIBLE_DEVICES` and as a CDI
+/// device; the CDI spec that lacks the MIG devices is reported; and after a `mig apply` through
+/// the API the resources follow without a restart (the emptied ones stay registered, empty).
+#[test]
+fn mixed_follows_a_mig_apply_and_allocates_through_cdi_with_the_spec_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dp: PathBuf = dir.path().join("device-plugins");
+    let cdi = dir.path().join("cdi");
+    std::fs::create_dir(&dp).expect("mkdir");
+    std::fs::create_dir(&cdi).expect("mkdir");
+    // What `nvidia-ctk cdi generate` wrote before MIG was on: the whole GPU only.
+    std::fs::write(
+        cdi.join("nvidia.yaml"),
+        "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  containerEdits: {}\n\
+         - name: all\n  containerEdits: {}\ncontainerEdits: {}\n",
+    )
+    .expect("spec");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kubelet = Kubelet::start(&rt, &dp.join("kubelet.sock"));
+    let config = format!(
+        "[mig]\nlayout = \"balanced\"\n{LAYOUTS}\n{}\
+         [sharing.device_plugin]\nenabled = true\ndirectory = \"{}\"\nmig_strategy = \"mixed\"\n\
+         device_list_strategy = [\"envvar\", \"cdi-cri\"]\ndevice_id_strategy = \"index\"\n\
+         cdi_spec_dirs = [\"{}\"]\n",
+        api_config(dir.path()),
+        dp.display(),
+        cdi.display()
+    );
+    let agent = Agent::with_scenario("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\n")
+        .config(&config)
+        .start();
+    let want = [
+        "nvidia.com/gpu",
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/mig-2g.20gb",
+        "nvidia.com/mig-3g.40gb",
+    ];
+    wait_for("four resources registered", Duration::from_secs(20), || {
+        (registered_names(&kubelet) == want).then_some(())
+    });
+    let socket = |r: &str| dp.join(gpu_steward::sharing::plugin::socket_name(r));
+    let sharing = wait_for("the CDI report", Duration::from_secs(20), || {
+        let s = agent.get("/api/v1/sharing").json();
+        (s["cdi"]["missing_devices"].as_array().map(Vec::len) == Some(4)).then_some(s)
+    });
+    let missing = sharing["cdi"]["missing_devices"].to_string();
+    assert!(missing.contains("\"nvidia.com/gpu=0:"), "{missing}");
+    assert!(agent.log().contains("lacks 4 advertised device(s)"));
+    rt.block_on(async {
+        let mut small = list_and_watch(&socket("nvidia.com/mig-1g.10gb")).await;
+        let two = watch_until(&mut small, "two 1g.10gb devices", |d| d.len() == 2).await;
+        assert!(
+            two.iter()
+                .all(|(id, h)| id.starts_with("MIG-") && h == "Healthy"),
+            "{two:?}"
+        );
+        let whole = list_and_watch(&socket("nvidia.com/gpu"))
+            .await
+            .next()
+            .await
+            .expect("a list")
+            .expect("message");
+        assert!(
+            whole.devices.is_empty(),
+            "a MIG GPU is never whole: {whole:?}"
+        );
+
+        let channel = grpc::connect(
+            &socket("nvidia.com/mig-1g.10gb"),
+            Some(Duration::from_secs(5)),
+        )
+        .await
+        .expect("connect");
+        let r: AllocateResponse = grpc::unary(
+            channel,
+            ALLOCATE_PATH,
+            AllocateRequest {
+                container_requests: vec![ContainerAllocateRequest {
+                    devices_ids: vec![two[0].0.clone()],
+                }],
+            },
+        )
+        .await
+        .expect("allocate");
+        let c = &r.container_responses[0];
+        let name = &c.envs["NVIDIA_VISIBLE_DEVICES"];
+        assert!(
+            name.starts_with("0:") && name[2..].parse::<u32>().is_ok(),
+            "{name}"
+        );
+        assert_eq!(c.cdi_devices.len(), 1);
+        assert_eq!(c.cdi_devices[0].name, format!("nvidia.com/gpu={name}"));
+        assert!(missing.contains(&c.cdi_devices[0].name), "{missing}");
+
+        // Another layout, through the API: the resources follow without a restart.
+        let mut large = list_and_watch(&socket("nvidia.com/mig-3g.40gb")).await;
+        watch_until(&mut large, "one 3g.40gb device", |d| d.len() == 1).await;
+        apply_layout(&agent, "seven");
+        let seven = watch_until(&mut small, "seven 1g.10gb devices", |d| d.len() == 7).await;
+        assert!(seven.iter().all(|(id, _)| id.starts_with("MIG-")));
+        watch_until(&mut large, "3g.40gb emptied", |d| d.is_empty()).await;
+    });
+    // The emptied resources stay registered (each registered once: no restart).
+    assert_eq!(registered_names(&kubelet), want);
+    assert_eq!(kubelet.registered().len(), 4, "{:?}", kubelet.registered());
+    wait_for(
+        "the CDI report after the apply",
+        Duration::from_secs(20),
+        || {
+            let s = agent.get("/api/v1/sharing").json();
+            (s["cdi"]["missing_devices"].as_array().map(Vec::len) == Some(7)).then_some(())
+        },
+    );
+}
+
+/// `mig_strategy = "single"` on a node whose GPUs have different profiles advertises nothing
+/// and says why (NVIDIA's plugin refuses to start instead); once a `mig apply` makes the node
+/// uniform, every MIG device is advertised as `nvidia.com/gpu`, without a restart.
+#[test]
+fn single_advertises_nothing_until_the_node_is_uniform() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dp: PathBuf = dir.path().join("device-plugins");
+    std::fs::create_dir(&dp).expect("mkdir");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kubelet = Kubelet::start(&rt, &dp.join("kubelet.sock"));
+    let config = format!(
+        "[mig]\n{LAYOUTS}\n{}[sharing.device_plugin]\nenabled = true\ndirectory = \"{}\"\n\
+         mig_strategy = \"single\"\n",
+        api_config(dir.path()),
+        dp.display()
+    );
+    let scenario = format!(
+        "version = 1\n\
+         [[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"{GPU0}\"\nmig_mode = true\nmig_devices = [\"1g.10gb\"]\n\
+         [[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"{GPU1}\"\nmig_mode = true\nmig_devices = [\"3g.40gb\"]\n"
+    );
+    let agent = Agent::with_scenario(&scenario).config(&config).start();
+    wait_for("registration", Duration::from_secs(20), || {
+        kubelet.registered().first().cloned()
+    });
+    assert_eq!(registered_names(&kubelet), ["nvidia.com/gpu"]);
+    let problem = agent.get("/api/v1/sharing").json()["device_plugin_mig_problem"].clone();
+    let problem = problem.as_str().expect("a reason").to_string();
+    assert!(problem.contains("1g.10gb, 3g.40gb"), "{problem}");
+    assert!(agent
+        .log()
+        .contains("needs one MIG profile on the whole node"));
+    rt.block_on(async {
+        let mut stream = list_and_watch(&dp.join("gpu-steward-gpu.sock")).await;
+        watch_until(&mut stream, "an empty list", |d| d.is_empty()).await;
+        apply_layout(&agent, "seven");
+        let all = watch_until(&mut stream, "14 MIG devices as nvidia.com/gpu", |d| {
+            d.len() == 14
+        })
+        .await;
+        assert!(
+            all.iter()
+                .all(|(id, h)| id.starts_with("MIG-") && h == "Healthy"),
+            "{all:?}"
+        );
+    });
+    assert!(agent.get("/api/v1/sharing").json()["device_plugin_mig_problem"].is_null());
+}
+
+/// GetDevicePluginOptions over a hand-written HTTP/2 connection whose `:authority` is
+/// `authority` (which no HTTP/2 client library here would send): `Ok` when the answer's message
+/// came back, `Err` with what came instead.
+fn options_with_authority(socket: &Path, authority: &str) -> Result<(), String> {
+    use std::io::{Read, Write};
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+    // Literals without indexing, new names, no Huffman; lengths under 127.
+    let mut block = Vec::new();
+    for (n, v) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", OPTIONS_PATH),
+        (":authority", authority),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ] {
+        block.extend_from_slice(&[0, n.len() as u8]);
+        block.extend_from_slice(n.as_bytes());
+        block.push(v.len() as u8);
+        block.extend_from_slice(v.as_bytes());
+    }
+    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    out.extend(frame(0x1, 0x4, 1, &block));
+    out.extend(frame(0x0, 0x1, 1, &[0, 0, 0, 0, 0]));
+    s.write_all(&out).map_err(|e| e.to_string())?;
+    loop {
+        let mut h = [0u8; 9];
+        s.read_exact(&mut h).map_err(|e| format!("read: {e}"))?;
+        let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload)
+            .map_err(|e| format!("read: {e}"))?;
+        let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]);
+        match (h[3], stream) {
+            (0x4, 0) if h[4] & 1 == 0 => s
+                .write_all(&frame(0x4, 1, 0, &[]))
+                .map_err(|e| e.to_string())?,
+            // DevicePluginOptions{get_preferred_allocation_available: true}, gRPC-framed.
+            (0x0, 1) => {
+                return if payload == [0, 0, 0, 0, 2, 0x10, 1] {
+                    Ok(())
+                } else {
+                    Err(format!("unexpected message {payload:?}"))
+                }
+            }
+            (0x3, 1) => return Err(format!("RST_STREAM {payload:?}")),
+            (0x7, _) => return Err(format!("GOAWAY {payload:?}")),
+            _ => {}
+        }
+    }
+}
+
+/// The plugin sockets answer whatever `:authority` the client sends: `localhost` (today's
+/// kubelet), a socket path (older kubelets, grpc-java), its %-encoding (grpc-go and grpc-core
+/// releases that encode it), `unix://…`, or nothing; h2 alone refuses all but the first.
+#[test]
+fn plugin_sockets_accept_any_authority() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dp: PathBuf = dir.path().join("device-plugins");
+    std::fs::create_dir(&dp).expect("mkdir");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kubelet = Kubelet::start(&rt, &dp.join("kubelet.sock"));
+    let config = format!(
+        "[sharing.device_plugin]\nenabled = true\ndirectory = \"{}\"\n",
+        dp.display()
+    );
+    let _agent = Agent::with_scenario(&scenario(false))
+        .config(&config)
+        .start();
+    wait_for("registration", Duration::from_secs(20), || {
+        kubelet.registered().first().cloned()
+    });
+    let socket = dp.join("gpu-steward-gpu.sock");
+    let path = socket.display().to_string();
+    for authority in [
+        "localhost".to_string(),
+        path.clone(),
+        path.replace('/', "%2F"),
+        format!("unix://{path}"),
+        String::new(),
+    ] {
+        options_with_authority(&socket, &authority)
+            .unwrap_or_else(|e| panic!("authority '{authority}': {e}"));
+    }
+    // A client of the usual kind (Huffman, dynamic table) still works through the rewrite.
+    rt.block_on(async {
+        let mut stream = list_and_watch(&socket).await;
+        watch_until(&mut stream, "two GPUs", |d| d.len() == 2).await;
+    });
+}
+
+/// An XID publishes at once, not at the next poll: at a 60 s poll interval a failing XID reaches
+/// ListAndWatch and `/health/gpus` long before the next tick (the bound is loose on purpose;
+/// `benches/event_latency.py` measures the distribution).
+#[test]
+fn an_xid_reaches_list_and_watch_and_health_before_the_next_poll() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dp: PathBuf = dir.path().join("device-plugins");
+    std::fs::create_dir(&dp).expect("mkdir");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kubelet = Kubelet::start(&rt, &dp.join("kubelet.sock"));
+    let config = format!(
+        "[health]\nxid_window = \"1h\"\n[sharing.device_plugin]\nenabled = true\ndirectory = \"{}\"\n",
+        dp.display()
+    );
+    let agent = Agent::with_scenario(&scenario(false))
+        .interval("60s")
+        .config(&config)
+        .start();
+    wait_for("registration", Duration::from_secs(20), || {
+        kubelet.registered().first().cloned()
+    });
+    rt.block_on(async {
+        let mut stream = list_and_watch(&dp.join("gpu-steward-gpu.sock")).await;
+        watch_until(&mut stream, "two healthy GPUs", |d| {
+            d.len() == 2 && d.iter().all(|(_, h)| h == "Healthy")
+        })
+        .await;
+        let started = Instant::now();
+        agent.rewrite_scenario(&common::with_event(
+            &scenario(false),
+            1,
+            "[[gpu.event]]\nid = 1\nxid = 48\n",
+        ));
+        watch_until(&mut stream, "GPU 1 unhealthy", |d| {
+            d.contains(&(GPU1.to_string(), "Unhealthy".to_string()))
+        })
+        .await;
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "waited for the next poll: {:?}",
+            started.elapsed()
+        );
+    });
+    assert_eq!(agent.get("/health/gpus").status, 503);
+}

@@ -250,3 +250,95 @@ fn a_catalog_override_changes_the_verdict() {
     let (_, one) = a.json("/health/gpus/0");
     assert_eq!(one["action"], "reset_gpu");
 }
+
+/// Runs `gpu-steward check-health ARGS`: (exit status, stdout, how long it took).
+fn check_health(args: &[&str]) -> (i32, String, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(common::bin())
+        .arg("check-health")
+        .args(args)
+        .output()
+        .expect("run check-health");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        started.elapsed(),
+    )
+}
+
+/// node-problem-detector's custom plugin contract: 0 while every GPU passes or warns, 1 with one
+/// short line naming the failing GPU, its condition and the action, 2 when the agent cannot be
+/// asked (nothing listening, a server that hangs, one that answers garbage); over HTTP and the
+/// API socket alike.
+#[test]
+fn check_health_follows_the_node_problem_detector_contract() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let socket = dir.path().join("api.sock");
+    let config = format!(
+        "[health]\nxid_window = \"1h\"\n[api]\nenabled = true\ntoken_file = \"{}\"\nsocket = \"{}\"\nsocket_mode = \"0600\"\n",
+        token.display(),
+        socket.display()
+    );
+    let two = format!("{HEALTHY}[[gpu]]\nmodel = \"H100-SXM5-80GB\"\n");
+    let agent = common::Agent::with_scenario(&two).config(&config).start();
+    let url = format!("http://127.0.0.1:{}", agent.port);
+    let (code, line, _) = check_health(&["--url", &url]);
+    assert_eq!((code, line.trim()), (0, "all 2 GPUs pass"));
+
+    agent.rewrite_scenario(&common::with_event(
+        &two,
+        1,
+        "[[gpu.event]]\nid = 1\nxid = 48\n",
+    ));
+    let (line, _) = common::wait_for("GPU 1 failing", std::time::Duration::from_secs(20), || {
+        let (code, line, _) = check_health(&["--url", &url]);
+        (code == 1).then_some((line, ()))
+    });
+    let line = line.trim_end_matches('\n');
+    assert!(!line.contains('\n') && line.len() < 256, "{line:?}");
+    assert!(
+        line.starts_with("GPU 1 (") && line.contains("fails, action reset_gpu: xid_48 ("),
+        "{line}"
+    );
+    let sock = socket.display().to_string();
+    let (code, line, _) = check_health(&["--socket", &sock]);
+    assert_eq!(code, 1, "{line}");
+    let (code, line, _) = check_health(&["--socket", &sock, "--gpu", "0"]);
+    assert_eq!(code, 0, "{line}");
+    assert!(line.contains("passes"), "{line}");
+    let (code, line, _) = check_health(&["--url", &url, "--gpu", "7"]);
+    assert_eq!(code, 2, "{line}");
+    assert!(line.contains("no GPU '7'"), "{line}");
+
+    // Nobody there; a server that never answers; one that answers garbage.
+    let (code, line, _) = check_health(&["--socket", "/nonexistent/api.sock"]);
+    assert_eq!(code, 2, "{line}");
+    assert!(
+        line.starts_with("cannot ask the agent at /nonexistent/api.sock"),
+        "{line}"
+    );
+    let hang = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let hang_url = format!("http://{}", hang.local_addr().expect("addr"));
+    let (code, line, took) = check_health(&["--url", &hang_url, "--timeout", "1s"]);
+    assert_eq!(code, 2, "{line}");
+    assert!(line.contains("no answer within 1s"), "{line}");
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    let garbage = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let garbage_url = format!("http://{}", garbage.local_addr().expect("addr"));
+    let server = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut s, _) = garbage.accept().expect("accept");
+        let mut buf = [0u8; 1024];
+        let _ = s.read(&mut buf);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello");
+    });
+    let (code, line, _) = check_health(&["--url", &garbage_url]);
+    server.join().expect("server");
+    assert_eq!(code, 2, "{line}");
+    assert!(line.contains("with no JSON"), "{line}");
+    drop(hang);
+}

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::{fake_grpc, wait_for, Agent};
 use gpu_steward::kubernetes::proto::{
-    ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
-    PodResources,
+    CdiDevice, ClaimResource, ContainerDevices, ContainerResources, DynamicResource,
+    ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
 };
 
 const GPU0: &str = "GPU-00000000-1111-2222-3333-444444444444";
@@ -33,6 +33,7 @@ fn pod(ns: &str, name: &str, container: &str, ids: &[&str]) -> PodResources {
                 resource_name: "nvidia.com/gpu".into(),
                 device_ids: ids.iter().map(|s| s.to_string()).collect(),
             }],
+            dynamic_resources: vec![],
         }],
     }
 }
@@ -235,4 +236,131 @@ fn a_container_on_a_mig_device_is_joined_to_its_instance() {
         m.find("gpu_steward_gpu_pod_info", &[]).is_empty(),
         "not the whole GPU"
     );
+}
+
+/// A pod whose container holds one DRA claim with the CDI devices `cdi`.
+fn dra_pod(name: &str, claim: &str, cdi: &[&str]) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: "dra".into(),
+        containers: vec![ContainerResources {
+            name: "main".into(),
+            devices: vec![],
+            dynamic_resources: vec![DynamicResource {
+                claim_name: claim.into(),
+                claim_namespace: "dra".into(),
+                claim_resources: vec![ClaimResource {
+                    cdi_devices: cdi
+                        .iter()
+                        .map(|n| CdiDevice {
+                            name: n.to_string(),
+                        })
+                        .collect(),
+                    driver_name: "gpu.nvidia.com".into(),
+                    pool_name: "node-1".into(),
+                    device_name: "gpu-1".into(),
+                }],
+            }],
+        }],
+    }
+}
+
+/// DRA allocations from the pod-resources API: a claim whose CDI device names a GPU UUID is
+/// attributed like a device-plugin allocation; one whose CDI device does not is said once in
+/// the log and attributed to nothing.
+#[test]
+fn a_dra_claim_naming_a_gpu_is_attributed_and_one_that_does_not_is_said_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = socket_in(&dir);
+    fake_kubelet(
+        &socket,
+        ListPodResourcesResponse {
+            pod_resources: vec![
+                dra_pod("dra-0", "gpu-claim", &[&format!("nvidia.com/gpu={GPU0}")]),
+                dra_pod(
+                    "dra-1",
+                    "opaque-claim",
+                    &["k8s.gpu.nvidia.com/device=claim-7f3a-gpu-1"],
+                ),
+            ],
+        },
+    );
+    let agent = Agent::with_scenario(&scenario())
+        .config(&config(&socket, ""))
+        .start();
+    let m = wait_for("DRA pod labels", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        (!m.find("DCGM_FI_DEV_GPU_UTIL", &[("pod", "dra-0")])
+            .is_empty())
+        .then_some(m)
+    });
+    let gpu0 = m.find("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "0")]);
+    assert_eq!(gpu0[0].labels["namespace"], "dra");
+    assert_eq!(gpu0[0].labels["container"], "main");
+    let gpu1 = m.find("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "1")]);
+    assert!(!gpu1[0].labels.contains_key("pod"), "{:?}", gpu1[0].labels);
+    // Several refreshes (every 1 s) later, the opaque claim is still said once.
+    let refreshed = agent
+        .metrics()
+        .get("gpu_steward_kubelet_last_refresh_timestamp_seconds", &[]);
+    wait_for("two more refreshes", Duration::from_secs(20), || {
+        (agent
+            .metrics()
+            .get("gpu_steward_kubelet_last_refresh_timestamp_seconds", &[])
+            >= refreshed + 2.0)
+            .then_some(())
+    });
+    let log = agent.log();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("claim dra/opaque-claim"))
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("k8s.gpu.nvidia.com/device=claim-7f3a-gpu-1")
+            && said[0].contains("name no GPU-/MIG- UUID"),
+        "{}",
+        said[0]
+    );
+    assert!(!log.contains("claim dra/gpu-claim"), "{log}");
+}
+
+/// A kubelet socket that accepts and never answers, and one that answers bytes that are not
+/// HTTP/2: the refresh fails and is counted, and the agent keeps polling and serving.
+#[test]
+fn a_kubelet_that_hangs_or_answers_garbage_blocks_nothing() {
+    use std::io::{Read, Write};
+    for garbage in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = socket_in(&dir);
+        let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for mut conn in listener.incoming().map_while(Result::ok) {
+                if garbage {
+                    let mut buf = [0u8; 256];
+                    let _ = conn.read(&mut buf);
+                    let _ = conn.write_all(b"\x00\x00\x04\xffgarbage that is not a frame\r\n");
+                }
+                held.push(conn);
+            }
+        });
+        let agent = Agent::with_scenario(&scenario())
+            .config(&config(&socket, ""))
+            .start();
+        let before = agent.metrics().get("gpu_steward_polls_total", &[]);
+        // Two failed refreshes (1 s timeout each for the hung one) while polls go on.
+        let m = wait_for(
+            "refresh errors and more polls",
+            Duration::from_secs(30),
+            || {
+                let m = agent.metrics();
+                (m.get("gpu_steward_kubelet_refresh_errors_total", &[]) >= 2.0
+                    && m.get("gpu_steward_polls_total", &[]) >= before + 5.0)
+                    .then_some(m)
+            },
+        );
+        assert_eq!(m.value("gpu_steward_kubelet_up", &[]), Some(0.0));
+        assert_eq!(agent.get("/readyz").status, 200, "garbage = {garbage}");
+    }
 }

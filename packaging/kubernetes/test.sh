@@ -43,7 +43,8 @@ say "the PrometheusRule is generated from alerts/gpu-steward.rules.yml"
 diff -u components/monitoring/prometheusrule.yaml "$TMP/prometheusrule.yaml" \
   || { echo "out of date: run packaging/kubernetes/gen-prometheusrule.sh"; exit 1; }
 
-for dir in base overlays/with-monitoring overlays/full overlays/non-root overlays/device-plugin; do
+for dir in base overlays/with-monitoring overlays/full overlays/non-root overlays/device-plugin \
+  overlays/device-plugin-cdi overlays/node-problem-detector; do
   out="$TMP/$(echo "$dir" | tr / _).yaml"
   say "kubectl kustomize $dir"
   "$VENV/bin/kubectl" kustomize "$dir" >"$out"

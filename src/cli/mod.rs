@@ -8,6 +8,7 @@
 
 pub mod agent_client;
 pub mod check_config;
+pub mod check_health;
 pub mod demo;
 pub mod mig;
 pub mod sharing;
@@ -47,6 +48,22 @@ pub enum Command {
     CheckConfig {
         /// The file to check.
         file: PathBuf,
+    },
+    /// Ask the running agent whether its GPUs are healthy, as a node-problem-detector custom
+    /// plugin: exit 0 every GPU passes or warns, 1 a GPU fails, 2 the agent cannot tell.
+    CheckHealth {
+        /// The agent's HTTP listener.
+        #[arg(long, env = "GPU_STEWARD_URL", conflicts_with = "socket")]
+        url: Option<String>,
+        /// The agent's API Unix socket (`[api] socket`), instead of --url.
+        #[arg(long, env = "GPU_STEWARD_SOCKET")]
+        socket: Option<PathBuf>,
+        /// One GPU (index or UUID) instead of all.
+        #[arg(long)]
+        gpu: Option<String>,
+        /// The longest the whole question may take.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
     },
     /// Show or apply the [sharing] settings: compute mode and time-slice per GPU.
     Sharing {

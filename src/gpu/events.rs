@@ -28,6 +28,9 @@ const UNKNOWN_XID: u64 = 999;
 /// How long one wait blocks before the thread looks at its requests and whether to stop.
 const WAIT_MS: u32 = 250;
 
+/// Called by the watcher after each XID it reports.
+pub type OnXid = Box<dyn Fn() + Send>;
+
 /// What the watcher tells the poller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum XidEvent {
@@ -69,13 +72,16 @@ pub struct XidWatcher {
 }
 
 impl XidWatcher {
-    pub(super) fn start(nvml: Arc<Nvml>, sink: Sender<XidEvent>) -> XidWatcher {
+    /// `on_xid` runs on the watcher's thread right after each XID is sent to `sink`, so that
+    /// whoever drains `sink` can be woken at once (the poller polls on an XID, not at its
+    /// next tick).
+    pub(super) fn start(nvml: Arc<Nvml>, sink: Sender<XidEvent>, on_xid: OnXid) -> XidWatcher {
         let (requests, rx) = mpsc::channel();
         let coverage = Arc::new(Mutex::new(Coverage::default()));
         let shared = coverage.clone();
         let thread = std::thread::Builder::new()
             .name("xid-watcher".into())
-            .spawn(move || run(&nvml, &sink, &rx, &shared));
+            .spawn(move || run(&nvml, &sink, &rx, &shared, &on_xid));
         let thread = match thread {
             Ok(t) => Some(t),
             Err(e) => {
@@ -154,6 +160,7 @@ fn run(
     sink: &Sender<XidEvent>,
     requests: &Receiver<Vec<u32>>,
     coverage: &Mutex<Coverage>,
+    on_xid: &OnXid,
 ) {
     let report = |function: &'static str, e: &NvmlError| {
         let _ = sink.send(XidEvent::Error {
@@ -222,6 +229,7 @@ fn run(
                 if sink.send(event).is_err() {
                     return;
                 }
+                on_xid();
             }
             Err(NvmlError::Timeout) => update(&mut |c| c.wait_failed = false),
             Err(e) => {

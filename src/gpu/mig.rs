@@ -93,6 +93,8 @@ pub(super) fn poll_layout(
 struct MigDevice {
     gi: u32,
     ci: u32,
+    /// The index `nvmlDeviceGetMigDeviceHandleByIndex` took.
+    index: u32,
     uuid: String,
     /// (used, free) bytes.
     memory: Option<(u64, u64)>,
@@ -171,6 +173,7 @@ impl MigControl {
                     .iter()
                     .find(|d| d.gi == gi.gpu_instance_id && d.ci == ci.compute_instance_id);
                 ci.uuid = found.map(|d| d.uuid.clone());
+                ci.mig_index = found.map(|d| d.index);
                 // Every MIG device of a GPU instance reports the instance's memory.
                 if let Some((used, free)) = found.and_then(|d| d.memory) {
                     gi.memory_used_bytes = Some(used);
@@ -325,6 +328,7 @@ impl MigControl {
                     start: ci.placement.start,
                     size: ci.placement.size,
                     uuid: None,
+                    mig_index: None,
                 });
             }
         }
@@ -361,6 +365,7 @@ impl MigControl {
             out.push(MigDevice {
                 gi: g,
                 ci: c,
+                index: i,
                 uuid: m.uuid().map_err(fail("nvmlDeviceGetUUID"))?,
                 memory,
             });

@@ -24,7 +24,7 @@ mod telemetry;
 pub use calls::CallLog;
 pub use control::{ComputeMode, ControlError, GpuControl};
 pub use error::InitError;
-pub use events::{Coverage, XidEvent, XidWatcher};
+pub use events::{Coverage, OnXid, XidEvent, XidWatcher};
 pub use identity::IdentityRead;
 pub use mig::{MigCallError, MigControl};
 pub use reader::{GpuReader, Handle, Library, Read, ReadOutcome, Tier, READS};
@@ -88,7 +88,7 @@ impl Session {
 
     /// Starts the session's XID watcher (one event set); register GPUs with
     /// [`XidWatcher::register`].
-    pub fn watch_xids(&self, sink: std::sync::mpsc::Sender<XidEvent>) -> XidWatcher {
-        XidWatcher::start(self.nvml.clone(), sink)
+    pub fn watch_xids(&self, sink: std::sync::mpsc::Sender<XidEvent>, on_xid: OnXid) -> XidWatcher {
+        XidWatcher::start(self.nvml.clone(), sink, on_xid)
     }
 }

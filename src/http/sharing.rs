@@ -41,6 +41,8 @@ pub(super) async fn show(State(state): State<AppState>) -> Response {
         "config": sharing.config(),
         "last_apply": sharing.last_report().as_deref(),
         "device_plugin": plugin,
+        "device_plugin_mig_problem": status.plugin_notes.mig_problem,
+        "cdi": status.plugin_notes.cdi,
         "over_limit": over,
     }))
     .into_response()

@@ -83,11 +83,65 @@ pub fn parse_device_id(id: &str) -> (&str, Option<&str>) {
     }
 }
 
-/// Builds the device → containers map from a `List` reply; only `nvidia.com/*` resources.
+/// The GPU a DRA claim's CDI device names, when its name is `<kind>=GPU-…` or `<kind>=MIG-…`
+/// (what `nvidia-ctk` writes with `--device-name-strategy=uuid`).
+pub fn cdi_gpu(cdi_name: &str) -> Option<&str> {
+    let (_, id) = cdi_name.split_once('=')?;
+    let (device, _) = parse_device_id(id);
+    ((device.starts_with("GPU-") || device.starts_with("MIG-")) && device.len() > 4)
+        .then_some(device)
+}
+
+/// The DRA claims of a `List` reply whose CDI devices name no GPU UUID, so their processes
+/// cannot be attributed to the pod: one line each, for the log.
+pub fn unattributed_claims(reply: &proto::ListPodResourcesResponse) -> Vec<String> {
+    let mut out = Vec::new();
+    for pod in &reply.pod_resources {
+        for c in &pod.containers {
+            for claim in &c.dynamic_resources {
+                for r in &claim.claim_resources {
+                    let names: Vec<&str> = r.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+                    if names.iter().any(|n| cdi_gpu(n).is_some()) {
+                        continue;
+                    }
+                    out.push(format!(
+                        "claim {}/{} of pod {}/{} (driver '{}', pool '{}', device '{}'): CDI devices [{}] name no GPU-/MIG- UUID",
+                        claim.claim_namespace,
+                        claim.claim_name,
+                        pod.namespace,
+                        pod.name,
+                        r.driver_name,
+                        r.pool_name,
+                        r.device_name,
+                        names.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Builds the device → containers map from a `List` reply: `nvidia.com/*` device-plugin
+/// resources, and DRA claims whose CDI devices name a GPU or MIG UUID.
 pub fn mapping(reply: &proto::ListPodResourcesResponse) -> PodMapping {
     let mut map: PodMapping = HashMap::new();
     for pod in &reply.pod_resources {
         for c in &pod.containers {
+            let claimed = c
+                .dynamic_resources
+                .iter()
+                .flat_map(|claim| claim.claim_resources.iter())
+                .flat_map(|r| r.cdi_devices.iter())
+                .filter_map(|d| cdi_gpu(&d.name));
+            for device in claimed {
+                map.entry(device.to_string()).or_default().push(PodRef {
+                    namespace: pod.namespace.clone(),
+                    pod: pod.name.clone(),
+                    container: c.name.clone(),
+                    replica: None,
+                });
+            }
             for d in c
                 .devices
                 .iter()
@@ -133,11 +187,20 @@ pub fn spawn(config: &KubernetesConfig, mut stop: watch::Receiver<bool>) -> Kube
     let refresh = config.refresh;
     tokio::spawn(async move {
         let mut failures = 0u32;
+        // Each unattributable claim is said once.
+        let mut said = std::collections::HashSet::new();
         loop {
             let timeout = refresh.min(Duration::from_secs(10));
             let wait = match proto::list(&socket, timeout).await {
                 Ok(reply) => {
                     let map = mapping(&reply);
+                    let lines: std::collections::HashSet<String> =
+                        unattributed_claims(&reply).into_iter().collect();
+                    for line in lines.difference(&said) {
+                        tracing::info!("kubelet pod-resources: DRA {line}; its processes are not attributed to the pod");
+                    }
+                    // Only claims still allocated are remembered.
+                    said = lines;
                     if failures > 0 || !tx.borrow().up {
                         tracing::info!(socket = %socket.display(), devices = map.len(), "kubelet pod-resources available");
                     }
@@ -185,6 +248,7 @@ mod tests {
                     resource_name: resource.into(),
                     device_ids: ids.iter().map(|s| s.to_string()).collect(),
                 }],
+                dynamic_resources: vec![],
             }],
         }
     }
@@ -225,6 +289,16 @@ mod tests {
         assert_eq!(m["GPU-c"][1].replica.as_deref(), Some("3"));
         assert_eq!(m["MIG-d"][0].container, "x");
         assert!(!m.contains_key("0"));
+    }
+
+    #[test]
+    fn a_cdi_name_names_a_gpu_only_by_its_uuid() {
+        assert_eq!(super::cdi_gpu("nvidia.com/gpu=GPU-abc"), Some("GPU-abc"));
+        assert_eq!(super::cdi_gpu("nvidia.com/gpu=MIG-abc"), Some("MIG-abc"));
+        assert_eq!(super::cdi_gpu("nvidia.com/gpu=0"), None);
+        assert_eq!(super::cdi_gpu("nvidia.com/gpu=all"), None);
+        assert_eq!(super::cdi_gpu("k8s.gpu.nvidia.com/device=x-gpu-0"), None);
+        assert_eq!(super::cdi_gpu("GPU-abc"), None, "not a CDI name");
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! messages of `List` written by hand, and a client for it over the kubelet's Unix socket.
 //!
 //! Hand-written on purpose: generating them needs `protoc` and a build script on every build
-//! machine for five small messages. Field numbers follow `api.proto`; fields not declared here
-//! (cpu_ids, memory, dynamic_resources, topology, fields of newer kubelets) are skipped by
-//! prost, as proto3 requires.
+//! machine for a few small messages. Field numbers follow `api.proto`; fields not declared here
+//! (cpu_ids, memory, topology, fields of newer kubelets) are skipped by prost, as proto3
+//! requires.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,6 +35,40 @@ pub struct ContainerResources {
     pub name: String,
     #[prost(message, repeated, tag = "2")]
     pub devices: Vec<ContainerDevices>,
+    /// DRA allocations (Kubernetes 1.27+; `ResourceClaim`s prepared by a DRA driver).
+    #[prost(message, repeated, tag = "5")]
+    pub dynamic_resources: Vec<DynamicResource>,
+}
+
+/// A resource claim allocated to the container.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DynamicResource {
+    #[prost(string, tag = "2")]
+    pub claim_name: String,
+    #[prost(string, tag = "3")]
+    pub claim_namespace: String,
+    #[prost(message, repeated, tag = "4")]
+    pub claim_resources: Vec<ClaimResource>,
+}
+
+/// One device of a claim: the CDI devices the driver prepared and where it came from.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ClaimResource {
+    #[prost(message, repeated, tag = "1")]
+    pub cdi_devices: Vec<CdiDevice>,
+    #[prost(string, tag = "2")]
+    pub driver_name: String,
+    #[prost(string, tag = "3")]
+    pub pool_name: String,
+    #[prost(string, tag = "4")]
+    pub device_name: String,
+}
+
+/// A fully qualified CDI device name, `vendor/class=name`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CdiDevice {
+    #[prost(string, tag = "1")]
+    pub name: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

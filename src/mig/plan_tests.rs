@@ -67,6 +67,7 @@ fn with(mut gpu: MigGpu, name: &str, start: u32) -> MigGpu {
             start: 0,
             size: p.slices,
             uuid: None,
+            mig_index: None,
         }],
     });
     gpu
@@ -139,6 +140,7 @@ fn simulate(mut gpu: MigGpu, plan: &GpuPlan) -> MigGpu {
                     start: 0,
                     size: *size,
                     uuid: None,
+                    mig_index: None,
                 });
             }
             Step::CreateInstance { profile, start, .. } => {

@@ -29,7 +29,7 @@ mod pool;
 mod schedule;
 mod worker;
 
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
@@ -82,7 +82,13 @@ pub enum Control {
     /// Boxed: the config is large and reloads are rare.
     Reconfigure(Box<PollerConfig>),
     Shutdown,
+    /// Poll now: the XID watcher saw an event, and health must not wait for the next tick.
+    Wake,
 }
+
+/// The least time between the starts of two polls when XIDs wake the poller: an XID storm
+/// costs at most one poll per this, and a single XID is published within it plus a poll.
+const MIN_WAKE_GAP: Duration = Duration::from_millis(50);
 
 /// Handle to the running poller thread.
 pub struct PollerHandle {
@@ -109,9 +115,10 @@ pub fn spawn(
     out: watch::Sender<Arc<Published>>,
 ) -> std::io::Result<PollerHandle> {
     let (control, rx) = mpsc::channel();
-    let thread = std::thread::Builder::new()
-        .name("poller".into())
-        .spawn(move || Poller::new(config, counters, journal, actors).run(&rx, &out))?;
+    let thread = std::thread::Builder::new().name("poller".into()).spawn({
+        let wake = control.clone();
+        move || Poller::new(config, counters, journal, actors, wake).run(&rx, &out)
+    })?;
     Ok(PollerHandle {
         control,
         thread: Some(thread),
@@ -136,9 +143,10 @@ impl Poller {
         counters: Arc<AgentCounters>,
         journal: Arc<Mutex<Journal>>,
         actors: FromActors,
+        wake: Sender<Control>,
     ) -> Self {
         Poller {
-            observer: Observer::new(),
+            observer: Observer::new(Some(wake)),
             enricher: Enricher::new(&config),
             evaluator: Evaluator::new(config.health.clone()),
             actors,
@@ -185,6 +193,24 @@ impl Poller {
             match control.recv_timeout(wait) {
                 Err(RecvTimeoutError::Timeout) => {}
                 Ok(Control::Reconfigure(config)) => self.reconfigure(*config),
+                Ok(Control::Wake) => {
+                    // Events come in bursts: one poll for all that arrive within the gap.
+                    let gap = MIN_WAKE_GAP.saturating_sub(started.elapsed());
+                    if !gap.is_zero() {
+                        std::thread::sleep(gap);
+                    }
+                    loop {
+                        match control.try_recv() {
+                            Ok(Control::Wake) => {}
+                            Ok(Control::Reconfigure(config)) => self.reconfigure(*config),
+                            Ok(Control::Shutdown) | Err(TryRecvError::Disconnected) => {
+                                self.observer.shutdown();
+                                return;
+                            }
+                            Err(TryRecvError::Empty) => break,
+                        }
+                    }
+                }
                 Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
             }
         }

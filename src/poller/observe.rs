@@ -53,6 +53,8 @@ pub(super) struct Observer {
     watcher: Option<XidWatcher>,
     xid_tx: Sender<XidEvent>,
     xid_rx: Receiver<XidEvent>,
+    /// Asks the poller for a poll at once (an XID arrived).
+    wake: Option<Sender<super::Control>>,
     pool: Pool,
     /// What each index was in the session that ended, for the next one's workers.
     presumed: Vec<Option<Arc<GpuIdentity>>>,
@@ -67,9 +69,11 @@ pub(super) struct Observer {
 }
 
 impl Observer {
-    pub fn new() -> Self {
+    /// `wake`: where to ask for a poll at once when an XID arrives.
+    pub fn new(wake: Option<Sender<super::Control>>) -> Self {
         let (xid_tx, xid_rx) = mpsc::channel();
         Observer {
+            wake,
             session: None,
             watcher: None,
             xid_tx,
@@ -210,9 +214,17 @@ impl Observer {
     /// settled yet (a GPU added, or reachable again). A GPU that became lost stays registered:
     /// the set still delivers its last XID (79).
     fn register_xids(&mut self, session: &Session) {
-        let watcher = self
-            .watcher
-            .get_or_insert_with(|| session.watch_xids(self.xid_tx.clone()));
+        let watcher = self.watcher.get_or_insert_with(|| {
+            let wake = self.wake.clone();
+            session.watch_xids(
+                self.xid_tx.clone(),
+                Box::new(move || {
+                    if let Some(w) = &wake {
+                        let _ = w.send(super::Control::Wake);
+                    }
+                }),
+            )
+        });
         if watcher.busy() {
             return;
         }

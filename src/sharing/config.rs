@@ -11,8 +11,9 @@ use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
 use super::settings::{
-    DevicePluginConfig, Devices, GpuOverride, GuardAction, MemoryGuardConfig, NodeSettings,
-    SharedResource, SharingConfig, TimeSlicing, Timeslice,
+    DeviceIdStrategy, DeviceListStrategy, DevicePluginConfig, Devices, GpuOverride, GuardAction,
+    MemoryGuardConfig, MigStrategy, NodeSettings, SharedResource, SharingConfig, TimeSlicing,
+    Timeslice,
 };
 use super::spec::parse_memory_size;
 pub use super::spec::{DevicesSpec, SelectorSpec};
@@ -81,6 +82,16 @@ pub struct DevicePluginSection {
     pub enabled: bool,
     #[serde(deserialize_with = "absolute_dir")]
     pub directory: PathBuf,
+    #[serde(deserialize_with = "mig_strategy")]
+    pub mig_strategy: MigStrategy,
+    #[serde(deserialize_with = "device_list_strategy")]
+    pub device_list_strategy: Vec<DeviceListStrategy>,
+    #[serde(deserialize_with = "device_id_strategy")]
+    pub device_id_strategy: DeviceIdStrategy,
+    #[serde(deserialize_with = "cdi_kind")]
+    pub cdi_kind: String,
+    #[serde(deserialize_with = "absolute_dirs")]
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 impl Default for DevicePluginSection {
@@ -89,6 +100,11 @@ impl Default for DevicePluginSection {
         DevicePluginSection {
             enabled: d.enabled,
             directory: d.directory,
+            mig_strategy: d.mig_strategy,
+            device_list_strategy: d.device_list_strategy,
+            device_id_strategy: d.device_id_strategy,
+            cdi_kind: d.cdi_kind,
+            cdi_spec_dirs: d.cdi_spec_dirs,
         }
     }
 }
@@ -193,6 +209,11 @@ impl SharingSection {
             device_plugin: DevicePluginConfig {
                 enabled: self.device_plugin.enabled,
                 directory: self.device_plugin.directory,
+                mig_strategy: self.device_plugin.mig_strategy,
+                device_list_strategy: self.device_plugin.device_list_strategy,
+                device_id_strategy: self.device_plugin.device_id_strategy,
+                cdi_kind: self.device_plugin.cdi_kind,
+                cdi_spec_dirs: self.device_plugin.cdi_spec_dirs,
             },
             memory_guard: MemoryGuardConfig {
                 action: self.memory_guard.action,
@@ -250,6 +271,118 @@ fn absolute_dir<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
              '/var/lib/kubelet/device-plugins'"
         )))
     }
+}
+
+fn absolute_dirs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+    let list = Vec::<String>::deserialize(d)?;
+    if list.is_empty() {
+        return Err(de::Error::custom(
+            "cdi_spec_dirs is empty; list the directories the runtime reads CDI specs from, \
+             e.g. [\"/etc/cdi\", \"/var/run/cdi\"]",
+        ));
+    }
+    list.into_iter()
+        .map(|s| {
+            if s.starts_with('/') {
+                Ok(PathBuf::from(s))
+            } else {
+                Err(de::Error::custom(format!(
+                    "path '{s}' is not absolute; write it from the root, e.g. '/etc/cdi'"
+                )))
+            }
+        })
+        .collect()
+}
+
+fn mig_strategy<'de, D: Deserializer<'de>>(d: D) -> Result<MigStrategy, D::Error> {
+    let s = String::deserialize(d)?;
+    MigStrategy::parse(&s).ok_or_else(|| {
+        de::Error::custom(format!(
+            "unknown mig_strategy '{s}'; use \"none\", \"single\" or \"mixed\" \
+             (k8s-device-plugin's MIG_STRATEGY)"
+        ))
+    })
+}
+
+const LIST_STRATEGIES: &str = "use any of \"envvar\", \"cdi-cri\" and \"cdi-annotations\"";
+
+fn device_list_strategy<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<DeviceListStrategy>, D::Error> {
+    // NVIDIA's plugin takes a single string as well as a list.
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    let names = match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(l) => l,
+    };
+    if names.is_empty() {
+        return Err(de::Error::custom(format!(
+            "device_list_strategy is empty, so Allocate would hand the container no GPU; \
+             {LIST_STRATEGIES} (default [\"envvar\"])"
+        )));
+    }
+    let mut out: Vec<DeviceListStrategy> = Vec::new();
+    for n in names {
+        let Some(s) = DeviceListStrategy::parse(&n) else {
+            let hint = if n == "volume-mounts" {
+                " (volume-mounts needs NVIDIA's runtime hook, which the agent does not ship)"
+            } else {
+                ""
+            };
+            return Err(de::Error::custom(format!(
+                "unknown device_list_strategy '{n}'{hint}; {LIST_STRATEGIES}"
+            )));
+        };
+        if out.contains(&s) {
+            return Err(de::Error::custom(format!(
+                "device_list_strategy lists '{n}' twice; keep one"
+            )));
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+fn device_id_strategy<'de, D: Deserializer<'de>>(d: D) -> Result<DeviceIdStrategy, D::Error> {
+    match String::deserialize(d)?.as_str() {
+        "uuid" => Ok(DeviceIdStrategy::Uuid),
+        "index" => Ok(DeviceIdStrategy::Index),
+        other => Err(de::Error::custom(format!(
+            "unknown device_id_strategy '{other}'; use \"uuid\" or \"index\""
+        ))),
+    }
+}
+
+/// Checks a CDI kind, `vendor/class` as the CDI spec defines them: the vendor a domain-like
+/// name (letters, digits, `-`, `_`, `.`), the class letters, digits, `-` and `_`; both start
+/// and end with a letter or digit.
+pub fn check_cdi_kind(kind: &str) -> Result<(), String> {
+    let part = |s: &str, extra: &[char]| {
+        !s.is_empty()
+            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || extra.contains(&c))
+    };
+    match kind.split_once('/') {
+        Some((vendor, class)) if part(vendor, &['-', '_', '.']) && part(class, &['-', '_']) => {
+            Ok(())
+        }
+        _ => Err(format!(
+            "cdi_kind '{kind}' is not a CDI kind 'vendor/class'; use the kind of the CDI spec, \
+             \"nvidia.com/gpu\" for what `nvidia-ctk cdi generate` writes"
+        )),
+    }
+}
+
+fn cdi_kind<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    check_cdi_kind(&s).map(|()| s).map_err(de::Error::custom)
 }
 
 fn command_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {

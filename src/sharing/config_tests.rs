@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use crate::config::{from_text, Overrides};
 use crate::gpu::ComputeMode;
-use crate::sharing::settings::{Devices, GpuSelector, GuardAction, Timeslice};
+use crate::sharing::settings::{
+    DeviceIdStrategy, DeviceListStrategy, Devices, GpuSelector, GuardAction, MigStrategy, Timeslice,
+};
 
 fn ok(text: &str) -> crate::sharing::SharingConfig {
     from_text("c.toml", text, &Overrides::default())
@@ -215,6 +217,83 @@ fn the_device_plugin_yaml_is_read_and_its_errors_name_that_file() {
     let e = err(&both);
     assert!(
         e.starts_with("c.toml:2:24: give the shared resources either"),
+        "{e}"
+    );
+}
+
+#[test]
+fn device_plugin_strategies_take_nvidias_names_and_defaults() {
+    let d = ok("").device_plugin;
+    assert_eq!(d.mig_strategy, MigStrategy::None);
+    assert_eq!(d.device_list_strategy, [DeviceListStrategy::Envvar]);
+    assert_eq!(d.device_id_strategy, DeviceIdStrategy::Uuid);
+    assert_eq!(d.cdi_kind, "nvidia.com/gpu");
+    assert!(!d.uses_cdi());
+    let d = ok(r#"
+[sharing.device_plugin]
+mig_strategy = "mixed"
+device_list_strategy = ["cdi-cri", "envvar", "cdi-annotations"]
+device_id_strategy = "index"
+cdi_kind = "example.com/gpu"
+cdi_spec_dirs = ["/etc/cdi"]
+"#)
+    .device_plugin;
+    assert_eq!(d.mig_strategy, MigStrategy::Mixed);
+    assert_eq!(d.device_list_strategy[0], DeviceListStrategy::CdiCri);
+    assert_eq!(d.device_id_strategy, DeviceIdStrategy::Index);
+    assert!(d.uses_cdi());
+    // A single string, as NVIDIA's DEVICE_LIST_STRATEGY.
+    let d = ok("[sharing.device_plugin]\ndevice_list_strategy = \"cdi-cri\"\n").device_plugin;
+    assert_eq!(d.device_list_strategy, [DeviceListStrategy::CdiCri]);
+}
+
+#[test]
+fn device_plugin_strategy_errors_have_positions_and_say_what_to_do() {
+    let e = err("[sharing.device_plugin]\nmig_strategy = \"auto\"\n");
+    assert!(
+        e.starts_with("c.toml:2:16: unknown mig_strategy 'auto'"),
+        "{e}"
+    );
+    assert!(e.contains("\"mixed\""), "{e}");
+    let e = err("[sharing.device_plugin]\ndevice_list_strategy = []\n");
+    assert!(
+        e.starts_with("c.toml:2:24: device_list_strategy is empty"),
+        "{e}"
+    );
+    let e =
+        err("[sharing.device_plugin]\ndevice_list_strategy = [\"envvar\", \"volume-mounts\"]\n");
+    assert!(
+        e.starts_with("c.toml:2:24: unknown device_list_strategy 'volume-mounts'"),
+        "{e}"
+    );
+    let e = err("[sharing.device_plugin]\ndevice_list_strategy = [\"cdi-cri\", \"cdi-cri\"]\n");
+    assert!(e.contains("lists 'cdi-cri' twice"), "{e}");
+    let e = err("[sharing.device_plugin]\ndevice_id_strategy = \"serial\"\n");
+    assert!(
+        e.starts_with("c.toml:2:22: unknown device_id_strategy 'serial'"),
+        "{e}"
+    );
+    let e =
+        err("[sharing.device_plugin]\ndevice_list_strategy = [\"cdi-cri\"]\ncdi_kind = \"gpu\"\n");
+    assert!(
+        e.starts_with("c.toml:3:12: cdi_kind 'gpu' is not a CDI kind 'vendor/class'"),
+        "{e}"
+    );
+    for bad in [
+        "nvidia.com/",
+        "/gpu",
+        "nvidia.com/gpu/x",
+        "-nvidia.com/gpu",
+        "nvidia.com/g.pu",
+    ] {
+        assert!(
+            crate::sharing::config::check_cdi_kind(bad).is_err(),
+            "{bad}"
+        );
+    }
+    let e = err("[sharing.device_plugin]\ncdi_spec_dirs = [\"cdi\"]\n");
+    assert!(
+        e.starts_with("c.toml:2:17: path 'cdi' is not absolute"),
         "{e}"
     );
 }

@@ -147,6 +147,7 @@ pub fn spawn(
                     uuid: g.uuid().to_string(),
                     mig_enabled: g.reading.mig_mode_current == Some(true),
                     healthy: true,
+                    present: true,
                     mig_devices: Vec::new(),
                 })
                 .collect();
@@ -368,6 +369,7 @@ mod tests {
             uuid: "GPU-a".into(),
             mig_enabled: false,
             healthy: true,
+            present: true,
             mig_devices: Vec::new(),
         };
         let limits = limits(&ts(), &[gpu]);

@@ -170,6 +170,88 @@ impl TimeSlicing {
     }
 }
 
+/// How MIG devices are advertised (k8s-device-plugin's `MIG_STRATEGY`, same meaning).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MigStrategy {
+    /// MIG devices only under the `nvidia.com/mig-<profile>` resources time-slicing names.
+    #[default]
+    None,
+    /// Every MIG device as `nvidia.com/gpu`, when every GPU has MIG on with one profile.
+    Single,
+    /// Every MIG device under `nvidia.com/mig-<profile>`.
+    Mixed,
+}
+
+impl MigStrategy {
+    pub const ALL: [MigStrategy; 3] = [MigStrategy::None, MigStrategy::Single, MigStrategy::Mixed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MigStrategy::None => "none",
+            MigStrategy::Single => "single",
+            MigStrategy::Mixed => "mixed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<MigStrategy> {
+        MigStrategy::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+}
+
+/// How Allocate hands devices to the runtime (k8s-device-plugin's `DEVICE_LIST_STRATEGY`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceListStrategy {
+    /// `NVIDIA_VISIBLE_DEVICES`, read by NVIDIA's container runtime.
+    Envvar,
+    /// `ContainerAllocateResponse.cdi_devices`, injected by containerd / CRI-O themselves.
+    CdiCri,
+    /// The `cdi.k8s.io/<key>` annotation, for runtimes that read CDI from annotations.
+    CdiAnnotations,
+}
+
+impl DeviceListStrategy {
+    pub const ALL: [DeviceListStrategy; 3] = [
+        DeviceListStrategy::Envvar,
+        DeviceListStrategy::CdiCri,
+        DeviceListStrategy::CdiAnnotations,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceListStrategy::Envvar => "envvar",
+            DeviceListStrategy::CdiCri => "cdi-cri",
+            DeviceListStrategy::CdiAnnotations => "cdi-annotations",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<DeviceListStrategy> {
+        DeviceListStrategy::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+    }
+}
+
+/// How devices are named to the runtime (k8s-device-plugin's `DEVICE_ID_STRATEGY`): the
+/// `GPU-…`/`MIG-…` UUID, or the index (`0`, and `<gpu>:<mig device>` for a MIG device).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceIdStrategy {
+    #[default]
+    Uuid,
+    Index,
+}
+
+impl DeviceIdStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceIdStrategy::Uuid => "uuid",
+            DeviceIdStrategy::Index => "index",
+        }
+    }
+}
+
 /// The Kubernetes device plugin (off by default).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DevicePluginConfig {
@@ -177,6 +259,24 @@ pub struct DevicePluginConfig {
     /// The kubelet's device-plugin directory: `kubelet.sock` is there, and the plugin's own
     /// sockets go there.
     pub directory: PathBuf,
+    pub mig_strategy: MigStrategy,
+    /// Never empty, each strategy once.
+    pub device_list_strategy: Vec<DeviceListStrategy>,
+    pub device_id_strategy: DeviceIdStrategy,
+    /// `vendor/class` of the CDI devices (`nvidia.com/gpu`, as `nvidia-ctk cdi generate`
+    /// writes): a device is named `<cdi_kind>=<id>`.
+    pub cdi_kind: String,
+    /// Where CDI specs are looked for at start (the CDI spec's default directories).
+    pub cdi_spec_dirs: Vec<PathBuf>,
+}
+
+impl DevicePluginConfig {
+    /// Whether Allocate names CDI devices (so the CDI spec must have them).
+    pub fn uses_cdi(&self) -> bool {
+        self.device_list_strategy
+            .iter()
+            .any(|s| *s != DeviceListStrategy::Envvar)
+    }
 }
 
 impl Default for DevicePluginConfig {
@@ -184,6 +284,11 @@ impl Default for DevicePluginConfig {
         DevicePluginConfig {
             enabled: false,
             directory: PathBuf::from("/var/lib/kubelet/device-plugins"),
+            mig_strategy: MigStrategy::None,
+            device_list_strategy: vec![DeviceListStrategy::Envvar],
+            device_id_strategy: DeviceIdStrategy::Uuid,
+            cdi_kind: "nvidia.com/gpu".into(),
+            cdi_spec_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
         }
     }
 }
@@ -334,9 +439,19 @@ impl SharingConfig {
             }
         }
         if self.device_plugin.enabled {
+            let dp = &self.device_plugin;
+            let lists: Vec<&str> = dp.device_list_strategy.iter().map(|s| s.as_str()).collect();
             out.push_str(&format!(
-                "device plugin: on, kubelet at '{}'\n",
-                self.device_plugin.directory.join("kubelet.sock").display()
+                "device plugin: on, kubelet at '{}', MIG strategy {}, devices by {} ({} ids){}\n",
+                dp.directory.join("kubelet.sock").display(),
+                dp.mig_strategy.as_str(),
+                lists.join(" + "),
+                dp.device_id_strategy.as_str(),
+                if dp.uses_cdi() {
+                    format!(", CDI kind {}", dp.cdi_kind)
+                } else {
+                    String::new()
+                }
             ));
         } else {
             out.push_str("device plugin: off\n");

@@ -39,6 +39,10 @@ pub struct ComputeInstance {
     pub size: u32,
     /// The MIG device's `MIG-…` UUID, when the driver lists it.
     pub uuid: Option<String>,
+    /// The MIG device's index under its GPU (`nvmlDeviceGetMigDeviceHandleByIndex`), which
+    /// `nvidia-ctk` and k8s-device-plugin name it by (`<gpu>:<index>`); with the UUID.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_index: Option<u32>,
 }
 
 /// A GPU instance and its compute instances.

@@ -14,7 +14,9 @@ pub use process::{
     Attribution, GpuProcess, KubeletStatus, LabelNames, PodMapping, PodRef, ProcessInfo,
     ProcessKind,
 };
-pub use sharing::{ComputeMode, OverLimit, PluginResource, ReplicaCount, SharingStatus};
+pub use sharing::{
+    CdiReport, ComputeMode, OverLimit, PluginNotes, PluginResource, ReplicaCount, SharingStatus,
+};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -83,4 +83,28 @@ pub struct SharingStatus {
     pub applies: std::collections::BTreeMap<(String, &'static str), u64>,
     pub over_limit: Vec<OverLimit>,
     pub guard_signals_total: std::collections::BTreeMap<&'static str, u64>,
+    pub plugin_notes: PluginNotes,
+}
+
+/// What the device plugin found about the CDI spec its Allocate answers name devices in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CdiReport {
+    /// The CDI kind looked for (`nvidia.com/gpu`).
+    pub kind: String,
+    /// The spec files of that kind found.
+    pub spec_files: Vec<String>,
+    /// CDI names (`nvidia.com/gpu=GPU-…`) advertised but in no spec: their allocation fails in
+    /// the runtime.
+    pub missing_devices: Vec<String>,
+    /// Files that could not be read as a CDI spec, and why.
+    pub unreadable: Vec<String>,
+}
+
+/// What the device plugin says about itself beyond its resources.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginNotes {
+    /// Why `mig_strategy = "single"` advertises no device now.
+    pub mig_problem: Option<String>,
+    /// The CDI check, when a CDI device list strategy is configured.
+    pub cdi: Option<CdiReport>,
 }

@@ -114,6 +114,8 @@ pub struct AgentBuilder {
     args: Vec<String>,
     env: Vec<(String, String)>,
     wait_ready: bool,
+    /// `--interval` (200ms unless [`AgentBuilder::interval`] says otherwise).
+    interval: String,
     nvml_lib: Option<String>,
     prefix: Vec<String>,
 }
@@ -124,6 +126,12 @@ impl AgentBuilder {
         self.nvml_lib = Some(path.to_string());
         self
     }
+    /// Polls every `interval` instead of 200ms.
+    pub fn interval(mut self, interval: &str) -> Self {
+        self.interval = interval.into();
+        self
+    }
+
     pub fn config(mut self, text: &str) -> Self {
         self.config = Some(text.to_string());
         self
@@ -162,22 +170,28 @@ impl AgentBuilder {
                 c
             }
         };
-        cmd.args(["run", "--listen", "127.0.0.1:0", "--interval", "200ms"])
-            .arg("--nvml-lib")
-            .arg(
-                self.nvml_lib
-                    .clone()
-                    .unwrap_or_else(|| sim_lib().display().to_string()),
-            )
-            .arg("--config")
-            .arg(&config_path)
-            .args(&self.args)
-            .env("NVML_SIM_SCENARIO", &scenario_path)
-            .env("RUST_LOG", "info")
-            .env_remove("GPU_STEWARD_LISTEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        cmd.args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--interval",
+            &self.interval,
+        ])
+        .arg("--nvml-lib")
+        .arg(
+            self.nvml_lib
+                .clone()
+                .unwrap_or_else(|| sim_lib().display().to_string()),
+        )
+        .arg("--config")
+        .arg(&config_path)
+        .args(&self.args)
+        .env("NVML_SIM_SCENARIO", &scenario_path)
+        .env("RUST_LOG", "info")
+        .env_remove("GPU_STEWARD_LISTEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
@@ -250,6 +264,7 @@ impl Agent {
             args: Vec::new(),
             env: Vec::new(),
             wait_ready: true,
+            interval: "200ms".into(),
             nvml_lib: None,
             prefix: Vec::new(),
         }

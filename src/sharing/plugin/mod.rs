@@ -16,11 +16,13 @@
 //! and registers again when either changed. A stat a second instead of inotify: no extra
 //! dependency, and a kubelet restart takes seconds anyway.
 
+pub mod authority;
+pub mod cdi;
 pub mod devices;
 pub mod proto;
 pub mod server;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -30,15 +32,16 @@ use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tonic::codegen::tokio_stream::wrappers::UnixListenerStream;
+use tonic::codegen::tokio_stream::StreamExt;
 
-use self::devices::{GpuState, MigDevice};
+use self::devices::{AllocateOptions, GpuState, MigDevice};
 use self::proto::Device;
 use self::server::{Counters, PluginService, ResourceState};
-use super::settings::SharingConfig;
+use super::settings::{DevicePluginConfig, SharingConfig};
 use super::status::StatusSink;
 use crate::health::Status;
 use crate::publication::Published;
-use crate::snapshot::{GpuStatus, NvmlStatus, PluginResource};
+use crate::snapshot::{CdiReport, GpuStatus, NvmlStatus, PluginResource};
 
 /// How often the sockets are looked at.
 const CHECK: Duration = Duration::from_secs(1);
@@ -49,8 +52,38 @@ pub fn socket_name(resource: &str) -> String {
     format!("gpu-steward-{short}.sock")
 }
 
-/// Starts the plugin: the inventory task and one serve-and-register task per resource. They
-/// end when `stop` turns true. Must run inside a tokio runtime.
+/// What every resource's task shares: where to serve, how to allocate, the index names.
+#[derive(Clone)]
+struct Shared {
+    directory: PathBuf,
+    allocate: Arc<AllocateOptions>,
+    index_names: watch::Receiver<Arc<BTreeMap<String, String>>>,
+    status: StatusSink,
+    stop: watch::Receiver<bool>,
+}
+
+impl Shared {
+    /// Starts serving and registering `resource`; returns the sender of its device list.
+    fn start(&self, resource: &str) -> watch::Sender<Arc<Vec<Device>>> {
+        let (tx, rx) = watch::channel(Arc::new(Vec::<Device>::new()));
+        let task = Registrar {
+            resource: resource.to_string(),
+            directory: self.directory.clone(),
+            devices: rx,
+            allocate: self.allocate.clone(),
+            index_names: self.index_names.clone(),
+            counters: Arc::new(Counters::default()),
+            status: self.status.clone(),
+            stop: self.stop.clone(),
+        };
+        tokio::spawn(task.run());
+        tx
+    }
+}
+
+/// Starts the plugin: the inventory task and one serve-and-register task per resource (more
+/// join when the MIG layout brings new ones). They end when `stop` turns true. Must run inside
+/// a tokio runtime.
 pub fn spawn(
     config: &SharingConfig,
     published: watch::Receiver<Arc<Published>>,
@@ -58,31 +91,35 @@ pub fn spawn(
     stop: watch::Receiver<bool>,
 ) {
     let ts = config.time_slicing.clone();
-    let names = devices::resource_names(ts.as_ref());
     let fail_gt_one = ts
         .as_ref()
         .is_some_and(|t| t.fail_requests_greater_than_one);
-    let mut senders = BTreeMap::new();
-    for name in &names {
-        let (tx, rx) = watch::channel(Arc::new(Vec::<Device>::new()));
-        senders.insert(name.clone(), tx);
-        let task = Registrar {
-            resource: name.clone(),
-            directory: config.device_plugin.directory.clone(),
-            devices: rx,
-            fail_gt_one,
-            counters: Arc::new(Counters::default()),
-            status: status.clone(),
-            stop: stop.clone(),
-        };
-        tokio::spawn(task.run());
-    }
-    tokio::spawn(inventory_task(ts, published, senders, status, stop));
+    let (names_tx, names_rx) = watch::channel(Arc::new(BTreeMap::new()));
+    let shared = Shared {
+        directory: config.device_plugin.directory.clone(),
+        allocate: Arc::new(AllocateOptions::new(&config.device_plugin, fail_gt_one)),
+        index_names: names_rx,
+        status,
+        stop,
+    };
+    let senders = devices::resource_names(ts.as_ref())
+        .iter()
+        .map(|name| (name.clone(), shared.start(name)))
+        .collect();
+    let task = Inventory {
+        ts,
+        config: config.device_plugin.clone(),
+        senders,
+        index_names: names_tx,
+        shared,
+    };
+    tokio::spawn(task.run(published));
 }
 
 /// GPUs from a publication: healthy unless failing, lost or gone; `known` remembers every
-/// GPU seen (UUID → index, MIG) so that one that disappears is advertised unhealthy.
-fn gpu_states(p: &Published, known: &mut BTreeMap<String, (u32, bool)>) -> Vec<GpuState> {
+/// GPU seen (UUID → index, MIG, MIG devices) so that one that disappears is advertised
+/// unhealthy with its MIG devices.
+fn gpu_states(p: &Published, known: &mut BTreeMap<String, GpuState>) -> Vec<GpuState> {
     let up = p.snapshot.nvml == NvmlStatus::Up;
     let mut out = Vec::new();
     if up {
@@ -91,25 +128,36 @@ fn gpu_states(p: &Published, known: &mut BTreeMap<String, (u32, bool)>) -> Vec<G
                 .health
                 .gpu(g.index)
                 .is_some_and(|h| h.verdict.status == Status::Fail);
-            let mig = g.reading.mig_mode_current == Some(true);
-            known.insert(g.uuid().to_string(), (g.index, mig));
-            out.push(GpuState {
+            let state = GpuState {
                 index: g.index,
                 uuid: g.uuid().to_string(),
-                mig_enabled: mig,
+                mig_enabled: g.reading.mig_mode_current == Some(true),
                 healthy: g.status == GpuStatus::Up && !failing,
+                present: true,
                 mig_devices: mig_devices(g),
-            });
+            };
+            // A lost GPU's MIG layout reads empty: remember the last one it had.
+            let keep_mig = state.mig_devices.is_empty()
+                && g.status != GpuStatus::Up
+                && known
+                    .get(&state.uuid)
+                    .is_some_and(|k| !k.mig_devices.is_empty());
+            if keep_mig {
+                let mut s = state;
+                s.mig_devices = known[&s.uuid].mig_devices.clone();
+                out.push(s);
+            } else {
+                known.insert(state.uuid.clone(), state.clone());
+                out.push(state);
+            }
         }
     }
-    for (uuid, (index, mig)) in known.iter() {
+    for (uuid, k) in known.iter() {
         if !out.iter().any(|g| &g.uuid == uuid) {
             out.push(GpuState {
-                index: *index,
-                uuid: uuid.clone(),
-                mig_enabled: *mig,
                 healthy: false,
-                mig_devices: Vec::new(),
+                present: false,
+                ..k.clone()
             });
         }
     }
@@ -129,53 +177,136 @@ fn mig_devices(g: &crate::snapshot::GpuSnapshot) -> Vec<MigDevice> {
             Some(MigDevice {
                 uuid: ci.uuid.clone()?,
                 profile: ci.profile.clone(),
+                index: ci.mig_index,
             })
         })
         .collect()
 }
 
-async fn inventory_task(
+/// Turns each publication into device lists, starts the resources a new MIG profile brings,
+/// and checks the CDI spec when the advertised devices change.
+struct Inventory {
     ts: Option<crate::sharing::TimeSlicing>,
-    mut published: watch::Receiver<Arc<Published>>,
+    config: DevicePluginConfig,
+    /// One per registered resource; never removed, so a resource whose devices are gone stays
+    /// registered with an empty list (the kubelet then sets its capacity to 0).
     senders: BTreeMap<String, watch::Sender<Arc<Vec<Device>>>>,
-    status: StatusSink,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut known = BTreeMap::new();
-    let mut last_health: BTreeMap<String, bool> = BTreeMap::new();
-    loop {
-        let p = published.borrow_and_update().clone();
-        // Before the first poll there is nothing to say: an empty list would tell the kubelet
-        // the node has no GPUs.
-        if p.snapshot.nvml != NvmlStatus::Starting {
-            let gpus = gpu_states(&p, &mut known);
-            for g in &gpus {
-                if last_health.insert(g.uuid.clone(), g.healthy) != Some(g.healthy) {
-                    tracing::info!(gpu = g.index, uuid = %g.uuid, healthy = g.healthy, "device plugin: GPU advertised {}", if g.healthy { "Healthy" } else { "Unhealthy" });
+    index_names: watch::Sender<Arc<BTreeMap<String, String>>>,
+    shared: Shared,
+}
+
+impl Inventory {
+    async fn run(mut self, mut published: watch::Receiver<Arc<Published>>) {
+        let mut known = BTreeMap::new();
+        let mut last_health: BTreeMap<String, bool> = BTreeMap::new();
+        let mut last_problem: Option<String> = None;
+        let mut checked_cdi: Option<BTreeSet<String>> = None;
+        let mut first = true;
+        let mut stop = self.shared.stop.clone();
+        loop {
+            let p = published.borrow_and_update().clone();
+            // Before the first poll there is nothing to say: an empty list would tell the
+            // kubelet the node has no GPUs.
+            if p.snapshot.nvml != NvmlStatus::Starting {
+                let gpus = gpu_states(&p, &mut known);
+                for g in gpus.iter().filter(|g| g.present) {
+                    if last_health.insert(g.uuid.clone(), g.healthy) != Some(g.healthy) {
+                        tracing::info!(gpu = g.index, uuid = %g.uuid, healthy = g.healthy, "device plugin: GPU advertised {}", if g.healthy { "Healthy" } else { "Unhealthy" });
+                    }
                 }
-            }
-            let (inventory, replicas) = devices::inventory(ts.as_ref(), &gpus);
-            for (name, tx) in &senders {
-                let list = inventory.get(name).cloned().unwrap_or_default();
-                tx.send_if_modified(|cur| {
-                    if cur.as_slice() == list.as_slice() {
-                        false
-                    } else {
-                        *cur = Arc::new(list);
-                        true
+                let inv = devices::inventory(self.ts.as_ref(), self.config.mig_strategy, &gpus);
+                if inv.problem != last_problem {
+                    match &inv.problem {
+                        Some(why) => tracing::error!("device plugin: {why}"),
+                        None if last_problem.is_some() => tracing::info!(
+                            "device plugin: the MIG layout is uniform again; advertising it"
+                        ),
+                        None => {}
+                    }
+                    last_problem = inv.problem.clone();
+                }
+                self.index_names.send_if_modified(|cur| {
+                    let changed = **cur != inv.index_names;
+                    if changed {
+                        *cur = Arc::new(inv.index_names.clone());
+                    }
+                    changed
+                });
+                for name in inv.devices.keys() {
+                    if !self.senders.contains_key(name) {
+                        tracing::info!(resource = %name, "device plugin: new resource from the MIG layout");
+                        self.senders.insert(name.clone(), self.shared.start(name));
+                    }
+                }
+                for (name, tx) in &self.senders {
+                    let list = inv.devices.get(name).cloned().unwrap_or_default();
+                    // The first list is sent even when empty (`single` on a mixed node): it
+                    // is what lets the resource register.
+                    tx.send_if_modified(|cur| {
+                        if cur.as_slice() == list.as_slice() && !first {
+                            false
+                        } else {
+                            *cur = Arc::new(list);
+                            true
+                        }
+                    });
+                }
+                first = false;
+                let cdi = self.check_cdi(&inv, &mut checked_cdi);
+                self.shared.status.update(|s| {
+                    if s.replicas != inv.replicas {
+                        s.replicas = inv.replicas.clone();
+                    }
+                    if s.plugin_notes.mig_problem != inv.problem {
+                        s.plugin_notes.mig_problem = inv.problem.clone();
+                    }
+                    if let Some(c) = cdi {
+                        s.plugin_notes.cdi = Some(c);
                     }
                 });
             }
-            status.update(|s| {
-                if s.replicas != replicas {
-                    s.replicas = replicas;
-                }
-            });
+            tokio::select! {
+                changed = published.changed() => if changed.is_err() { return },
+                _ = stop.wait_for(|s| *s) => return,
+            }
         }
-        tokio::select! {
-            changed = published.changed() => if changed.is_err() { return },
-            _ = stop.wait_for(|s| *s) => return,
+    }
+
+    /// With a CDI list strategy, reads the CDI specs when the set of advertised CDI names
+    /// changes (at start, after a MIG change) and reports what they lack; `None` when nothing
+    /// was checked this time.
+    fn check_cdi(
+        &self,
+        inv: &devices::Inventory,
+        checked: &mut Option<BTreeSet<String>>,
+    ) -> Option<CdiReport> {
+        if !self.config.uses_cdi() {
+            return None;
         }
+        let mut wanted = BTreeSet::new();
+        for d in inv.devices.values().flatten() {
+            let uuid = devices::physical(&d.id);
+            match devices::device_name(uuid, self.config.device_id_strategy, &inv.index_names) {
+                Ok(n) => wanted.insert(format!("{}={n}", self.config.cdi_kind)),
+                Err(_) => wanted.insert(format!("{}=<no index for {uuid}>", self.config.cdi_kind)),
+            };
+        }
+        if checked.as_ref() == Some(&wanted) {
+            return None;
+        }
+        let specs = cdi::load(&self.config.cdi_spec_dirs, &self.config.cdi_kind);
+        let report = cdi::report(&self.config.cdi_kind, &specs, &wanted);
+        for u in &report.unreadable {
+            tracing::warn!("device plugin: cannot read CDI spec {u}");
+        }
+        match cdi::problem(&report, &self.config.cdi_spec_dirs) {
+            Some(p) => tracing::error!("device plugin: {p}"),
+            None => {
+                tracing::info!(specs = ?report.spec_files, devices = wanted.len(), "device plugin: every advertised device is in the CDI spec")
+            }
+        }
+        *checked = Some(wanted);
+        Some(report)
     }
 }
 
@@ -199,7 +330,8 @@ struct Registrar {
     resource: String,
     directory: PathBuf,
     devices: watch::Receiver<Arc<Vec<Device>>>,
-    fail_gt_one: bool,
+    allocate: Arc<AllocateOptions>,
+    index_names: watch::Receiver<Arc<BTreeMap<String, String>>>,
     counters: Arc<Counters>,
     status: StatusSink,
     stop: watch::Receiver<bool>,
@@ -320,7 +452,8 @@ impl Registrar {
         let state = Arc::new(ResourceState {
             name: self.resource.clone(),
             devices: self.devices.clone(),
-            fail_requests_greater_than_one: self.fail_gt_one,
+            allocate: self.allocate.clone(),
+            index_names: self.index_names.clone(),
             counters: self.counters.clone(),
             stop: stop_rx.clone(),
         });
@@ -329,9 +462,12 @@ impl Registrar {
         tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .add_service(PluginService(state))
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
-                    let _ = shutdown.wait_for(|s| *s).await;
-                })
+                .serve_with_incoming_shutdown(
+                    UnixListenerStream::new(listener).map(|c| c.map(authority::Relaxed::new)),
+                    async move {
+                        let _ = shutdown.wait_for(|s| *s).await;
+                    },
+                )
                 .await;
             if let Err(e) = result {
                 tracing::error!(resource = %resource, "device plugin: server stopped: {e}");

@@ -24,7 +24,10 @@ pub struct ResourceState {
     pub name: String,
     /// The devices to advertise; every change is streamed to ListAndWatch.
     pub devices: watch::Receiver<Arc<Vec<Device>>>,
-    pub fail_requests_greater_than_one: bool,
+    /// How Allocate names devices to the runtime.
+    pub allocate: Arc<devices::AllocateOptions>,
+    /// Physical device → index name, for `device_id_strategy = "index"`.
+    pub index_names: watch::Receiver<Arc<std::collections::BTreeMap<String, String>>>,
     /// Shared by every instance of the service for this resource (re-serves keep counting).
     pub counters: Arc<Counters>,
     /// Turns true when the plugin stops or re-serves: open streams end.
@@ -128,13 +131,10 @@ fn preferred(r: PreferredAllocationRequest) -> PreferredAllocationResponse {
 
 fn allocate(state: &ResourceState, r: AllocateRequest) -> Result<AllocateResponse, Status> {
     let advertised = state.devices.borrow().clone();
+    let index_names = state.index_names.borrow().clone();
     let mut responses = Vec::with_capacity(r.container_requests.len());
     for c in &r.container_requests {
-        match devices::allocate(
-            &advertised,
-            &c.devices_ids,
-            state.fail_requests_greater_than_one,
-        ) {
+        match devices::allocate(&advertised, &c.devices_ids, &state.allocate, &index_names) {
             Ok(resp) => responses.push(resp),
             Err(e) => {
                 state.counters.rejected.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,457 @@
+//! `gpu-steward check-health`: a node-problem-detector custom plugin. It asks the running agent
+//! (`GET /health/gpus`, or `/health/gpus/{gpu}`) over HTTP or the API's Unix socket, so the
+//! node keeps one health evaluation and one NVML reader; it never opens NVML itself.
+//!
+//! NPD's contract (`config/plugin/...`, `pkg/custompluginmonitor/types`): exit 0 when the
+//! condition is fine (every GPU passes or warns), 1 when it is not (a GPU fails), 2 when it
+//! cannot tell (the agent cannot be reached, times out, or answers garbage); one line on
+//! stdout, which NPD puts in the condition's message, kept under 256 characters and naming the
+//! GPU, the condition and the recommended action.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// NPD's exit statuses.
+pub const OK: u8 = 0;
+pub const NON_OK: u8 = 1;
+pub const UNKNOWN: u8 = 2;
+
+/// The longest line printed (NPD's `max_output_length` in the shipped config is 255).
+pub const MAX_LINE: usize = 255;
+
+/// Where the agent is asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// `http://host[:port]`.
+    Http {
+        authority: String,
+    },
+    Socket(PathBuf),
+}
+
+/// Runs the check; prints its one line and returns the exit status.
+pub fn run(
+    target: Option<&str>,
+    socket: Option<PathBuf>,
+    gpu: Option<&str>,
+    timeout: Duration,
+) -> u8 {
+    let (code, line) = check(target, socket, gpu, timeout);
+    println!("{}", clip(&line));
+    code
+}
+
+/// The line cut to [`MAX_LINE`] bytes at a character boundary, on one line.
+pub fn clip(line: &str) -> String {
+    let one: String = line
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if one.len() <= MAX_LINE {
+        return one;
+    }
+    let mut end = MAX_LINE - '…'.len_utf8();
+    while !one.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &one[..end])
+}
+
+fn check(
+    url: Option<&str>,
+    socket: Option<PathBuf>,
+    gpu: Option<&str>,
+    timeout: Duration,
+) -> (u8, String) {
+    let target = match (url, socket) {
+        (Some(_), Some(_)) => {
+            return (UNKNOWN, "give --url or --socket, not both".into());
+        }
+        (None, Some(s)) => Target::Socket(s),
+        (url, None) => match parse_url(url.unwrap_or("http://127.0.0.1:9400")) {
+            Ok(t) => t,
+            Err(e) => return (UNKNOWN, e),
+        },
+    };
+    let path = match gpu {
+        None => "/health/gpus".to_string(),
+        Some(id) if valid_gpu(id) => format!("/health/gpus/{id}"),
+        Some(id) => {
+            return (
+                UNKNOWN,
+                format!("invalid --gpu '{id}'; give an index (0, 1, ...) or a UUID (GPU-...)"),
+            )
+        }
+    };
+    let where_ = match &target {
+        Target::Http { authority } => format!("http://{authority}"),
+        Target::Socket(p) => p.display().to_string(),
+    };
+    let (status, body) = match get(&target, &path, timeout) {
+        Ok(r) => r,
+        Err(e) => return (UNKNOWN, format!("cannot ask the agent at {where_}: {e}")),
+    };
+    if status == 404 && gpu.is_some() {
+        let why = String::from_utf8_lossy(&body);
+        return (UNKNOWN, format!("agent: {}", why.trim()));
+    }
+    if status != 200 && status != 503 {
+        return (
+            UNKNOWN,
+            format!("the agent at {where_} answered HTTP {status} to {path}"),
+        );
+    }
+    let Ok(json) = serde_json::from_slice::<Value>(&body) else {
+        return (
+            UNKNOWN,
+            format!("the agent at {where_} answered {path} with no JSON"),
+        );
+    };
+    match verdict(&json, gpu.is_some()) {
+        Some(v) => v,
+        None => (
+            UNKNOWN,
+            format!("the agent at {where_} answered {path} with JSON of another shape"),
+        ),
+    }
+}
+
+/// Only what `/health/gpus/{gpu}` takes, so nothing else reaches the request line.
+fn valid_gpu(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
+fn parse_url(url: &str) -> Result<Target, String> {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Err(format!(
+            "unsupported URL '{url}'; give http://HOST:PORT (for an agent serving TLS, use \
+             --socket with its [api] socket)"
+        ));
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.is_empty() {
+        return Err(format!("URL '{url}' names no host; give http://HOST:PORT"));
+    }
+    if authority
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '@')
+    {
+        return Err(format!(
+            "URL '{}' has an unusable host; give http://HOST:PORT",
+            url.escape_debug()
+        ));
+    }
+    Ok(Target::Http {
+        authority: authority.to_string(),
+    })
+}
+
+/// `GET path` with the whole exchange bounded by `timeout`: (status, body).
+fn get(target: &Target, path: &str, timeout: Duration) -> Result<(u16, Vec<u8>), String> {
+    let deadline = Instant::now() + timeout;
+    let host = match target {
+        Target::Http { authority } => authority.clone(),
+        Target::Socket(_) => "localhost".into(),
+    };
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\nConnection: close\r\n\r\n");
+    let mut raw = Vec::new();
+    let left = || {
+        deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| format!("no answer within {}", humantime::format_duration(timeout)))
+    };
+    match target {
+        Target::Http { authority } => {
+            let with_port = if authority
+                .rsplit_once(':')
+                .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+            {
+                authority.clone()
+            } else {
+                format!("{authority}:80")
+            };
+            let addr = with_port
+                .to_socket_addrs()
+                .map_err(|e| format!("cannot resolve '{authority}': {e}"))?
+                .next()
+                .ok_or_else(|| format!("'{authority}' resolves to no address"))?;
+            let mut s = TcpStream::connect_timeout(&addr, left()?).map_err(|e| e.to_string())?;
+            exchange(&mut s, &request, &mut raw, &left, |s, t| {
+                s.set_read_timeout(Some(t))?;
+                s.set_write_timeout(Some(t))
+            })?;
+        }
+        Target::Socket(p) => {
+            let mut s = UnixStream::connect(p).map_err(|e| e.to_string())?;
+            exchange(&mut s, &request, &mut raw, &left, |s, t| {
+                s.set_read_timeout(Some(t))?;
+                s.set_write_timeout(Some(t))
+            })?;
+        }
+    }
+    parse_response(&raw)
+}
+
+/// Writes the request and reads to EOF, each step within what is left of the deadline.
+fn exchange<S: Read + Write>(
+    s: &mut S,
+    request: &str,
+    raw: &mut Vec<u8>,
+    left: &dyn Fn() -> Result<Duration, String>,
+    set_timeout: impl Fn(&S, Duration) -> std::io::Result<()>,
+) -> Result<(), String> {
+    set_timeout(s, left()?).map_err(|e| e.to_string())?;
+    s.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+    let mut chunk = [0u8; 8192];
+    loop {
+        set_timeout(s, left()?).map_err(|e| e.to_string())?;
+        match s.read(&mut chunk) {
+            Ok(0) => return Ok(()),
+            Ok(n) => raw.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                left()?;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+        if raw.len() > 16 << 20 {
+            return Err("the answer is over 16 MiB".into());
+        }
+    }
+}
+
+fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut response = httparse::Response::new(&mut headers);
+    let head = match response.parse(raw) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Err("the answer ended inside its head".into()),
+        Err(e) => return Err(format!("not an HTTP answer ({e})")),
+    };
+    let status = response.code.unwrap_or(0);
+    let chunked = response.headers.iter().any(|h| {
+        h.name.eq_ignore_ascii_case("transfer-encoding")
+            && String::from_utf8_lossy(h.value)
+                .to_ascii_lowercase()
+                .contains("chunked")
+    });
+    let body = &raw[head..];
+    if !chunked {
+        return Ok((status, body.to_vec()));
+    }
+    let mut out = Vec::new();
+    let mut rest = body;
+    loop {
+        let line_end = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or("a chunked body cut short")?;
+        let size_text = String::from_utf8_lossy(&rest[..line_end]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|_| "a chunked body with a bad chunk size")?;
+        rest = &rest[line_end + 2..];
+        if size == 0 {
+            return Ok((status, out));
+        }
+        if rest.len() < size + 2 {
+            return Err("a chunked body cut short".into());
+        }
+        out.extend_from_slice(&rest[..size]);
+        rest = &rest[size + 2..];
+    }
+}
+
+/// One GPU's check, as `/health/gpus` writes it.
+struct Check<'a> {
+    gpu: String,
+    uuid: &'a str,
+    status: &'a str,
+    action: &'a str,
+    conditions: Vec<(&'a str, &'a str, &'a str)>,
+}
+
+fn read_check<'a>(key: &str, c: &'a Value) -> Option<Check<'a>> {
+    let conditions = c
+        .get("conditions")?
+        .as_array()?
+        .iter()
+        .map(|x| {
+            Some((
+                x.get("name")?.as_str()?,
+                x.get("severity")?.as_str()?,
+                x.get("reason")?.as_str()?,
+            ))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Check {
+        gpu: key.strip_prefix("gpu:").unwrap_or(key).to_string(),
+        uuid: c.get("componentId")?.as_str()?,
+        status: c.get("status")?.as_str()?,
+        action: c.get("action")?.as_str()?,
+        conditions,
+    })
+}
+
+/// The exit status and line for the agent's answer; `None` when it is not of the expected shape.
+fn verdict(json: &Value, one: bool) -> Option<(u8, String)> {
+    let mut checks = Vec::new();
+    if one {
+        let key = json.get("componentId")?.as_str()?;
+        checks.push(read_check(key, json)?);
+        // The single GPU answer has no index: name it by UUID.
+        checks[0].gpu = String::new();
+    } else {
+        let status = json.get("status")?.as_str()?;
+        let map = json.get("checks")?.as_object()?;
+        if map.is_empty() {
+            // NVML down, or no GPU: the agent says so in `output`.
+            let why = json.get("output")?.as_str()?;
+            return Some(if status == "fail" {
+                (
+                    NON_OK,
+                    format!("node: {why}; action: check the NVIDIA driver (nvidia-smi)"),
+                )
+            } else {
+                (UNKNOWN, format!("agent: {why}"))
+            });
+        }
+        for (key, list) in map {
+            checks.push(read_check(key, list.as_array()?.first()?)?);
+        }
+    }
+    let name = |c: &Check| {
+        if c.gpu.is_empty() {
+            format!("GPU {}", c.uuid)
+        } else {
+            format!("GPU {} ({})", c.gpu, c.uuid)
+        }
+    };
+    let describe = |c: &Check, severity: &str| {
+        let conds: Vec<String> = c
+            .conditions
+            .iter()
+            .filter(|(_, s, _)| *s == severity)
+            .map(|(n, _, r)| format!("{n} ({r})"))
+            .collect();
+        conds.join(", ")
+    };
+    let failing: Vec<&Check> = checks.iter().filter(|c| c.status == "fail").collect();
+    if let Some(first) = failing.first() {
+        let more = match failing.len() - 1 {
+            0 => String::new(),
+            n => format!(" [+{n} more GPU(s) failing]"),
+        };
+        // Action first so that clipping never cuts it off.
+        return Some((
+            NON_OK,
+            format!(
+                "{} fails, action {}{more}: {}",
+                name(first),
+                first.action,
+                describe(first, "fail")
+            ),
+        ));
+    }
+    let warning: Vec<&Check> = checks.iter().filter(|c| c.status == "warn").collect();
+    Some((
+        OK,
+        match warning.first() {
+            None if one => format!("{} passes", name(&checks[0])),
+            None => format!("all {} GPUs pass", checks.len()),
+            Some(w) => format!(
+                "no GPU fails; {} warns, action {}: {}{}",
+                name(w),
+                w.action,
+                describe(w, "warn"),
+                match warning.len() - 1 {
+                    0 => String::new(),
+                    n => format!(" [+{n} more warning]"),
+                }
+            ),
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn gpu(status: &str, action: &str, conds: &[(&str, &str, &str)]) -> Value {
+        json!([{
+            "componentId": "GPU-x", "componentType": "gpu", "status": status, "action": action,
+            "conditions": conds.iter().map(|(n, s, r)| json!({"name": n, "severity": s, "reason": r, "action": action, "since": "t"})).collect::<Vec<_>>(),
+        }])
+    }
+
+    #[test]
+    fn a_failing_gpu_is_named_with_its_condition_and_action() {
+        let body = json!({"status": "fail", "checks": {
+            "gpu:0": gpu("pass", "none", &[]),
+            "gpu:3": gpu("fail", "reset_gpu", &[("xid_48", "fail", "XID 48: double-bit ECC"), ("thermal_slowdown", "warn", "hot")]),
+        }});
+        let (code, line) = verdict(&body, false).expect("shape");
+        assert_eq!(code, NON_OK);
+        assert_eq!(
+            line,
+            "GPU 3 (GPU-x) fails, action reset_gpu: xid_48 (XID 48: double-bit ECC)"
+        );
+        let body = json!({"status": "warn", "checks": {
+            "gpu:0": gpu("warn", "none", &[("thermal_slowdown", "warn", "HW slowdown")]),
+            "gpu:1": gpu("pass", "none", &[]),
+        }});
+        let (code, line) = verdict(&body, false).expect("shape");
+        assert_eq!(
+            (code, line.as_str()),
+            (
+                OK,
+                "no GPU fails; GPU 0 (GPU-x) warns, action none: thermal_slowdown (HW slowdown)"
+            )
+        );
+        let body = json!({"status": "fail", "checks": {}, "output": "NVML is not initialised"});
+        assert_eq!(verdict(&body, false).expect("shape").0, NON_OK);
+        assert_eq!(verdict(&json!({"status": "pass"}), false), None);
+        assert_eq!(verdict(&json!([1, 2]), false), None);
+    }
+
+    #[test]
+    fn lines_are_clipped_to_one_short_line() {
+        let long = format!("GPU 0 fails, action reset_gpu: {}\nsecond", "é".repeat(300));
+        let c = clip(&long);
+        assert!(
+            c.len() <= MAX_LINE && !c.contains('\n') && c.ends_with('…'),
+            "{c}"
+        );
+        assert_eq!(clip("short"), "short");
+    }
+
+    #[test]
+    fn chunked_and_plain_answers_parse_and_garbage_does_not() {
+        let plain = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2\r\n\r\n{}";
+        assert_eq!(parse_response(plain), Ok((503, b"{}".to_vec())));
+        let chunked =
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{\"\r\n1\r\n}\r\n0\r\n\r\n";
+        assert_eq!(parse_response(chunked), Ok((200, b"{\"}".to_vec())));
+        assert!(parse_response(b"SSH-2.0-OpenSSH\r\n").is_err());
+        assert!(parse_url("https://x").is_err() && parse_url("http://").is_err());
+        assert!(parse_url("http://a\r\nX-Evil: 1").is_err());
+        assert_eq!(
+            parse_url("http://127.0.0.1:9400/ignored"),
+            Ok(Target::Http {
+                authority: "127.0.0.1:9400".into()
+            })
+        );
+        assert!(!valid_gpu("0 HTTP/1.1\r\n") && valid_gpu("GPU-1234-ab") && valid_gpu("3"));
+    }
+}
