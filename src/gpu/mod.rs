@@ -17,6 +17,7 @@ mod events;
 mod gpm;
 mod identity;
 mod mig;
+mod nvlink;
 mod processes;
 mod reader;
 mod telemetry;

@@ -5,10 +5,12 @@
 //! supported, failed, GPU lost), and renderers must leave such a series out rather than invent a 0.
 
 pub mod mig;
+mod nvlink;
 mod nvml;
 mod process;
 mod sharing;
 
+pub use nvlink::{Fabric, FabricFault, FabricState, LinkErrors, NvLinkErrors, NvLinks};
 pub use nvml::NvmlCode;
 pub use process::{
     Attribution, GpuProcess, KubeletStatus, LabelNames, PodMapping, PodRef, ProcessInfo,
@@ -216,6 +218,10 @@ pub struct GpuReading {
     pub pods: Vec<PodRef>,
     /// `nvmlDeviceGetComputeMode` (slow tier, with the MIG mode).
     pub compute_mode: Option<ComputeMode>,
+    /// NVLinks (slow tier for link state, every poll for counters); `None` without NVLink.
+    pub nvlink: Option<NvLinks>,
+    /// The GPU fabric (Hopper and newer with NVLink; slow tier).
+    pub fabric: Option<Fabric>,
 }
 
 /// GPM metrics (`nvmlGpmMetricsGet` between two samples), ratios 0-1 and bytes per second.

@@ -6,7 +6,8 @@
 //! 45, replay 52, recovery 59) and the cumulative data throughput counters in KiB
 //! (`NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX` 138 / `_RX` 139), read per link with `scopeId` = the
 //! link (INVALID_ARGUMENT in the slot for a link the board lacks; CHOSEN: the GPU's traffic is
-//! spread evenly over its active links). Every other id answers NOT_SUPPORTED in its own slot.
+//! spread evenly over its active links), and per link (`scopeId`) the DL replay, recovery and
+//! CRC counts (161-163). Every other id answers NOT_SUPPORTED in its own slot.
 
 use std::ffi::c_int;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -55,6 +56,14 @@ fn nvlink_field(g: &Gpu, field: u32, scope: u32) -> Option<NvResult<Value>> {
                 true => total / n.active_links().max(1),
                 false => 0,
             }))
+        })(),
+        // Per link (`scopeId` = link): DL replay, recovery, CRC (CHOSEN: the CRC flit count).
+        field_id::NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY
+        | field_id::NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY
+        | field_id::NVML_FI_DEV_NVLINK_ERROR_DL_CRC => (|| {
+            let n = g.nvlink.as_ref().ok_or(ffi::NOT_SUPPORTED)?;
+            let counter = field - field_id::NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY;
+            super::nvlink::link_errors(n, scope, counter).map(Value::U64)
         })(),
         _ => return None,
     })
