@@ -227,6 +227,14 @@ fn nvlink(model: &Model, g: &RawGpu) -> Option<Nvlink> {
     })
 }
 
+/// A fabric status by `nvmlReturn_t` name: SUCCESS or an error's name.
+pub(crate) fn fabric_status(name: &str) -> Option<Ret> {
+    match name {
+        "SUCCESS" => Some(crate::ffi::SUCCESS),
+        other => code_by_name(other),
+    }
+}
+
 /// Hopper and newer boards with NVLink have fabric info; without a `fabric` key it is a
 /// healthy, completed fabric.
 fn fabric(model: &Model, g: &RawGpu, has_nvlink: bool) -> Option<Fabric> {
@@ -262,7 +270,7 @@ fn fabric(model: &Model, g: &RawGpu, has_nvlink: bool) -> Option<Fabric> {
         cluster_uuid,
         status: raw
             .and_then(|f| f.status.as_ref())
-            .and_then(|s| code_by_name(s.get_ref()))
+            .and_then(|s| fabric_status(s.get_ref()))
             .unwrap_or(crate::ffi::SUCCESS),
         // CHOSEN: every GPU of a node is in clique 1 (one NVLink domain).
         clique_id: 1,

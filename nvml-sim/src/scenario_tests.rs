@@ -231,6 +231,7 @@ nvlink = {}
 [[gpu]]
 model = "H200-SXM-141GB"
 nvlink = {}
+fabric = { state = "completed", status = "SUCCESS", health = [] }
 [[gpu]]
 model = "H100-SXM5-80GB"
 "#);

@@ -523,7 +523,7 @@ fn fabric(g: &RawGpu, model: &'static Model, err: &ErrAt<'_>) -> Result<(), Scen
         ));
     }
     if let Some(status) = &f.get_ref().status {
-        if code_by_name(status.get_ref()).is_none() {
+        if crate::resolve::fabric_status(status.get_ref()).is_none() {
             return Err(err(status.span(), unknown_code(status.get_ref())));
         }
     }

@@ -77,6 +77,8 @@ pub struct PollerSection {
 pub struct MetricsSection {
     pub dcgm: bool,
     pub native: bool,
+    /// Per-link NVLink series (state and errors of each link): off by default.
+    pub nvlink_links: bool,
     #[serde(deserialize_with = "super::labels::optional_label_value")]
     pub hostname: Option<String>,
     #[serde(deserialize_with = "super::labels::optional_label")]
@@ -88,6 +90,7 @@ impl Default for MetricsSection {
         MetricsSection {
             dcgm: true,
             native: true,
+            nvlink_links: false,
             hostname: None,
             hostname_label: toml::Spanned::new(0..0, "Hostname".into()),
         }

@@ -76,6 +76,8 @@ pub struct Config {
     pub expensive_interval: Duration,
     pub metrics_dcgm: bool,
     pub metrics_native: bool,
+    /// `[metrics] nvlink_links`: per-link NVLink series (the fuller profile).
+    pub metrics_nvlink_links: bool,
     /// Overrides the hostname label value; default `NODE_NAME`, else the host name.
     pub hostname: Option<String>,
     pub hostname_label: String,
@@ -330,6 +332,7 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
             .unwrap_or(DEFAULT_EXPENSIVE_INTERVAL),
         metrics_dcgm: f.metrics.dcgm,
         metrics_native: f.metrics.native,
+        metrics_nvlink_links: f.metrics.nvlink_links,
         hostname: f.metrics.hostname,
         hostname_label: f.metrics.hostname_label.into_inner(),
         log_level: o.log_level.clone().or(f.log.level),

@@ -66,8 +66,13 @@ impl LinkHistory {
     /// active (CHOSEN: an HGX board wires every link, so a link that never came up while its
     /// siblings did is down too, also when the agent starts after it went down).
     fn down(&mut self, active: &[bool]) -> Option<Finding> {
-        self.seen_active
-            .extend(active.iter().enumerate().filter(|(_, a)| **a).map(|(i, _)| i));
+        self.seen_active.extend(
+            active
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| **a)
+                .map(|(i, _)| i),
+        );
         let any_up = active.iter().any(|a| *a);
         let down: Vec<String> = active
             .iter()
@@ -94,7 +99,12 @@ impl LinkHistory {
 
     /// Replay + recovery errors per minute over `nvlink_error_window` against
     /// `nvlink_errors_per_minute`; no verdict until the window is covered.
-    fn rate(&mut self, count: Option<u64>, config: &HealthConfig, now: SystemTime) -> Option<Finding> {
+    fn rate(
+        &mut self,
+        count: Option<u64>,
+        config: &HealthConfig,
+        now: SystemTime,
+    ) -> Option<Finding> {
         let Some(count) = count else {
             self.errors.clear();
             return None;

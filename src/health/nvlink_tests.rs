@@ -100,7 +100,9 @@ fn a_link_that_goes_down_fails_the_gpu_and_clears_when_it_is_back() {
         conditions(&h),
         [(NVLINK_DOWN.into(), Status::Fail, Action::ResetGpu)]
     );
-    assert!(h.gpus[0].verdict.conditions[0].reason.contains("link(s) 3 of 18"));
+    assert!(h.gpus[0].verdict.conditions[0]
+        .reason
+        .contains("link(s) 3 of 18"));
     if let Some(n) = g.reading.nvlink.as_mut() {
         n.active[3] = true;
     }
@@ -132,7 +134,10 @@ fn a_recovery_storm_warns_after_a_full_window_and_clears_when_it_stops() {
     };
     eval(&mut e, &g, 0);
     set(&mut g, 30);
-    assert!(conditions(&eval(&mut e, &g, 30)).is_empty(), "window not covered");
+    assert!(
+        conditions(&eval(&mut e, &g, 30)).is_empty(),
+        "window not covered"
+    );
     set(&mut g, 60);
     let h = eval(&mut e, &g, 60);
     assert_eq!(
@@ -190,10 +195,26 @@ fn each_health_mask_bit_raises_its_condition_and_clears() {
     let healthy = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8;
     let cases = [
         (healthy & !(0x3) | 1, FABRIC_DEGRADED, Status::Warn),
-        (healthy & !(0x3 << 2) | 1 << 2, FABRIC_DEGRADED, Status::Warn),
-        (healthy & !(0x3 << 4) | 1 << 4, FABRIC_UNHEALTHY, Status::Fail),
-        (healthy & !(0x3 << 6) | 1 << 6, FABRIC_DEGRADED, Status::Warn),
-        (healthy & !(0xF << 8) | 2 << 8, FABRIC_UNHEALTHY, Status::Fail),
+        (
+            healthy & !(0x3 << 2) | 1 << 2,
+            FABRIC_DEGRADED,
+            Status::Warn,
+        ),
+        (
+            healthy & !(0x3 << 4) | 1 << 4,
+            FABRIC_UNHEALTHY,
+            Status::Fail,
+        ),
+        (
+            healthy & !(0x3 << 6) | 1 << 6,
+            FABRIC_DEGRADED,
+            Status::Warn,
+        ),
+        (
+            healthy & !(0xF << 8) | 2 << 8,
+            FABRIC_UNHEALTHY,
+            Status::Fail,
+        ),
     ];
     for (m, name, severity) in cases {
         let mut e = Evaluator::default();
