@@ -13,13 +13,13 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 
 echo "--- alerts: promtool check rules"
-promtool check rules alerts/gpu-steward.rules.yml alerts/gpu-steward-accounting.rules.yml
+promtool check rules alerts/*.rules.yml
 echo "--- alerts: promtool test rules"
 promtool test rules alerts/tests/*.yml
 
 echo "--- alerts: every rule is tested both ways and has a runbook section"
 missing=0
-for alert in $(sed -n 's/^ *- alert: *//p' alerts/gpu-steward.rules.yml); do
+for alert in $(sed -n 's/^ *- alert: *//p' alerts/gpu-steward.rules.yml alerts/gpu-steward-nvlink.rules.yml); do
   # A test is "not firing" when its exp_alerts is [], "firing" otherwise; look at the line that
   # follows each `alertname:` line of this alert.
   quiet=$(grep -h -A1 "alertname: $alert\$" alerts/tests/*.yml | grep -c 'exp_alerts: \[\]' || true)
@@ -31,7 +31,7 @@ for alert in $(sed -n 's/^ *- alert: *//p' alerts/gpu-steward.rules.yml); do
   if ! grep -q "^## $alert\$" docs/runbook.md; then
     echo "  $alert: no '## $alert' section in docs/runbook.md"; missing=1
   fi
-  if ! grep -q "runbook: \"docs/runbook.md#$anchor\"" alerts/gpu-steward.rules.yml; then
+  if ! grep -q "runbook: \"docs/runbook.md#$anchor\"" alerts/gpu-steward.rules.yml alerts/gpu-steward-nvlink.rules.yml; then
     echo "  $alert: its runbook annotation is not docs/runbook.md#$anchor"; missing=1
   fi
 done
