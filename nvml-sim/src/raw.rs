@@ -162,6 +162,9 @@ pub(crate) struct RawGpu {
     pub nvlink: Option<Spanned<RawNvlink>>,
     /// `nvmlDeviceGetGpuFabricInfoV` (Hopper and newer, with `nvlink`).
     pub fabric: Option<Spanned<RawFabric>>,
+    /// The PCIe switch the GPU sits behind: GPUs with the same number share it
+    /// (`nvmlDeviceGetTopologyCommonAncestor` SINGLE); default: a switch of its own.
+    pub pcie_switch: Option<u32>,
     #[serde(default)]
     pub process: Vec<Spanned<RawProcess>>,
     #[serde(default)]

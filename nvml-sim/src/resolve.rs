@@ -150,6 +150,8 @@ pub struct Gpu {
     pub nvlink: Option<Nvlink>,
     /// `None`: `nvmlDeviceGetGpuFabricInfoV` answers NOT_SUPPORTED (no NVLink, or before Hopper).
     pub fabric: Option<Fabric>,
+    /// The PCIe switch the GPU sits behind (`pcie_switch`; default 1000 + index, its own).
+    pub pcie_switch: u32,
 }
 
 /// The board's NVLinks.
@@ -448,6 +450,7 @@ impl Gpu {
             events: g.event.iter().map(event).collect(),
             nvlink: nvlink(model, g),
             fabric: fabric(model, g, g.nvlink.is_some() && model.nvlinks > 0),
+            pcie_switch: g.pcie_switch.unwrap_or(1000 + index),
         }
     }
 

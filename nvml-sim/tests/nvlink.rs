@@ -151,3 +151,35 @@ fn a_vm_and_a_pcie_board_answer_not_supported_like_the_real_h100() {
         ));
     }
 }
+
+#[test]
+fn p2p_over_nvlink_needs_links_on_both_and_the_common_ancestor_follows_the_pcie_switch() {
+    use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus, TopologyLevel};
+    let sim = Sim::new(
+        r#"version = 1
+[[gpu]]
+model = "H100-SXM5-80GB"
+nvlink = {}
+pcie_switch = 1
+[[gpu]]
+model = "H100-SXM5-80GB"
+nvlink = { down = [0, 1] }
+pcie_switch = 2
+[[gpu]]
+model = "H100-SXM5-80GB"
+pcie_switch = 1
+"#,
+    );
+    let nvml = sim.init();
+    let d = |i| nvml.device_by_index(i).expect("gpu");
+    let p2p = |a, b| {
+        d(a).p2p_status(&d(b), P2pCapabilitiesIndex::NvLink)
+            .expect("status")
+    };
+    assert_eq!(p2p(0, 1), P2pStatus::Ok);
+    assert_eq!(p2p(0, 2), P2pStatus::NotSupported, "GPU 2 has no NVLink");
+    let level = |a, b| d(a).topology_common_ancestor(d(b)).expect("level");
+    assert_eq!(level(0, 2), TopologyLevel::Single);
+    assert_eq!(level(0, 1), TopologyLevel::System);
+    assert_eq!(level(1, 1), TopologyLevel::Internal);
+}

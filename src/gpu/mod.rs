@@ -21,6 +21,7 @@ mod nvlink;
 mod processes;
 mod reader;
 mod telemetry;
+mod topology;
 
 pub use calls::CallLog;
 pub use control::{ComputeMode, ControlError, GpuControl};

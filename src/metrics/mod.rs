@@ -98,6 +98,7 @@ pub fn render(
         native::render(snapshot, &mut families);
         gpm::render_native(snapshot, &mut families);
         nvlink::render_native(snapshot, config.nvlink_links, &mut families);
+        nvlink::render_topology(snapshot, &mut families);
         processes::render(snapshot, &mut families);
         health::render(snapshot, health, &mut families);
         mig::render(snapshot, &mut families);

@@ -168,3 +168,31 @@ fn render_fabric(gpus: &[&GpuSnapshot], per_link: bool, out: &mut Families) {
         out.push(f);
     }
 }
+
+/// `gpu_steward_gpu_topology_info`: for each GPU with NVLink peers, who they are, as a label a
+/// scheduler extension can read (the full pairwise topology is `/api/v1/topology`). Absent on
+/// GPUs without NVLink peers, so the node's per-GPU budget without NVLink is unchanged.
+pub(super) fn render_topology(snapshot: &Snapshot, out: &mut Families) {
+    let mut f = Family::gauge(
+        "gpu_steward_gpu_topology_info",
+        "GPUs this GPU reaches over NVLink (nvmlDeviceGetP2PStatus NVLINK), value 1; the full topology is /api/v1/topology.",
+    );
+    if let Some(t) = &snapshot.topology {
+        for g in &t.gpus {
+            let peers = t.nvlink_peers(g.index);
+            if peers.is_empty() {
+                continue;
+            }
+            let list: Vec<String> = peers.iter().map(u32::to_string).collect();
+            f.add(
+                &[
+                    ("gpu", g.index.to_string()),
+                    ("uuid", g.uuid.clone()),
+                    ("nvlink_peers", list.join(",")),
+                ],
+                1.0,
+            );
+        }
+    }
+    out.push(f);
+}

@@ -9,6 +9,7 @@ mod nvlink;
 mod nvml;
 mod process;
 mod sharing;
+mod topology;
 
 pub use nvlink::{Fabric, FabricFault, FabricState, LinkErrors, NvLinkErrors, NvLinks};
 pub use nvml::NvmlCode;
@@ -17,6 +18,7 @@ pub use process::{
     ProcessKind,
 };
 pub use sharing::{ComputeMode, OverLimit, PluginResource, ReplicaCount, SharingStatus};
+pub use topology::{Link, Pair, Topology, TopologyGpu};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -330,6 +332,8 @@ pub struct Snapshot {
     pub kubernetes: Option<KubeletStatus>,
     /// The sharing subsystem (device plugin, replicas, memory guard), when configured.
     pub sharing: Option<Arc<SharingStatus>>,
+    /// How the GPUs connect (read at start and when the set of GPUs changes).
+    pub topology: Option<Arc<Topology>>,
 }
 
 impl Snapshot {
@@ -349,6 +353,7 @@ impl Snapshot {
             polls: 0,
             kubernetes: None,
             sharing: None,
+            topology: None,
         }
     }
 

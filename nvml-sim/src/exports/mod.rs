@@ -114,6 +114,8 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetNvLinkErrorCounter",
     "nvmlDeviceGetGpuFabricInfoV",
     "nvmlDeviceGetGpuFabricInfo",
+    "nvmlDeviceGetP2PStatus",
+    "nvmlDeviceGetTopologyCommonAncestor",
     // board.rs
     "nvmlDeviceGetPersistenceMode",
     "nvmlDeviceGetPerformanceState",

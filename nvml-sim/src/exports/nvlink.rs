@@ -3,6 +3,12 @@
 //! as the captured H100 and H200 do (passed through to a VM, where NVML sees no links); a link
 //! index the board does not have is INVALID_ARGUMENT (nvml.h: "link is invalid"). Throughput
 //! and summed error counts are `nvmlDeviceGetFieldValues` fields (`fields.rs`).
+//!
+//! Topology between two GPUs: `nvmlDeviceGetP2PStatus` over NVLink is OK when both have an
+//! active link (an HGX baseboard connects every GPU through its NVSwitches; CHOSEN: no
+//! point-to-point bridges are modelled), NOT_SUPPORTED otherwise; `nvmlDeviceGetTopologyCommonAncestor`
+//! is SINGLE (one PCIe switch, `nvidia-smi topo` PIX) for GPUs with the same `pcie_switch` and
+//! SYSTEM (CHOSEN: across the CPUs' interconnect) for the others; INTERNAL for a GPU with itself.
 
 use std::ffi::c_uint;
 use std::mem::size_of;
@@ -16,6 +22,58 @@ use crate::export;
 use crate::ffi::{self, get, put, NvResult};
 use crate::resolve::{Fabric, Nvlink};
 use crate::state::gpu;
+
+/// `NVML_P2P_CAPS_INDEX_NVLINK`.
+const P2P_NVLINK: u32 = 2;
+/// `nvmlGpuP2PStatus_t`: OK 0, NOT_SUPPORTED 5.
+const P2P_OK: u32 = 0;
+const P2P_NOT_SUPPORTED: u32 = 5;
+/// `nvmlGpuTopologyLevel_t`.
+const TOPOLOGY_INTERNAL: u32 = 0;
+const TOPOLOGY_SINGLE: u32 = 10;
+const TOPOLOGY_SYSTEM: u32 = 50;
+
+fn has_active_link(n: &Option<Nvlink>) -> bool {
+    n.as_ref().is_some_and(|n| n.active_links() > 0)
+}
+
+export!(
+    fn nvmlDeviceGetP2PStatus(
+        device1: nvmlDevice_t,
+        device2: nvmlDevice_t,
+        p2p_index: c_uint,
+        p2p_status: *mut c_uint,
+    ) {
+        let (a, b) = (gpu(device1)?, gpu(device2)?);
+        let status = match p2p_index {
+            P2P_NVLINK if has_active_link(&a.nvlink) && has_active_link(&b.nvlink) => P2P_OK,
+            P2P_NVLINK => P2P_NOT_SUPPORTED,
+            // READ, WRITE, ATOMICS, PCI: over PCIe within a switch (CHOSEN).
+            0 | 1 | 3 | 4 if a.pcie_switch == b.pcie_switch => P2P_OK,
+            0 | 1 | 3 | 4 => P2P_NOT_SUPPORTED,
+            _ => return Err(ffi::INVALID_ARGUMENT),
+        };
+        put(p2p_status, status)
+    }
+);
+
+export!(
+    fn nvmlDeviceGetTopologyCommonAncestor(
+        device1: nvmlDevice_t,
+        device2: nvmlDevice_t,
+        path_info: *mut c_uint,
+    ) {
+        let (a, b) = (gpu(device1)?, gpu(device2)?);
+        let level = if a.index == b.index {
+            TOPOLOGY_INTERNAL
+        } else if a.pcie_switch == b.pcie_switch {
+            TOPOLOGY_SINGLE
+        } else {
+            TOPOLOGY_SYSTEM
+        };
+        put(path_info, level)
+    }
+);
 
 /// `NVML_STRUCT_VERSION(GpuFabricInfo, n)`: the struct's size | n << 24.
 pub const FABRIC_INFO_V2: u32 = size_of::<nvmlGpuFabricInfo_v2_t>() as u32 | 2 << 24;

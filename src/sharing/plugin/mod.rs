@@ -74,6 +74,7 @@ pub fn spawn(
             counters: Arc::new(Counters::default()),
             status: status.clone(),
             stop: stop.clone(),
+            published: published.clone(),
         };
         tokio::spawn(task.run());
     }
@@ -203,6 +204,7 @@ struct Registrar {
     counters: Arc<Counters>,
     status: StatusSink,
     stop: watch::Receiver<bool>,
+    published: watch::Receiver<Arc<Published>>,
 }
 
 impl Registrar {
@@ -323,6 +325,7 @@ impl Registrar {
             fail_requests_greater_than_one: self.fail_gt_one,
             counters: self.counters.clone(),
             stop: stop_rx.clone(),
+            published: self.published.clone(),
         });
         let mut shutdown = stop_rx;
         let resource = self.resource.clone();
