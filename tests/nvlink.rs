@@ -6,8 +6,15 @@
 mod common;
 mod health_support;
 
+use std::time::{Duration, Instant};
+
+use common::fake_grpc::{self, Unary};
 use common::Metrics;
+use gpu_steward::grpc;
+use gpu_steward::sharing::plugin::proto::*;
 use health_support::Agent;
+use tonic::codegen::http;
+use tonic::codegen::tokio_stream::StreamExt;
 
 /// Two bare-metal H100 SXM GPUs with NVLink and a fabric; `gpu0` goes into the first.
 fn pair(gpu0: &str) -> String {
@@ -188,4 +195,86 @@ fn a_fabric_not_ready_and_each_health_bit_raise_their_condition_and_clear() {
         a.rewrite(&healthy);
         a.wait_for("the fabric to recover", |a| a.conditions(0).is_empty());
     }
+}
+
+/// The kubelet's Registration service, accepting every plugin.
+struct Registration;
+
+impl Unary for Registration {
+    const SERVICE: &'static str = "v1beta1.Registration";
+    type Request = RegisterRequest;
+    type Response = Empty;
+}
+
+/// Reads ListAndWatch until GPU `uuid` is advertised with `health`.
+async fn wait_health(
+    stream: &mut tonic::codec::Streaming<ListAndWatchResponse>,
+    uuid: &str,
+    health: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let msg = tokio::time::timeout(left, stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {uuid} {health}"))
+            .expect("stream open")
+            .expect("message");
+        if msg
+            .devices
+            .iter()
+            .any(|d| d.id == uuid && d.health == health)
+        {
+            return;
+        }
+    }
+}
+
+#[test]
+fn the_device_plugin_marks_a_gpu_with_an_unhealthy_fabric_unhealthy_until_it_recovers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dp = dir.path().join("device-plugins");
+    std::fs::create_dir(&dp).expect("mkdir");
+    fake_grpc::serve::<Registration>(&dp.join("kubelet.sock"), Empty {});
+    let uuid = "GPU-f0000000-1111-2222-3333-444444444444";
+    let node = |fabric: &str| {
+        pair(&format!(
+            "uuid = \"{uuid}\"\nnvlink = {{}}\nfabric = {{ {fabric} }}"
+        ))
+    };
+    let config = format!(
+        "[sharing.device_plugin]\nenabled = true\ndirectory = \"{}\"\n",
+        dp.display()
+    );
+    let a = Agent::start(&node(""), &config);
+    let socket = dp.join("gpu-steward-gpu.sock");
+    common::wait_for("the plugin socket", Duration::from_secs(20), || {
+        socket.exists().then_some(())
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let channel = grpc::connect(&socket, Some(Duration::from_secs(5)))
+            .await
+            .expect("connect to the plugin");
+        let mut client = tonic::client::Grpc::new(channel);
+        client.ready().await.expect("ready");
+        let codec: tonic::codec::ProstCodec<Empty, ListAndWatchResponse> = Default::default();
+        let mut stream = client
+            .server_streaming(
+                tonic::Request::new(Empty {}),
+                http::uri::PathAndQuery::from_static(LIST_AND_WATCH_PATH),
+                codec,
+            )
+            .await
+            .expect("ListAndWatch")
+            .into_inner();
+        wait_health(&mut stream, uuid, "Healthy").await;
+        a.rewrite(&node(r#"health = ["route_unhealthy"]"#));
+        wait_health(&mut stream, uuid, "Unhealthy").await;
+        a.rewrite(&node(""));
+        wait_health(&mut stream, uuid, "Healthy").await;
+    });
 }
