@@ -3,8 +3,8 @@
 //!
 //! Lean (always, native family): links present and active, data bytes each way, the four error
 //! counters summed over the GPU's links, and on Hopper and newer the fabric state, health
-//! summary and identity: at most 11 series per GPU, plus the one dcgm-compatible
-//! `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`. With `[metrics] nvlink_links = true` (the fuller
+//! summary and identity, and the GPU's NVLink peers: at most 12 series per GPU, plus the one
+//! dcgm-compatible `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`. With `[metrics] nvlink_links = true` (the fuller
 //! profile) also per link its state and error counters (up to 18 × 4 series per GPU) and the
 //! raw fabric health mask.
 
