@@ -179,3 +179,22 @@ fn the_device_plugin_prefers_nvlink_then_a_shared_switch_on_a_mixed_tree() {
         );
     });
 }
+
+#[test]
+fn the_topology_is_read_again_when_the_set_of_gpus_changes() {
+    let three = "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nnvlink = {}\n\
+                 [[gpu]]\nmodel = \"H100-SXM5-80GB\"\nnvlink = {}\n\
+                 [[gpu]]\nmodel = \"H100-SXM5-80GB\"\nnvlink = {}\n";
+    let a = Agent::with_scenario(three).start();
+    assert_eq!(pairs(&topology(&a)).len(), 3);
+    // GPU 2 falls off the bus: the topology is of the two GPUs left.
+    a.rewrite_scenario(&three.replacen(
+        "[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nnvlink = {}\n",
+        "",
+        1,
+    ));
+    wait_for("the topology of two GPUs", Duration::from_secs(20), || {
+        let t = a.get("/api/v1/topology").json();
+        (pairs(&t) == [(0, 1, "nvlink".to_string())]).then_some(())
+    });
+}

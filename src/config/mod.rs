@@ -668,6 +668,29 @@ mod tests {
     }
 
     #[test]
+    fn nvlink_health_and_metrics_keys_parse_and_bad_values_have_positions() {
+        let text = "[health]\nnvlink_errors_per_minute = 0.0\nnvlink_error_window = \"30s\"\n\
+                    [metrics]\nnvlink_links = true\n";
+        let c = merge(
+            None,
+            parse("c.toml", text).expect("valid"),
+            &Overrides::default(),
+        );
+        assert_eq!(c.health.nvlink_errors_per_minute, 0.0);
+        assert_eq!(c.health.nvlink_error_window, Duration::from_secs(30));
+        assert!(c.metrics_nvlink_links);
+        assert!(
+            c.describe().contains("NVLink errors above 0/min over 30s"),
+            "{}",
+            c.describe()
+        );
+        let e = err("[health]\nnvlink_errors_per_minute = -1.0\n");
+        assert!(e.starts_with("c.toml:2:28: invalid error rate -1"), "{e}");
+        let e = err("[health]\nnvlink_error_window = \"0s\"\n");
+        assert!(e.starts_with("c.toml:2:23:"), "{e}");
+    }
+
+    #[test]
     fn bad_health_values_have_positions() {
         let e = err("[health]\nxid_window = \"soon\"\n");
         assert!(e.starts_with("c.toml:2:14: invalid duration 'soon'"), "{e}");
