@@ -50,7 +50,7 @@ impl LinkHistory {
         }
         let links = gpu.reading.nvlink.as_ref();
         if let Some(n) = links {
-            out.extend(self.down(&n.active));
+            out.extend(self.down(&n.active, gpu.reading.fabric.is_some()));
         }
         let count = links.and_then(|n| Some(n.errors.replay? + n.errors.recovery?));
         let mut errors: Vec<Finding> = self.rate(count, config, now).into_iter().collect();
@@ -62,10 +62,12 @@ impl LinkHistory {
         out
     }
 
-    /// Links inactive that were active, or that are inactive while another link of the GPU is
-    /// active (CHOSEN: an HGX board wires every link, so a link that never came up while its
-    /// siblings did is down too, also when the agent starts after it went down).
-    fn down(&mut self, active: &[bool]) -> Option<Finding> {
+    /// Links inactive that were seen active; on a GPU with fabric info (an NVSwitch baseboard,
+    /// Hopper and newer, where every link is wired to a switch) also links inactive while
+    /// another link of the GPU is active, so that a link down before the agent started counts
+    /// too (CHOSEN). A board with NVLink bridges may leave links unconnected: there only a link
+    /// seen active counts.
+    fn down(&mut self, active: &[bool], all_wired: bool) -> Option<Finding> {
         self.seen_active.extend(
             active
                 .iter()
@@ -77,7 +79,7 @@ impl LinkHistory {
         let down: Vec<String> = active
             .iter()
             .enumerate()
-            .filter(|(i, a)| !**a && (any_up || self.seen_active.contains(i)))
+            .filter(|(i, a)| !**a && ((all_wired && any_up) || self.seen_active.contains(i)))
             .map(|(i, _)| i.to_string())
             .collect();
         if down.is_empty() {

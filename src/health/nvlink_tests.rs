@@ -110,13 +110,27 @@ fn a_link_that_goes_down_fails_the_gpu_and_clears_when_it_is_back() {
 }
 
 #[test]
-fn a_link_down_at_start_among_active_ones_is_down_but_all_idle_links_are_not() {
+fn a_link_down_at_start_is_down_on_an_nvswitch_board_but_not_on_a_bridged_one() {
     let mut g = hgx();
     if let Some(n) = g.reading.nvlink.as_mut() {
         n.active[17] = false;
     }
     let h = eval(&mut Evaluator::default(), &g, 0);
     assert_eq!(conditions(&h)[0].0, NVLINK_DOWN);
+    // Without fabric info (an A100, a bridged PCIe board) an unconnected link is not down...
+    g.reading.fabric = None;
+    let mut e = Evaluator::default();
+    assert!(conditions(&eval(&mut e, &g, 0)).is_empty());
+    // ...until it was seen active and went down.
+    if let Some(n) = g.reading.nvlink.as_mut() {
+        n.active[17] = true;
+    }
+    eval(&mut e, &g, 10);
+    if let Some(n) = g.reading.nvlink.as_mut() {
+        n.active[17] = false;
+    }
+    assert_eq!(conditions(&eval(&mut e, &g, 20))[0].0, NVLINK_DOWN);
+    // No link up at all (links present, nothing connected): nothing is down.
     if let Some(n) = g.reading.nvlink.as_mut() {
         n.active = vec![false; 12];
     }
