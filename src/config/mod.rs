@@ -375,7 +375,7 @@ impl Config {
              (at most {max_connections} requests at once besides the probes, {header_timeout} to send headers)\n\
              load NVML from '{lib}' and poll every {interval}; slow-moving reads every {slow}, \
              expensive ones every {expensive}\n\
-             metrics: dcgm-compatible {dcgm}, native {native}, hostname label {hostname_label}\n\
+             metrics: dcgm-compatible {dcgm}, native {native}, per-link NVLink {nvlink_links}, hostname label {hostname_label}\n\
              TLS and basic auth: {web}\n\
              mutating API (/api/v1): {api}\n\
              audit log: {audit}\n\
@@ -398,6 +398,7 @@ impl Config {
             expensive = humantime::format_duration(self.expensive_interval.max(self.interval)),
             dcgm = on(self.metrics_dcgm),
             native = on(self.metrics_native),
+            nvlink_links = on(self.metrics_nvlink_links),
             api = if self.api_enabled {
                 let socket = match &self.api_socket {
                     Some(p) => format!(
@@ -679,6 +680,11 @@ mod tests {
         assert_eq!(c.health.nvlink_errors_per_minute, 0.0);
         assert_eq!(c.health.nvlink_error_window, Duration::from_secs(30));
         assert!(c.metrics_nvlink_links);
+        assert!(
+            c.describe().contains("per-link NVLink on"),
+            "{}",
+            c.describe()
+        );
         assert!(
             c.describe().contains("NVLink errors above 0/min over 30s"),
             "{}",
