@@ -13,14 +13,14 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 
 echo "--- alerts: promtool check rules"
-promtool check rules alerts/gpu-steward.rules.yml alerts/gpu-steward-accounting.rules.yml \
-  alerts/gpu-steward-operations.rules.yml
+promtool check rules alerts/*.rules.yml
 echo "--- alerts: promtool test rules"
 promtool test rules alerts/tests/*.yml
 
 echo "--- alerts: every rule is tested both ways and has a runbook section"
 missing=0
-for rules in alerts/gpu-steward.rules.yml alerts/gpu-steward-operations.rules.yml; do
+for rules in alerts/gpu-steward.rules.yml alerts/gpu-steward-operations.rules.yml \
+    alerts/gpu-steward-nvlink.rules.yml; do
 for alert in $(sed -n 's/^ *- alert: *//p' "$rules"); do
   # A test is "not firing" when its exp_alerts is [], "firing" otherwise; look at the line that
   # follows each `alertname:` line of this alert.

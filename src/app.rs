@@ -95,6 +95,7 @@ fn render_config(c: &Config) -> RenderConfig {
     RenderConfig {
         dcgm: c.metrics_dcgm,
         native: c.metrics_native,
+        nvlink_links: c.metrics_nvlink_links,
         hostname,
         hostname_label: c.hostname_label.clone(),
     }

@@ -1,6 +1,6 @@
-//! End to end with a real Prometheus: two agents (the faults scenario and the 8×H100 node) on
-//! the simulated NVML, scraped every second by `/usr/bin/prometheus` (Debian package
-//! `prometheus`) with the shipped alert rules loaded. Every query of every shipped dashboard must
+//! End to end with a real Prometheus: three agents (the faults scenario, the 8×H100 node and
+//! the 8×H100 HGX NVLink node) on the simulated NVML, scraped every second by
+//! `/usr/bin/prometheus` (Debian package `prometheus`) with the shipped alert rules loaded. Every query of every shipped dashboard must
 //! return data through `/api/v1/query` (for `X or vector(0)`, X itself must), the alerts the
 //! faults scenario implies must fire, and no alert may fire or be pending for the healthy node.
 
@@ -11,11 +11,19 @@ use std::time::Duration;
 
 use e2e_support::{dashboards, has_data, repo, wait_for, Agent, Prometheus};
 
-/// The shipped rules with every `for:` set to 0s, so that the test sees them fire within seconds
-/// while the expressions stay exactly those users get.
+/// The shipped rules (the main file and the NVLink file's groups appended to its `groups:`)
+/// with every `for:` set to 0s, so that the test sees them fire within seconds while the
+/// expressions stay exactly those users get.
 fn rules_without_for() -> String {
-    let text = std::fs::read_to_string(repo().join("alerts/gpu-steward.rules.yml"))
-        .expect("read alerts/gpu-steward.rules.yml");
+    let read = |f: &str| {
+        std::fs::read_to_string(repo().join(f)).unwrap_or_else(|e| panic!("read {f}: {e}"))
+    };
+    let nvlink = read("alerts/gpu-steward-nvlink.rules.yml");
+    let groups = nvlink
+        .split_once("\ngroups:\n")
+        .map(|(_, g)| g)
+        .expect("the NVLink rules have a top-level groups:");
+    let text = format!("{}\n{groups}", read("alerts/gpu-steward.rules.yml"));
     text.lines()
         .map(|line| {
             let indent = line.len() - line.trim_start().len();
@@ -44,15 +52,19 @@ fn scalar(prom: &Prometheus, q: &str) -> Option<f64> {
 fn dashboards_and_alerts_work_against_a_real_prometheus() {
     let faults = Agent::start("faults.toml");
     let dgx = Agent::start("dgx-h100.toml");
-    let prom = Prometheus::start(&[faults.target(), dgx.target()], &rules_without_for());
+    let hgx = Agent::start("hgx-h100.toml");
+    let prom = Prometheus::start(
+        &[faults.target(), dgx.target(), hgx.target()],
+        &rules_without_for(),
+    );
 
-    // Enough scrapes of both agents for rate() and increase() over 10 s windows.
-    wait_for("8 scrapes of both agents", Duration::from_secs(60), || {
+    // Enough scrapes of every agent for rate() and increase() over 10 s windows.
+    wait_for("8 scrapes of every agent", Duration::from_secs(60), || {
         let n = scalar(
             &prom,
             r#"count(count_over_time(gpu_steward_build_info{job="gpu-steward"}[1m]) >= 8)"#,
         )?;
-        (n == 2.0).then_some(())
+        (n == 3.0).then_some(())
     });
 
     let queries = dashboards::queries(&repo().join("dashboards"));
@@ -129,12 +141,15 @@ fn dashboards_and_alerts_work_against_a_real_prometheus() {
             all_fire.then_some(alerts)
         },
     );
-    // The healthy 8×H100 node: no alert at all, pending or firing. Every `for:` is 0s here, so a
+    // The healthy 8×H100 nodes (with and without NVLink): no alert at all, pending or firing. Every `for:` is 0s here, so a
     // false positive (e.g. on the critical-XID series the agent creates at 0 when it starts)
     // shows as soon as the rules have data, which the faults alerts above prove they have.
     let wrong: Vec<String> = alerts
         .iter()
-        .filter(|a| a["labels"]["instance"] == dgx.target().as_str())
+        .filter(|a| {
+            a["labels"]["instance"] == dgx.target().as_str()
+                || a["labels"]["instance"] == hgx.target().as_str()
+        })
         .map(|a| {
             format!(
                 "{} ({}): {}",

@@ -158,6 +158,13 @@ pub(crate) struct RawGpu {
     pub retired_pages: Option<Spanned<RetiredPages>>,
     pub throttle_reasons: Option<Vec<ThrottleReason>>,
     pub gpm: Option<Spanned<RawGpm>>,
+    /// The board's NVLinks; absent = NVLink calls answer NOT_SUPPORTED (a VM, a PCIe board).
+    pub nvlink: Option<Spanned<RawNvlink>>,
+    /// `nvmlDeviceGetGpuFabricInfoV` (Hopper and newer, with `nvlink`).
+    pub fabric: Option<Spanned<RawFabric>>,
+    /// The PCIe switch the GPU sits behind: GPUs with the same number share it
+    /// (`nvmlDeviceGetTopologyCommonAncestor` SINGLE); default: a switch of its own.
+    pub pcie_switch: Option<u32>,
     #[serde(default)]
     pub process: Vec<Spanned<RawProcess>>,
     #[serde(default)]
@@ -179,6 +186,54 @@ pub struct RawGpm {
     pub fp16_active: Option<f64>,
     pub pcie_tx_bytes_per_s: Option<f64>,
     pub pcie_rx_bytes_per_s: Option<f64>,
+}
+
+/// `nvlink = { ... }`: links down (indices), error counts summed over the GPU's links (NVML's
+/// `nvmlNvLinkErrorCounter_t` kinds), and throughput in KiB/s over all active links.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawNvlink {
+    pub down: Vec<Spanned<u32>>,
+    pub replay_errors: u64,
+    pub recovery_errors: u64,
+    pub crc_flit_errors: u64,
+    pub crc_data_errors: u64,
+    pub tx_kib_s: u64,
+    pub rx_kib_s: u64,
+}
+
+/// `nvmlGpuFabricState_t` by name (`NVML_GPU_FABRIC_STATE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FabricState {
+    NotStarted = 1,
+    InProgress = 2,
+    #[default]
+    Completed = 3,
+}
+
+/// The fields of `nvmlGpuFabricInfo_v3_t::healthMask` a scenario can set (each to its "true"
+/// or non-"none" value; the others read as "false"/"none").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FabricHealthBit {
+    DegradedBw,
+    RouteRecovery,
+    RouteUnhealthy,
+    AccessTimeoutRecovery,
+    IncorrectConfiguration,
+}
+
+/// `fabric = { state, status, health }`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFabric {
+    #[serde(default)]
+    pub state: FabricState,
+    /// An `nvmlReturn_t` name (default SUCCESS).
+    pub status: Option<Spanned<String>>,
+    #[serde(default)]
+    pub health: Vec<FabricHealthBit>,
 }
 
 /// `mig_faults` values: one call number or a list.

@@ -12,7 +12,8 @@ pub use crate::ids::{is_uuid, stable_hash};
 use crate::models::Model;
 pub use crate::pci::PciAddr;
 use crate::raw::{
-    Ecc, ProcessKind, RawEvent, RawGpm, RawGpu, RawProcess, RemappedRows, RetiredPages,
+    Ecc, FabricHealthBit, FabricState, ProcessKind, RawEvent, RawGpm, RawGpu, RawProcess,
+    RemappedRows, RetiredPages,
 };
 
 /// One scenario, resolved.
@@ -145,6 +146,140 @@ pub struct Gpu {
     pub gpm: Gpm,
     pub processes: Vec<Process>,
     pub events: Vec<Event>,
+    /// `None`: NVLink calls answer NOT_SUPPORTED (no `nvlink` key, or a PCIe board).
+    pub nvlink: Option<Nvlink>,
+    /// `None`: `nvmlDeviceGetGpuFabricInfoV` answers NOT_SUPPORTED (no NVLink, or before Hopper).
+    pub fabric: Option<Fabric>,
+    /// The PCIe switch the GPU sits behind (`pcie_switch`; default 1000 + index, its own).
+    pub pcie_switch: u32,
+}
+
+/// The board's NVLinks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Nvlink {
+    /// One entry per link the board has: whether it is active.
+    pub active: Vec<bool>,
+    /// Error counts by `nvmlNvLinkErrorCounter_t` (replay 0, recovery 1, CRC flit 2, CRC data 3),
+    /// summed over the GPU. CHOSEN: they are all on the lowest-numbered link.
+    pub errors: [u64; 4],
+    /// KiB/s over all active links, spread evenly over them (CHOSEN).
+    pub tx_kib_s: u64,
+    pub rx_kib_s: u64,
+}
+
+impl Nvlink {
+    pub fn active_links(&self) -> u64 {
+        self.active.iter().filter(|a| **a).count() as u64
+    }
+}
+
+/// `nvmlGpuFabricInfo_v3_t` minus its version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fabric {
+    pub cluster_uuid: [u8; 16],
+    pub status: Ret,
+    pub clique_id: u32,
+    pub state: u8,
+    pub health_mask: u32,
+    pub health_summary: u8,
+}
+
+/// `NVML_GPU_FABRIC_HEALTH_MASK_*`: (shift, value when set, value when clear).
+fn health_field(bit: FabricHealthBit) -> (u32, u32, u32) {
+    match bit {
+        FabricHealthBit::DegradedBw => (0, 1, 2),
+        FabricHealthBit::RouteRecovery => (2, 1, 2),
+        FabricHealthBit::RouteUnhealthy => (4, 1, 2),
+        FabricHealthBit::AccessTimeoutRecovery => (6, 1, 2),
+        // CHOSEN: "set" is NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_INCORRECT_SYSGUID
+        // (2); clear is _NONE (1).
+        FabricHealthBit::IncorrectConfiguration => (8, 2, 1),
+    }
+}
+
+const HEALTH_BITS: [FabricHealthBit; 5] = [
+    FabricHealthBit::DegradedBw,
+    FabricHealthBit::RouteRecovery,
+    FabricHealthBit::RouteUnhealthy,
+    FabricHealthBit::AccessTimeoutRecovery,
+    FabricHealthBit::IncorrectConfiguration,
+];
+
+fn nvlink(model: &Model, g: &RawGpu) -> Option<Nvlink> {
+    let raw = g.nvlink.as_ref()?.get_ref();
+    if model.nvlinks == 0 {
+        return None;
+    }
+    let mut active = vec![true; model.nvlinks as usize];
+    for d in &raw.down {
+        if let Some(a) = active.get_mut(*d.get_ref() as usize) {
+            *a = false;
+        }
+    }
+    Some(Nvlink {
+        active,
+        errors: [
+            raw.replay_errors,
+            raw.recovery_errors,
+            raw.crc_flit_errors,
+            raw.crc_data_errors,
+        ],
+        tx_kib_s: raw.tx_kib_s,
+        rx_kib_s: raw.rx_kib_s,
+    })
+}
+
+/// A fabric status by `nvmlReturn_t` name: SUCCESS or an error's name.
+pub(crate) fn fabric_status(name: &str) -> Option<Ret> {
+    match name {
+        "SUCCESS" => Some(crate::ffi::SUCCESS),
+        other => code_by_name(other),
+    }
+}
+
+/// Hopper and newer boards with NVLink have fabric info; without a `fabric` key it is a
+/// healthy, completed fabric.
+fn fabric(model: &Model, g: &RawGpu, has_nvlink: bool) -> Option<Fabric> {
+    if !has_nvlink || model.architecture < crate::models::HOPPER {
+        return None;
+    }
+    let raw = g.fabric.as_ref().map(Spanned::get_ref);
+    let health: Vec<FabricHealthBit> = raw.map(|f| f.health.clone()).unwrap_or_default();
+    let mut mask = 0;
+    for bit in HEALTH_BITS {
+        let (shift, set, clear) = health_field(bit);
+        mask |= if health.contains(&bit) { set } else { clear } << shift;
+    }
+    let unhealthy = health.iter().any(|b| {
+        matches!(
+            b,
+            FabricHealthBit::RouteUnhealthy | FabricHealthBit::IncorrectConfiguration
+        )
+    });
+    // NVML_GPU_FABRIC_HEALTH_SUMMARY_*: HEALTHY 1, UNHEALTHY 2, LIMITED_CAPACITY 3 (CHOSEN: the
+    // driver's own rule is not documented; route/configuration faults are unhealthy, the rest
+    // limit capacity).
+    let summary = match (unhealthy, health.is_empty()) {
+        (true, _) => 2,
+        (false, true) => 1,
+        (false, false) => 3,
+    };
+    let seed = stable_hash(b"nvml-sim fabric cluster");
+    let mut cluster_uuid = [0u8; 16];
+    cluster_uuid[..8].copy_from_slice(&seed.to_be_bytes());
+    cluster_uuid[8..].copy_from_slice(&stable_hash(&seed.to_le_bytes()).to_be_bytes());
+    Some(Fabric {
+        cluster_uuid,
+        status: raw
+            .and_then(|f| f.status.as_ref())
+            .and_then(|s| fabric_status(s.get_ref()))
+            .unwrap_or(crate::ffi::SUCCESS),
+        // CHOSEN: every GPU of a node is in clique 1 (one NVLink domain).
+        clique_id: 1,
+        state: raw.map_or(FabricState::Completed, |f| f.state) as u8,
+        health_mask: mask,
+        health_summary: summary,
+    })
 }
 
 fn derived_uuid(index: u32, model: &Model) -> String {
@@ -313,6 +448,9 @@ impl Gpu {
                 .map(|p| process(p.get_ref(), &mig_devices))
                 .collect(),
             events: g.event.iter().map(event).collect(),
+            nvlink: nvlink(model, g),
+            fabric: fabric(model, g, g.nvlink.is_some() && model.nvlinks > 0),
+            pcie_switch: g.pcie_switch.unwrap_or(1000 + index),
         }
     }
 

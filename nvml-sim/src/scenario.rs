@@ -20,8 +20,8 @@ pub use crate::error::ScenarioError;
 use crate::ffi::code_by_name;
 use crate::raw::RawScenario;
 pub use crate::raw::{
-    ComputeModeName, Ecc, FaultCalls, ProcessKind, RawGpm, RecoveryAction, RemappedRows,
-    RetiredPages, ThrottleReason, VirtualizationMode,
+    ComputeModeName, Ecc, FabricHealthBit, FabricState, FaultCalls, ProcessKind, RawGpm,
+    RecoveryAction, RemappedRows, RetiredPages, ThrottleReason, VirtualizationMode,
 };
 use crate::resolve::{self, Scenario};
 use crate::validate::validate_gpu;

@@ -217,3 +217,60 @@ fn compute_mode_is_read_by_name_and_defaults_to_default() {
     let e = bad("version = 1\n[[gpu]]\nmodel = \"L4\"\ncompute_mode = \"shared\"\n");
     assert_eq!((e.line, e.col), (4, 16), "{e:?}");
 }
+
+#[test]
+fn nvlink_and_fabric_follow_the_model() {
+    let s = ok(r#"version = 1
+[[gpu]]
+model = "H100-SXM5-80GB"
+nvlink = { down = [3], replay_errors = 2, tx_kib_s = 100 }
+fabric = { state = "in_progress", status = "NOT_READY", health = ["route_unhealthy"] }
+[[gpu]]
+model = "A100-SXM4-80GB"
+nvlink = {}
+[[gpu]]
+model = "H200-SXM-141GB"
+nvlink = {}
+fabric = { state = "completed", status = "SUCCESS", health = [] }
+[[gpu]]
+model = "H100-SXM5-80GB"
+"#);
+    let h100 = s.gpus[0].nvlink.as_ref().expect("links");
+    assert_eq!(h100.active.len(), 18);
+    assert_eq!(h100.active_links(), 17);
+    assert!(!h100.active[3]);
+    assert_eq!(h100.errors, [2, 0, 0, 0]);
+    let f = s.gpus[0].fabric.expect("fabric");
+    assert_eq!((f.state, f.health_summary), (2, 2));
+    // route_unhealthy TRUE (1 << 4), everything else false (2) or none (1 << 8).
+    assert_eq!(f.health_mask, 2 | 2 << 2 | 1 << 4 | 2 << 6 | 1 << 8);
+    assert_eq!(s.gpus[1].nvlink.as_ref().map(|n| n.active.len()), Some(12));
+    assert_eq!(s.gpus[1].fabric, None, "an A100 has no fabric info");
+    let healthy = s.gpus[2]
+        .fabric
+        .expect("Hopper with NVLink has fabric info");
+    assert_eq!(
+        (healthy.state, healthy.status, healthy.health_summary),
+        (3, 0, 1)
+    );
+    assert_eq!(s.gpus[3].nvlink, None, "no key: the VM answer");
+    assert_eq!(s.gpus[3].fabric, None);
+}
+
+#[test]
+fn nvlink_and_fabric_errors_point_at_the_key() {
+    let e = bad("version = 1\n[[gpu]]\nmodel = \"L4\"\nnvlink = {}\n");
+    assert_eq!((e.line, e.col), (4, 10), "{e:?}");
+    assert!(e.message.contains("has no NVLink"), "{e:?}");
+    let e = bad("version = 1\n[[gpu]]\nmodel = \"A100-SXM4-40GB\"\nnvlink = { down = [12] }\n");
+    assert_eq!((e.line, e.col), (4, 20), "{e:?}");
+    assert!(e.message.contains("links 0 to 11"), "{e:?}");
+    let e = bad("version = 1\n[[gpu]]\nmodel = \"A100-SXM4-40GB\"\nnvlink = {}\nfabric = {}\n");
+    assert!(e.message.contains("Hopper"), "{e:?}");
+    let e = bad("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nfabric = {}\n");
+    assert!(e.message.contains("needs 'nvlink'"), "{e:?}");
+    let e = bad("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nnvlink = {}\nfabric = { status = \"FINE\" }\n");
+    assert_eq!((e.line, e.col), (5, 21), "{e:?}");
+    let e = bad("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nnvlink = {}\nfabric = { health = [\"slow\"] }\n");
+    assert_eq!(e.line, 5, "{e:?}");
+}

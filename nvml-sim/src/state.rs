@@ -40,18 +40,28 @@ fn file_id(path: &PathBuf) -> Option<FileId> {
     })
 }
 
-/// Energy integrated from power over wall time, in mJ.
+/// A counter integrated from a rate over wall time: energy in mJ from power in mW, NVLink
+/// KiB from KiB/s.
 #[derive(Debug, Clone, Copy)]
 struct Energy {
     mj_at_since: f64,
     since: Instant,
-    power_mw: u32,
+    power_mw: f64,
 }
 
 impl Energy {
     fn at(&self, now: Instant) -> f64 {
         // mW × s = mJ
-        self.mj_at_since + f64::from(self.power_mw) * now.duration_since(self.since).as_secs_f64()
+        self.mj_at_since + self.power_mw * now.duration_since(self.since).as_secs_f64()
+    }
+
+    /// The same counter from `now` on at `rate`.
+    fn rerate(&self, now: Instant, rate: f64) -> Energy {
+        Energy {
+            mj_at_since: self.at(now),
+            since: now,
+            power_mw: rate,
+        }
     }
 }
 
@@ -78,6 +88,9 @@ pub struct Sim {
     /// Largest GPU count seen since init: handles below it that a rewrite removed are "lost".
     ever_count: usize,
     energy: Vec<Energy>,
+    /// NVLink data KiB transmitted and received per GPU (`NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX`,
+    /// `_RX`), integrated from the scenario's rates like energy.
+    nvlink_kib: Vec<[Energy; 2]>,
     event_sets: BTreeMap<usize, EventSetEntry>,
     /// Event ids any set of this library instance received: kept across `nvmlShutdown` and
     /// `nvmlInit` while the library stays loaded, like a driver that stays loaded.
@@ -104,6 +117,7 @@ static SIM: Mutex<Sim> = Mutex::new(Sim {
     last_check: None,
     ever_count: 0,
     energy: Vec::new(),
+    nvlink_kib: Vec::new(),
     event_sets: BTreeMap::new(),
     delivered: Delivered::new(),
     next_set_id: 1,
@@ -142,20 +156,33 @@ impl Sim {
     fn install(&mut self, scenario: Scenario, now: Instant, init: bool) {
         crate::store::on_install(&scenario, self.path.as_deref(), init);
         for (i, gpu) in scenario.gpus.iter().enumerate() {
+            let power = f64::from(gpu.power_mw);
             match self.energy.get_mut(i) {
-                Some(e) => {
-                    // Integrate the old power up to the instant the new one applies.
-                    *e = Energy {
-                        mj_at_since: e.at(now),
-                        since: now,
-                        power_mw: gpu.power_mw,
-                    };
-                }
+                // Integrate the old power up to the instant the new one applies.
+                Some(e) => *e = e.rerate(now, power),
                 None => self.energy.push(Energy {
                     mj_at_since: energy_base_mj(i),
                     since: now,
-                    power_mw: gpu.power_mw,
+                    power_mw: power,
                 }),
+            }
+            let (tx, rx) = gpu
+                .nvlink
+                .as_ref()
+                .map_or((0.0, 0.0), |l| (l.tx_kib_s as f64, l.rx_kib_s as f64));
+            match self.nvlink_kib.get_mut(i) {
+                Some([t, r]) => {
+                    *t = t.rerate(now, tx);
+                    *r = r.rerate(now, rx);
+                }
+                None => {
+                    let zero = |rate| Energy {
+                        mj_at_since: 0.0,
+                        since: now,
+                        power_mw: rate,
+                    };
+                    self.nvlink_kib.push([zero(tx), zero(rx)]);
+                }
             }
         }
         self.ever_count = self.ever_count.max(scenario.gpus.len());
@@ -334,6 +361,14 @@ pub fn energy_mj(index: usize) -> NvResult<u64> {
     Ok(e.at(Instant::now()) as u64)
 }
 
+/// NVLink data KiB GPU `index` transmitted (`rx = false`) or received since the library
+/// loaded, over all its links.
+pub fn nvlink_kib(index: usize, rx: bool) -> NvResult<u64> {
+    let sim = lock();
+    let c = sim.nvlink_kib.get(index).ok_or(ffi::UNKNOWN)?;
+    Ok(c[usize::from(rx)].at(Instant::now()) as u64)
+}
+
 /// `nvmlEventSetCreate`.
 pub fn event_set_create() -> NvResult<nvmlEventSet_t> {
     let mut sim = lock();
@@ -393,7 +428,7 @@ mod tests {
         let e = Energy {
             mj_at_since: 1000.0,
             since: t0,
-            power_mw: 500_000,
+            power_mw: 500_000.0,
         };
         let t1 = t0 + Duration::from_secs(2);
         assert!(
@@ -403,7 +438,7 @@ mod tests {
         let e2 = Energy {
             mj_at_since: e.at(t1),
             since: t1,
-            power_mw: 100_000,
+            power_mw: 100_000.0,
         };
         let t2 = t1 + Duration::from_millis(500);
         assert!((e2.at(t2) - (1_001_000.0 + 50_000.0)).abs() < 1e-6);

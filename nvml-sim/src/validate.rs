@@ -68,6 +68,8 @@ static RULES: &[(&str, Rule)] = &[
     ("event", event_ids),
     ("gpm", gpm),
     ("process", processes),
+    ("nvlink", nvlink),
+    ("fabric", fabric),
 ];
 
 /// Identity keys that name one GPU, so an entry with `count > 1` cannot give them.
@@ -462,6 +464,68 @@ fn check_percent(p: &Spanned<u32>, err: &ErrAt<'_>) -> Result<(), ScenarioError>
             p.span(),
             format!("{} is not a percentage (0..=100)", p.get_ref()),
         ));
+    }
+    Ok(())
+}
+
+/// `nvlink` needs a board with NVLinks; `down` names links it has, once each.
+fn nvlink(g: &RawGpu, model: &'static Model, err: &ErrAt<'_>) -> Result<(), ScenarioError> {
+    let Some(n) = &g.nvlink else { return Ok(()) };
+    if model.nvlinks == 0 {
+        return Err(err(
+            n.span(),
+            format!(
+                "model '{}' has no NVLink (a PCIe board); remove 'nvlink'",
+                model.key
+            ),
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for d in &n.get_ref().down {
+        if *d.get_ref() >= model.nvlinks {
+            return Err(err(
+                d.span(),
+                format!(
+                    "link {} does not exist: model '{}' has links 0 to {}",
+                    d.get_ref(),
+                    model.key,
+                    model.nvlinks - 1
+                ),
+            ));
+        }
+        if !seen.insert(*d.get_ref()) {
+            return Err(err(
+                d.span(),
+                format!("link {} is listed twice", d.get_ref()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `fabric` needs `nvlink` on Hopper or newer (`nvmlDeviceGetGpuFabricInfoV` is Hopper+), and a
+/// known return-code name as its status.
+fn fabric(g: &RawGpu, model: &'static Model, err: &ErrAt<'_>) -> Result<(), ScenarioError> {
+    let Some(f) = &g.fabric else { return Ok(()) };
+    if model.architecture < models::HOPPER {
+        return Err(err(
+            f.span(),
+            format!(
+                "model '{}' has no GPU fabric info (Hopper and newer); remove 'fabric'",
+                model.key
+            ),
+        ));
+    }
+    if g.nvlink.is_none() {
+        return Err(err(
+            f.span(),
+            "'fabric' needs 'nvlink' on the same GPU (without NVLink there is no fabric)".into(),
+        ));
+    }
+    if let Some(status) = &f.get_ref().status {
+        if crate::resolve::fabric_status(status.get_ref()).is_none() {
+            return Err(err(status.span(), unknown_code(status.get_ref())));
+        }
     }
     Ok(())
 }

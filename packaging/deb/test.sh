@@ -62,7 +62,9 @@ for path in ./usr/bin/gpu-steward ./usr/lib/gpu-steward/libnvml_sim.so \
   ./lib/systemd/system/gpu-steward.service ./etc/gpu-steward/config.toml \
   ./usr/share/doc/gpu-steward/install.md ./usr/share/doc/gpu-steward/copyright \
   ./usr/share/gpu-steward/alerts/gpu-steward.rules.yml \
-  ./usr/share/gpu-steward/dashboards/gpu-steward-node.json; do
+  ./usr/share/gpu-steward/alerts/gpu-steward-nvlink.rules.yml \
+  ./usr/share/gpu-steward/dashboards/gpu-steward-node.json \
+  ./usr/share/gpu-steward/dashboards/gpu-steward-nvlink.json; do
   grep -q " $path\$" "$TMP/contents" || fail "$path is not in the package"
 done
 # The shipped executable has no packed relocations (which would refuse to load on glibc < 2.36,

@@ -77,6 +77,8 @@ pub struct PollerSection {
 pub struct MetricsSection {
     pub dcgm: bool,
     pub native: bool,
+    /// Per-link NVLink series (state and errors of each link): off by default.
+    pub nvlink_links: bool,
     #[serde(deserialize_with = "super::labels::optional_label_value")]
     pub hostname: Option<String>,
     #[serde(deserialize_with = "super::labels::optional_label")]
@@ -88,6 +90,7 @@ impl Default for MetricsSection {
         MetricsSection {
             dcgm: true,
             native: true,
+            nvlink_links: false,
             hostname: None,
             hostname_label: toml::Spanned::new(0..0, "Hostname".into()),
         }
@@ -183,6 +186,10 @@ pub struct HealthSection {
     pub remapped_rows_uncorrectable_max: Option<u32>,
     #[serde(deserialize_with = "xid_overrides")]
     pub xid_overrides: BTreeMap<u64, XidOverride>,
+    #[serde(deserialize_with = "error_rate")]
+    pub nvlink_errors_per_minute: Option<f64>,
+    #[serde(deserialize_with = "positive_duration")]
+    pub nvlink_error_window: Option<Duration>,
 }
 
 /// `[health.pcie_replay_per_minute]`: expected replays per minute per lane, by generation.
@@ -229,6 +236,10 @@ impl HealthSection {
                 .remapped_rows_uncorrectable_max
                 .unwrap_or(d.remapped_rows_uncorrectable_max),
             xid_overrides: self.xid_overrides,
+            nvlink_errors_per_minute: self
+                .nvlink_errors_per_minute
+                .unwrap_or(d.nvlink_errors_per_minute),
+            nvlink_error_window: self.nvlink_error_window.unwrap_or(d.nvlink_error_window),
         }
     }
 }
@@ -394,6 +405,19 @@ fn rate<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
         Err(de::Error::custom(format!(
             "invalid replay rate {v}; give replays per minute per lane as a positive number, \
              e.g. 0.96 for Gen4"
+        )))
+    }
+}
+
+/// `nvlink_errors_per_minute`: a rate of zero or more (0 = any error warns).
+fn error_rate<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = f64::deserialize(d)?;
+    if v.is_finite() && v >= 0.0 {
+        Ok(Some(v))
+    } else {
+        Err(de::Error::custom(format!(
+            "invalid error rate {v}; give NVLink replay and recovery errors per minute as a \
+             number of 0 or more, e.g. 1.0"
         )))
     }
 }

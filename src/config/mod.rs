@@ -76,6 +76,8 @@ pub struct Config {
     pub expensive_interval: Duration,
     pub metrics_dcgm: bool,
     pub metrics_native: bool,
+    /// `[metrics] nvlink_links`: per-link NVLink series (the fuller profile).
+    pub metrics_nvlink_links: bool,
     /// Overrides the hostname label value; default `NODE_NAME`, else the host name.
     pub hostname: Option<String>,
     pub hostname_label: String,
@@ -314,6 +316,7 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
             .unwrap_or(DEFAULT_EXPENSIVE_INTERVAL),
         metrics_dcgm: f.metrics.dcgm,
         metrics_native: f.metrics.native,
+        metrics_nvlink_links: f.metrics.nvlink_links,
         hostname: f.metrics.hostname,
         hostname_label: f.metrics.hostname_label.into_inner(),
         log_level: o.log_level.clone().or(f.log.level),
@@ -376,7 +379,7 @@ impl Config {
              (at most {max_connections} requests at once besides the probes, {header_timeout} to send headers)\n\
              load NVML from '{lib}' and poll every {interval}; slow-moving reads every {slow}, \
              expensive ones every {expensive}\n\
-             metrics: dcgm-compatible {dcgm}, native {native}, hostname label {hostname_label}\n\
+             metrics: dcgm-compatible {dcgm}, native {native}, per-link NVLink {nvlink_links}, hostname label {hostname_label}\n\
              TLS and basic auth: {web}\n\
              mutating API (/api/v1): {api}\n\
              audit log: {audit}\n\
@@ -399,6 +402,7 @@ impl Config {
             expensive = humantime::format_duration(self.expensive_interval.max(self.interval)),
             dcgm = on(self.metrics_dcgm),
             native = on(self.metrics_native),
+            nvlink_links = on(self.metrics_nvlink_links),
             api = if self.api_enabled {
                 let socket = match &self.api_socket {
                     Some(p) => format!(
@@ -674,6 +678,34 @@ mod tests {
             "{}",
             c.describe()
         );
+    }
+
+    #[test]
+    fn nvlink_health_and_metrics_keys_parse_and_bad_values_have_positions() {
+        let text = "[health]\nnvlink_errors_per_minute = 0.0\nnvlink_error_window = \"30s\"\n\
+                    [metrics]\nnvlink_links = true\n";
+        let c = merge(
+            None,
+            parse("c.toml", text).expect("valid"),
+            &Overrides::default(),
+        );
+        assert_eq!(c.health.nvlink_errors_per_minute, 0.0);
+        assert_eq!(c.health.nvlink_error_window, Duration::from_secs(30));
+        assert!(c.metrics_nvlink_links);
+        assert!(
+            c.describe().contains("per-link NVLink on"),
+            "{}",
+            c.describe()
+        );
+        assert!(
+            c.describe().contains("NVLink errors above 0/min over 30s"),
+            "{}",
+            c.describe()
+        );
+        let e = err("[health]\nnvlink_errors_per_minute = -1.0\n");
+        assert!(e.starts_with("c.toml:2:28: invalid error rate -1"), "{e}");
+        let e = err("[health]\nnvlink_error_window = \"0s\"\n");
+        assert!(e.starts_with("c.toml:2:23:"), "{e}");
     }
 
     #[test]

@@ -125,6 +125,17 @@ impl CallLog {
         self.call_as(function, arg, Answer::Probe, op).ok()
     }
 
+    /// A probe whose error the caller needs (INVALID_ARGUMENT = the device has no such index,
+    /// learned as unsupported; `NotSupported` once learned).
+    pub fn probe_call<T>(
+        &mut self,
+        function: &'static str,
+        arg: u32,
+        op: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Result<T, NvmlCode> {
+        self.call_as(function, arg, Answer::Probe, op)
+    }
+
     /// One call whose error the caller needs (`NotSupported` for a call known unsupported,
     /// `GpuIsLost` for any call after the GPU was found lost).
     pub fn call<T>(

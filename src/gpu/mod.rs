@@ -17,9 +17,11 @@ mod events;
 mod gpm;
 mod identity;
 mod mig;
+mod nvlink;
 mod processes;
 mod reader;
 mod telemetry;
+mod topology;
 
 pub use calls::CallLog;
 pub use control::{ComputeMode, ControlError, GpuControl};

@@ -14,6 +14,7 @@ use nvml_wrapper::{Device, Nvml};
 
 use super::gpm::GpmSampler;
 use super::identity::{self, IdentityRead};
+use super::nvlink;
 use super::processes::{self, ProcessCursor};
 use super::telemetry;
 use super::CallLog;
@@ -100,6 +101,9 @@ pub static READS: &[Read] = &[
         processes::utilization,
     ),
     read("gpm", "gpm", Tier::Fast, GpuReader::gpm),
+    read("nvlink", "nvlink_links", Tier::Slow, nvlink::links),
+    read("nvlink", "nvlink_counters", Tier::Fast, nvlink::counters),
+    read("nvlink", "fabric", Tier::Slow, nvlink::fabric),
     read(
         "pcie",
         "pcie_throughput",
@@ -291,6 +295,7 @@ mod tests {
             "mig",
             "processes",
             "gpm",
+            "nvlink",
         ];
         let mut names = std::collections::HashSet::new();
         for r in READS {

@@ -46,6 +46,11 @@ pub struct HealthConfig {
     /// Rows remapped for uncorrectable errors at which the GPU warns (DCGM's MEM watch: 512).
     pub remapped_rows_uncorrectable_max: u32,
     pub xid_overrides: BTreeMap<u64, XidOverride>,
+    /// NVLink replay + recovery errors per minute (summed over the GPU's links) above which
+    /// the GPU warns (`nvlink_errors`).
+    pub nvlink_errors_per_minute: f64,
+    /// The span over which that rate is measured; no verdict before that.
+    pub nvlink_error_window: Duration,
 }
 
 impl Default for HealthConfig {
@@ -61,6 +66,11 @@ impl Default for HealthConfig {
             retired_pages_max: 63,
             remapped_rows_uncorrectable_max: 512,
             xid_overrides: BTreeMap::new(),
+            // CHOSEN: DCGM's NVLINK watch fails on any replay or recovery error
+            // (DCGM_LIMIT_MAX_NVLINK_ERROR = 1 per check); a healthy link sees none, and one
+            // stray error a minute is not yet a storm.
+            nvlink_errors_per_minute: 1.0,
+            nvlink_error_window: Duration::from_secs(60),
         }
     }
 }
@@ -98,6 +108,7 @@ impl HealthConfig {
              DCGM_EXP_XID_ERRORS_COUNT window {count_window}, warn {margin}°C below slowdown, \
              PCIe replays/min/lane {rates} measured over {replay_window}, warn after {polls} polls of failing calls, \
              fail at {pages} retired pages, warn at {rows} uncorrectable remapped rows, \
+             NVLink errors above {nvlink}/min over {nvlink_window}, \
              XID overrides: {overrides}\n",
             window = humantime::format_duration(self.xid_window),
             esc = self.xid_escalate_after,
@@ -108,6 +119,8 @@ impl HealthConfig {
             polls = self.failing_calls_polls,
             pages = self.retired_pages_max,
             rows = self.remapped_rows_uncorrectable_max,
+            nvlink = self.nvlink_errors_per_minute,
+            nvlink_window = humantime::format_duration(self.nvlink_error_window),
             overrides = if overrides.is_empty() {
                 "none".to_string()
             } else {

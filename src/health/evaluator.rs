@@ -53,6 +53,7 @@ struct GpuState {
     xids: XidHistory,
     /// (time, cumulative replay count) samples covering the replay window.
     replays: VecDeque<(SystemTime, u32)>,
+    links: super::nvlink::LinkHistory,
 }
 
 impl Evaluator {
@@ -163,7 +164,9 @@ impl GpuState {
         }
         self.xids
             .prune(now, config.xid_window.max(config.xid_count_window));
-        findings.extend(self.xids.findings(now, config));
+        let xid_findings = self.xids.findings(now, config);
+        findings.extend(self.links.findings(gpu, config, now, &xid_findings));
+        findings.extend(xid_findings);
         findings.extend(self.pcie_replays(gpu, config, now));
         findings.extend(self.failing_calls(gpu, config));
         self.diff(gpu.index, findings, now, events);

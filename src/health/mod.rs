@@ -10,6 +10,7 @@
 //! - [`catalog`]: NVIDIA's XID catalog as data and the bucket → severity/action table;
 //! - [`conditions`]: the checks of one GPU reading (ECC, memory, driver action, thermal, ...);
 //! - [`xid`]: XID occurrences per GPU, the window and escalation;
+//! - [`nvlink`]: NVLink links, error rates and the GPU fabric;
 //! - [`evaluator`]: the state across polls and the condition diff;
 //! - [`journal`]: the bounded in-memory event journal behind `/api/v1/events`.
 
@@ -18,6 +19,7 @@ pub mod conditions;
 pub mod config;
 pub mod evaluator;
 pub mod journal;
+pub mod nvlink;
 mod readiness;
 pub mod xid;
 

@@ -54,6 +54,7 @@ pub fn fields(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppFie
         native: true,
         hostname: "node-1".into(),
         hostname_label: "Hostname".into(),
+        nvlink_links: false,
     };
     let page = metrics::render(&snapshot, &health, &render, &AgentCounters::new(), &[]);
     let published = Published {

@@ -19,6 +19,7 @@ mod prior_knowledge;
 mod reclaim;
 pub mod server;
 mod sharing;
+mod topology;
 pub mod unix;
 pub mod web_config;
 
@@ -90,6 +91,7 @@ pub fn router(state: AppState) -> Router {
         ))
         .route("/api/v1/reclaim", get(reclaim::reclaim))
         .route("/api/v1/sharing", get(sharing::show))
+        .route("/api/v1/topology", get(topology::topology))
         .merge(api::mutating(Router::new().route(
             "/api/v1/sharing/apply",
             axum::routing::post(sharing::apply),
@@ -189,6 +191,7 @@ async fn landing() -> Html<String> {
          <li><a href=\"/health/gpus\">/health/gpus</a>: per-GPU health, 503 when a GPU fails</li>\
          <li><a href=\"/api/v1/events\">/api/v1/events</a>: health events, newest first (?since=)</li>\
          <li><a href=\"/api/v1/mig\">/api/v1/mig</a>: MIG mode and instances per GPU</li>\
+         <li><a href=\"/api/v1/topology\">/api/v1/topology</a>: how the GPUs connect (NVLink, PCIe)</li>\
          <li><a href=\"/api/v1/reclaim\">/api/v1/reclaim</a>: idle-GPU candidates and what happens when</li>\
          <li><a href=\"/readyz\">/readyz</a>: readiness</li>\
          <li><a href=\"/livez\">/livez</a>: liveness</li>\

@@ -242,4 +242,5 @@ pub(super) fn render(
     }
     super::dcgm_xid::render(&gpus, health, out);
     super::gpm::render_dcgm(&gpus, out);
+    super::nvlink::render_dcgm(&gpus, out);
 }

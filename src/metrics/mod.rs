@@ -5,7 +5,8 @@
 //! - `native`: `gpu_steward_*` series following the Prometheus naming rules (base units, ratios,
 //!   `_total` counters, identity in `gpu_steward_gpu_info`);
 //! - `agent`: the agent's own health (always on); `kubelet`: the pod-resources client's.
-//! - `gpm` (profiling, both families) and `processes` (per-process, native) have their own files.
+//! - `gpm` (profiling, both families), `nvlink` (NVLink and fabric, both families) and
+//!   `processes` (per-process, native) have their own files.
 //! - the actors' own series (rules, remediation, reclaim) through [`Collector`]s they hand to
 //!   the poller, collected into the same page.
 //!
@@ -22,6 +23,7 @@ mod health;
 mod kubelet;
 mod mig;
 mod native;
+mod nvlink;
 mod processes;
 mod sharing;
 
@@ -50,6 +52,8 @@ pub struct RenderConfig {
     /// Name of that label: `Hostname` as dcgm-exporter 4.x, `hostname` as its newer releases;
     /// empty to leave it out (dcgm-exporter's `--no-hostname`).
     pub hostname_label: String,
+    /// The fuller NVLink profile: per-link state and errors (`[metrics] nvlink_links`).
+    pub nvlink_links: bool,
 }
 
 /// A source of series outside the snapshot: an actor's own state (alert counts, hook runs, the
@@ -93,6 +97,8 @@ pub fn render(
     if config.native {
         native::render(snapshot, &mut families);
         gpm::render_native(snapshot, &mut families);
+        nvlink::render_native(snapshot, config.nvlink_links, &mut families);
+        nvlink::render_topology(snapshot, &mut families);
         processes::render(snapshot, &mut families);
         health::render(snapshot, health, &mut families);
         mig::render(snapshot, &mut families);

@@ -94,6 +94,7 @@ impl Enricher {
             polls,
             kubernetes: kubelet,
             sharing: config.sharing.as_ref().map(crate::snapshot::Feed::latest),
+            topology: obs.topology,
         }
     }
 

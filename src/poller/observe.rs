@@ -22,7 +22,9 @@ use super::schedule::Cadence;
 use super::worker::Observed;
 use super::PollerConfig;
 use crate::gpu::{CallLog, Session, XidEvent, XidWatcher};
-use crate::snapshot::{CallStat, DriverInfo, GpuIdentity, NvmlCode, NvmlStatus, SourceStatus};
+use crate::snapshot::{
+    CallStat, DriverInfo, GpuIdentity, NvmlCode, NvmlStatus, SourceStatus, Topology,
+};
 
 /// The longest a poll waits for its workers before publishing what it has.
 const REPLY_WAIT: Duration = Duration::from_secs(1);
@@ -45,6 +47,8 @@ pub(super) struct Observation {
     pub nvml_errors: BTreeMap<(&'static str, NvmlCode), u64>,
     pub nvml_init_errors: BTreeMap<NvmlCode, u64>,
     pub nvml_calls: BTreeMap<&'static str, CallStat>,
+    /// How the readable GPUs connect; read again when that set changes.
+    pub topology: Option<Arc<Topology>>,
 }
 
 pub(super) struct Observer {
@@ -66,6 +70,8 @@ pub(super) struct Observer {
     init_errors: BTreeMap<NvmlCode, u64>,
     calls: BTreeMap<&'static str, CallStat>,
     system: Option<SourceStatus>,
+    /// The topology last read, for the GPUs (index, UUID) it was read for.
+    topology: Option<Arc<Topology>>,
 }
 
 impl Observer {
@@ -87,6 +93,7 @@ impl Observer {
             init_errors: BTreeMap::new(),
             calls: BTreeMap::new(),
             system: None,
+            topology: None,
         }
     }
 
@@ -141,7 +148,13 @@ impl Observer {
                 },
             );
         }
+        if up {
+            self.refresh_topology();
+        } else {
+            self.topology = None;
+        }
         Observation {
+            topology: self.topology.clone(),
             taken_at,
             nvml: self.nvml.clone(),
             driver: self.driver.clone(),
@@ -155,6 +168,40 @@ impl Observer {
             nvml_init_errors: self.init_errors.clone(),
             nvml_calls: self.calls.clone(),
         }
+    }
+
+    /// Reads the topology again when the readable GPUs (index and UUID) are not those it was
+    /// read for: at start, and when a GPU comes, goes or is replaced.
+    fn refresh_topology(&mut self) {
+        let Some(session) = self.session.clone() else {
+            return;
+        };
+        let gpus: Vec<(u32, String)> = self
+            .pool
+            .readable()
+            .map(|(i, id)| (i, id.uuid.clone()))
+            .collect();
+        let same = self.topology.as_ref().is_some_and(|t| {
+            t.gpus.len() == gpus.len()
+                && t.gpus
+                    .iter()
+                    .zip(&gpus)
+                    .all(|(g, (i, u))| g.index == *i && &g.uuid == u)
+        });
+        if same || gpus.is_empty() {
+            return;
+        }
+        let t = session.topology(&gpus, &mut self.log);
+        tracing::info!(
+            gpus = gpus.len(),
+            nvlink_pairs = t
+                .pairs
+                .iter()
+                .filter(|p| p.link == crate::snapshot::Link::Nvlink)
+                .count(),
+            "read the GPU topology"
+        );
+        self.topology = Some(Arc::new(t));
     }
 
     /// Asks the idle workers for a reading and waits for this poll's answers. Returns how many

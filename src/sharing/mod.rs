@@ -9,7 +9,8 @@
 //!   share.
 //! - [`service`]: the daemon's handle (applies at start, SIGHUP and API); [`status`]: what it,
 //!   the plugin and the guard publish for metrics.
-//! - [`plugin`]: the Kubernetes device plugin; [`guard`]: the replica memory guard.
+//! - [`plugin`]: the Kubernetes device plugin; [`guard`]: the replica memory guard;
+//!   [`preferred`]: the topology-aware choice of whole GPUs (pure).
 //!
 //! Nothing here runs unless `[sharing]` asks for it: without compute mode or time-slice keys
 //! the node is left as it is, and the device plugin is off until
@@ -20,6 +21,7 @@ pub mod config;
 pub mod guard;
 pub mod plan;
 pub mod plugin;
+pub mod preferred;
 pub mod service;
 pub mod settings;
 pub mod spec;

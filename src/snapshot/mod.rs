@@ -5,10 +5,13 @@
 //! supported, failed, GPU lost), and renderers must leave such a series out rather than invent a 0.
 
 pub mod mig;
+mod nvlink;
 mod nvml;
 mod process;
 mod sharing;
+mod topology;
 
+pub use nvlink::{Fabric, FabricFault, FabricState, LinkErrors, NvLinkErrors, NvLinks};
 pub use nvml::NvmlCode;
 pub use process::{
     Attribution, GpuProcess, KubeletStatus, LabelNames, PodMapping, PodRef, ProcessInfo,
@@ -17,6 +20,7 @@ pub use process::{
 pub use sharing::{
     CdiReport, ComputeMode, OverLimit, PluginNotes, PluginResource, ReplicaCount, SharingStatus,
 };
+pub use topology::{Link, Pair, Topology, TopologyGpu};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -218,6 +222,10 @@ pub struct GpuReading {
     pub pods: Vec<PodRef>,
     /// `nvmlDeviceGetComputeMode` (slow tier, with the MIG mode).
     pub compute_mode: Option<ComputeMode>,
+    /// NVLinks (slow tier for link state, every poll for counters); `None` without NVLink.
+    pub nvlink: Option<NvLinks>,
+    /// The GPU fabric (Hopper and newer with NVLink; slow tier).
+    pub fabric: Option<Fabric>,
 }
 
 /// GPM metrics (`nvmlGpmMetricsGet` between two samples), ratios 0-1 and bytes per second.
@@ -326,6 +334,8 @@ pub struct Snapshot {
     pub kubernetes: Option<KubeletStatus>,
     /// The sharing subsystem (device plugin, replicas, memory guard), when configured.
     pub sharing: Option<Arc<SharingStatus>>,
+    /// How the GPUs connect (read at start and when the set of GPUs changes).
+    pub topology: Option<Arc<Topology>>,
 }
 
 impl Snapshot {
@@ -345,6 +355,7 @@ impl Snapshot {
             polls: 0,
             kubernetes: None,
             sharing: None,
+            topology: None,
         }
     }
 

@@ -14,6 +14,7 @@ mod gpm;
 mod mig;
 mod mig_ci;
 mod mig_gi;
+mod nvlink;
 mod pcie;
 mod processes;
 mod system;
@@ -108,7 +109,13 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetMaxPcieLinkWidth",
     "nvmlDeviceGetPcieSpeed",
     "nvmlDeviceGetPcieLinkMaxSpeed",
+    // nvlink.rs
     "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetNvLinkErrorCounter",
+    "nvmlDeviceGetGpuFabricInfoV",
+    "nvmlDeviceGetGpuFabricInfo",
+    "nvmlDeviceGetP2PStatus",
+    "nvmlDeviceGetTopologyCommonAncestor",
     // board.rs
     "nvmlDeviceGetPersistenceMode",
     "nvmlDeviceGetPerformanceState",

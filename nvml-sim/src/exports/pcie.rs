@@ -1,11 +1,9 @@
-//! PCIe and NVLink: throughput, replays, link generation, width and speed. The link always runs
-//! at its maximum (CHOSEN: real idle links may train down). NVLink answers NOT_SUPPORTED, as on
-//! the captured H100 and H200 (passed through to a virtual machine, where NVML sees no links;
-//! bare-metal SXM boards would report 12 or 18 links, which is not simulated).
+//! PCIe: throughput, replays, link generation, width and speed. The link always runs at its
+//! maximum (CHOSEN: real idle links may train down). NVLink is in `nvlink.rs`.
 
 use std::ffi::c_uint;
 
-use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlEnableState_t, nvmlPcieUtilCounter_t};
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlPcieUtilCounter_t};
 
 use crate::export;
 use crate::ffi::{self, put, NvResult};
@@ -91,16 +89,5 @@ export!(
     /// H100 answers 5).
     fn nvmlDeviceGetPcieLinkMaxSpeed(device: nvmlDevice_t, max_speed: *mut c_uint) {
         put(max_speed, gpu(device)?.model.pcie_max_gen)
-    }
-);
-
-export!(
-    fn nvmlDeviceGetNvLinkState(
-        device: nvmlDevice_t,
-        _link: c_uint,
-        _is_active: *mut nvmlEnableState_t,
-    ) {
-        gpu(device)?;
-        Err(ffi::NOT_SUPPORTED)
     }
 );

@@ -81,6 +81,9 @@ pub struct Model {
     pub fans: u32,
     pub pcie_max_gen: u32,
     pub pcie_max_width: u32,
+    /// NVLinks the board has (`nvmlDeviceGetNvLinkState` answers for links below this): 18 on
+    /// H100/H200 SXM, 12 on A100 SXM, 0 on PCIe-only boards (`shared/reference/gpu-models.md`).
+    pub nvlinks: u32,
     /// `nvmlDeviceGetSupportedClocksEventReasons` (= `…ThrottleReasons`).
     pub supported_clock_event_reasons: u64,
     /// `nvmlDeviceGetSupportedEventTypes`.

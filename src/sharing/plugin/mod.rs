@@ -60,6 +60,8 @@ struct Shared {
     index_names: watch::Receiver<Arc<BTreeMap<String, String>>>,
     status: StatusSink,
     stop: watch::Receiver<bool>,
+    /// The latest publication, for the topology GetPreferredAllocation ranks sets by.
+    published: watch::Receiver<Arc<Published>>,
 }
 
 impl Shared {
@@ -75,6 +77,7 @@ impl Shared {
             counters: Arc::new(Counters::default()),
             status: self.status.clone(),
             stop: self.stop.clone(),
+            published: self.published.clone(),
         };
         tokio::spawn(task.run());
         tx
@@ -101,6 +104,7 @@ pub fn spawn(
         index_names: names_rx,
         status,
         stop,
+        published: published.clone(),
     };
     let senders = devices::resource_names(ts.as_ref())
         .iter()
@@ -335,6 +339,7 @@ struct Registrar {
     counters: Arc<Counters>,
     status: StatusSink,
     stop: watch::Receiver<bool>,
+    published: watch::Receiver<Arc<Published>>,
 }
 
 impl Registrar {
@@ -456,6 +461,7 @@ impl Registrar {
             index_names: self.index_names.clone(),
             counters: self.counters.clone(),
             stop: stop_rx.clone(),
+            published: self.published.clone(),
         });
         let mut shutdown = stop_rx;
         let resource = self.resource.clone();

@@ -32,6 +32,8 @@ pub struct ResourceState {
     pub counters: Arc<Counters>,
     /// Turns true when the plugin stops or re-serves: open streams end.
     pub stop: watch::Receiver<bool>,
+    /// The latest publication, for the GPU topology `GetPreferredAllocation` ranks sets by.
+    pub published: watch::Receiver<Arc<crate::publication::Published>>,
 }
 
 /// Allocate answers of one resource.
@@ -95,7 +97,11 @@ impl Service<http::Request<tonic::body::Body>> for PluginService {
                 }
                 proto::LIST_AND_WATCH_PATH => list_and_watch(state, req).await,
                 proto::PREFERRED_PATH => {
-                    unary(req, |r: PreferredAllocationRequest| Ok(preferred(r))).await
+                    let topology = state.published.borrow().snapshot.topology.clone();
+                    unary(req, move |r: PreferredAllocationRequest| {
+                        Ok(preferred(topology.as_deref(), r))
+                    })
+                    .await
                 }
                 proto::ALLOCATE_PATH => {
                     unary(req, move |r: AllocateRequest| allocate(&state, r)).await
@@ -113,13 +119,17 @@ impl Service<http::Request<tonic::body::Body>> for PluginService {
     }
 }
 
-fn preferred(r: PreferredAllocationRequest) -> PreferredAllocationResponse {
+fn preferred(
+    topology: Option<&crate::snapshot::Topology>,
+    r: PreferredAllocationRequest,
+) -> PreferredAllocationResponse {
     PreferredAllocationResponse {
         container_responses: r
             .container_requests
             .iter()
             .map(|c| ContainerPreferredAllocationResponse {
-                device_ids: devices::preferred(
+                device_ids: crate::sharing::preferred::preferred(
+                    topology,
                     &c.available_device_ids,
                     &c.must_include_device_ids,
                     usize::try_from(c.allocation_size).unwrap_or(0),
