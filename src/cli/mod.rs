@@ -74,6 +74,10 @@ pub struct SharingArgs {
     /// Configuration file (absent default file = built-in defaults).
     #[arg(long, env = "GPU_STEWARD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Run on the simulated node of this scenario (the simulator, its state in FILE.state, and
+    /// the stand-in nvidia-smi with its state in FILE.nvidia-smi/), as `demo` does.
+    #[arg(long, value_name = "FILE")]
+    pub scenario: Option<PathBuf>,
     /// NVML library to load [default: libnvidia-ml.so.1].
     #[arg(long, env = "GPU_STEWARD_NVML_LIB", value_name = "PATH")]
     pub nvml_lib: Option<String>,
@@ -120,6 +124,10 @@ pub struct MigArgs {
     /// NVML library to load [default: libnvidia-ml.so.1].
     #[arg(long, env = "GPU_STEWARD_NVML_LIB", value_name = "PATH", global = true)]
     pub nvml_lib: Option<String>,
+    /// Run on the simulated node of this scenario (the simulator, with its MIG state kept in
+    /// FILE.state between commands), as `demo` does.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub scenario: Option<PathBuf>,
     /// Take the layouts from this mig-parted YAML file instead of the config.
     #[arg(
         long,

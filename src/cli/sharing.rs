@@ -9,6 +9,26 @@ use super::SharingArgs;
 use crate::audit::AuditLog;
 use crate::config::{self, Overrides};
 
+/// Points `config` at the simulated node of `scenario`: the simulator, and the stand-in
+/// nvidia-smi told the node's GPUs (by UUID, in index order) for its compute-policy table.
+fn simulated(
+    scenario: &std::path::Path,
+    nvml_lib: Option<&str>,
+    config: &mut crate::config::Config,
+) -> Result<(), String> {
+    let sim = crate::demo::simulate(scenario, nvml_lib)?;
+    config.sharing.nvidia_smi = crate::demo::find_stand_in(std::path::Path::new(&sim.nvml_lib))?;
+    config.nvml_lib = sim.nvml_lib;
+    let session = crate::gpu::Session::open(&config.nvml_lib).map_err(|e| e.reason)?;
+    let gpus = session
+        .compute_modes()
+        .map_err(|c| format!("cannot list the simulated GPUs: NVML answered {c}"))?;
+    let uuids: String = gpus.iter().map(|g| format!("{}\n", g.uuid)).collect();
+    std::fs::create_dir_all(&sim.stand_in_dir)
+        .and_then(|()| std::fs::write(sim.stand_in_dir.join("uuids"), uuids))
+        .map_err(|e| format!("cannot prepare '{}': {e}", sim.stand_in_dir.display()))
+}
+
 /// Runs the command; the exit status.
 pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
     let (path, required) = match &args.config {
@@ -19,13 +39,19 @@ pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
         nvml_lib: args.nvml_lib.clone(),
         ..Overrides::default()
     };
-    let config = match config::load(&path, required, &overrides) {
+    let mut config = match config::load(&path, required, &overrides) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
             return 2;
         }
     };
+    if let Some(scenario) = &args.scenario {
+        if let Err(e) = simulated(scenario, args.nvml_lib.as_deref(), &mut config) {
+            eprintln!("gpu-steward: {e}");
+            return 2;
+        }
+    }
     let audit = if dry_run {
         None
     } else {
