@@ -106,6 +106,23 @@ pub fn simulate(scenario: &Path, nvml_lib: Option<&str>) -> Result<Simulated, St
     })
 }
 
+/// Gets the stand-in nvidia-smi ready for the simulated node loaded from `nvml_lib` (the
+/// scenario in `NVML_SIM_SCENARIO`): its state in `dir` (`NVIDIA_SMI_SIM_DIR`), told the node's
+/// GPUs by UUID in index order for its compute-policy table. Returns the stand-in's path.
+pub fn stand_in(nvml_lib: &str, dir: &Path) -> Result<PathBuf, String> {
+    let path = find_stand_in(Path::new(nvml_lib))?;
+    let session = crate::gpu::Session::open(nvml_lib).map_err(|e| e.reason)?;
+    let gpus = session
+        .compute_modes()
+        .map_err(|c| format!("cannot list the simulated GPUs: NVML answered {c}"))?;
+    let uuids: String = gpus.iter().map(|g| format!("{}\n", g.uuid)).collect();
+    std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(dir.join("uuids"), uuids))
+        .map_err(|e| format!("cannot prepare '{}': {e}", dir.display()))?;
+    std::env::set_var("NVIDIA_SMI_SIM_DIR", dir);
+    Ok(path)
+}
+
 pub use tempfile_guard::Guard;
 
 /// Writes the bundled scenario to a private file and returns its path; the file is removed
@@ -138,8 +155,12 @@ mod tempfile_guard {
     }
 
     impl Drop for Guard {
+        /// Removes the scenario and the stand-in nvidia-smi's state beside it.
         fn drop(&mut self) {
             let _ = std::fs::remove_file(&self.path);
+            let mut dir = self.path.clone().into_os_string();
+            dir.push(".nvidia-smi");
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }

@@ -112,6 +112,9 @@ pub struct RunArgs {
     /// The listen address below the config file's (`demo` sets its own); not a flag.
     #[arg(skip)]
     pub default_listen: Option<SocketAddr>,
+    /// The `nvidia-smi` for `[sharing]` (`demo` sets the stand-in); not a flag.
+    #[arg(skip)]
+    pub nvidia_smi: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -219,6 +222,7 @@ impl RunArgs {
             log_format: self.log_format,
             web_config_file: self.web_config_file.clone(),
             default_listen: self.default_listen,
+            nvidia_smi: self.nvidia_smi.clone(),
         }
     }
 

@@ -17,16 +17,9 @@ fn simulated(
     config: &mut crate::config::Config,
 ) -> Result<(), String> {
     let sim = crate::demo::simulate(scenario, nvml_lib)?;
-    config.sharing.nvidia_smi = crate::demo::find_stand_in(std::path::Path::new(&sim.nvml_lib))?;
+    config.sharing.nvidia_smi = crate::demo::stand_in(&sim.nvml_lib, &sim.stand_in_dir)?;
     config.nvml_lib = sim.nvml_lib;
-    let session = crate::gpu::Session::open(&config.nvml_lib).map_err(|e| e.reason)?;
-    let gpus = session
-        .compute_modes()
-        .map_err(|c| format!("cannot list the simulated GPUs: NVML answered {c}"))?;
-    let uuids: String = gpus.iter().map(|g| format!("{}\n", g.uuid)).collect();
-    std::fs::create_dir_all(&sim.stand_in_dir)
-        .and_then(|()| std::fs::write(sim.stand_in_dir.join("uuids"), uuids))
-        .map_err(|e| format!("cannot prepare '{}': {e}", sim.stand_in_dir.display()))
+    Ok(())
 }
 
 /// Runs the command; the exit status.
