@@ -40,6 +40,89 @@ pub fn find_sim() -> Result<PathBuf, String> {
         })
 }
 
+/// The stand-in `nvidia-smi` (compute-policy only) of the simulated node.
+const STAND_IN: &str = "nvidia-smi-sim";
+
+/// Finds the stand-in `nvidia-smi` beside the simulator, where the package installs it, or in
+/// this source tree (a `cargo build`).
+pub fn find_stand_in(sim: &Path) -> Result<PathBuf, String> {
+    let mut candidates: Vec<PathBuf> = sim.parent().map(|d| d.join(STAND_IN)).into_iter().collect();
+    candidates.push(PathBuf::from("/usr/lib/gpu-steward").join(STAND_IN));
+    candidates.push(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("nvml-sim")
+            .join(STAND_IN),
+    );
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| {
+            let tried: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+            format!(
+                "cannot find the stand-in nvidia-smi (tried {})",
+                tried.join(", ")
+            )
+        })
+}
+
+/// A one-shot command (`mig`, `sharing`) run on the simulated node of a scenario file.
+pub struct Simulated {
+    /// The simulator library to load.
+    pub nvml_lib: String,
+    /// Where the stand-in nvidia-smi keeps its state (`<scenario>.nvidia-smi/`).
+    pub stand_in_dir: PathBuf,
+}
+
+/// Points this process at the simulated node of `scenario`: the simulator (unless `nvml_lib`
+/// names a library), `NVML_SIM_SCENARIO`, and an implicit state file `<scenario>.state`
+/// (unless `NVML_SIM_STATE` is set), so that MIG changes persist from one command to the next as
+/// on a real node. Call before any thread starts.
+pub fn simulate(scenario: &Path, nvml_lib: Option<&str>) -> Result<Simulated, String> {
+    if !scenario.is_file() {
+        return Err(format!("scenario '{}' does not exist", scenario.display()));
+    }
+    let scenario = scenario
+        .canonicalize()
+        .map_err(|e| format!("scenario '{}': {e}", scenario.display()))?;
+    let nvml_lib = match nvml_lib {
+        Some(l) => l.to_string(),
+        None => find_sim()?.display().to_string(),
+    };
+    let with = |suffix: &str| {
+        let mut name = scenario.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    };
+    std::env::set_var("NVML_SIM_SCENARIO", &scenario);
+    if std::env::var_os("NVML_SIM_STATE").is_none() {
+        std::env::set_var("NVML_SIM_STATE", with(".state"));
+    }
+    let stand_in_dir = with(".nvidia-smi");
+    std::env::set_var("NVIDIA_SMI_SIM_DIR", &stand_in_dir);
+    Ok(Simulated {
+        nvml_lib,
+        stand_in_dir,
+    })
+}
+
+/// Gets the stand-in nvidia-smi ready for the simulated node loaded from `nvml_lib` (the
+/// scenario in `NVML_SIM_SCENARIO`): its state in `dir` (`NVIDIA_SMI_SIM_DIR`), told the node's
+/// GPUs by UUID in index order for its compute-policy table. Returns the stand-in's path.
+pub fn stand_in(nvml_lib: &str, dir: &Path) -> Result<PathBuf, String> {
+    let path = find_stand_in(Path::new(nvml_lib))?;
+    let session = crate::gpu::Session::open(nvml_lib).map_err(|e| e.reason)?;
+    let gpus = session
+        .compute_modes()
+        .map_err(|c| format!("cannot list the simulated GPUs: NVML answered {c}"))?;
+    let uuids: String = gpus.iter().map(|g| format!("{}\n", g.uuid)).collect();
+    std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(dir.join("uuids"), uuids))
+        .map_err(|e| format!("cannot prepare '{}': {e}", dir.display()))?;
+    std::env::set_var("NVIDIA_SMI_SIM_DIR", dir);
+    Ok(path)
+}
+
 pub use tempfile_guard::Guard;
 
 /// Writes the bundled scenario to a private file and returns its path; the file is removed
@@ -72,8 +155,12 @@ mod tempfile_guard {
     }
 
     impl Drop for Guard {
+        /// Removes the scenario and the stand-in nvidia-smi's state beside it.
         fn drop(&mut self) {
             let _ = std::fs::remove_file(&self.path);
+            let mut dir = self.path.clone().into_os_string();
+            dir.push(".nvidia-smi");
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }

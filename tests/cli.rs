@@ -281,3 +281,76 @@ fn build_info_carries_the_source_revision() {
     assert_eq!(info[0].labels["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(info[0].labels["revision"], head);
 }
+
+/// Issue 26 deliver 4: `mig` and `sharing` run on a simulated node with `--scenario`, the MIG
+/// state kept in an implicit `FILE.state` between commands (as a driver keeps it), the time-slice
+/// through the stand-in nvidia-smi shipped beside the simulator.
+#[test]
+fn mig_and_sharing_run_on_a_scenario_and_keep_its_state_between_commands() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = common::scenario("a100-mig.toml");
+    // GPU 1 without its process: nothing holds it, so MIG can be enabled at once.
+    let cut = scenario
+        .rfind("[[gpu.process]]\npid = 41010")
+        .expect("GPU 1's process");
+    let node = write(&dir, "node.toml", &scenario[..cut]);
+    let config = write(
+        &dir,
+        "config.toml",
+        &format!(
+            "[audit]\nfile = \"{}/audit.jsonl\"\n\
+             [[mig.layouts.balanced]]\ndevices = \"all\"\nmig-enabled = true\n\
+             mig-devices = {{ \"3g.40gb\" = 1, \"2g.20gb\" = 1, \"1g.10gb\" = 2 }}\n\
+             [sharing]\ncompute_mode = \"default\"\ntimeslice = \"long\"\n",
+            dir.path().display()
+        ),
+    );
+    let sim = common::sim_lib();
+    let run = |args: &[&str], scenario: &std::path::Path| {
+        let out = Command::new(bin())
+            .args(args)
+            .arg("--scenario")
+            .arg(scenario)
+            .arg("--config")
+            .arg(&config)
+            .arg("--nvml-lib")
+            .arg(&sim)
+            .env_remove("NVML_SIM_SCENARIO")
+            .env_remove("NVML_SIM_STATE")
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (code, text) = run(&["mig", "apply", "--layout", "balanced"], &node);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("applied 'balanced': 5 step(s)"), "{text}");
+    assert!(dir.path().join("node.toml.state").is_file());
+    // A second command sees what the first did.
+    let (code, text) = run(&["mig", "apply", "--layout", "balanced"], &node);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("nothing to do"), "{text}");
+
+    let h100 = write(&dir, "h100.toml", &common::scenario("dgx-h100.toml"));
+    let (code, text) = run(&["sharing", "apply"], &h100);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("applied 8 change(s)"), "{text}");
+    let (code, text) = run(&["sharing", "show"], &h100);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("time-slice long") && !text.contains("time-slice default"),
+        "the stand-in kept the time-slices: {text}"
+    );
+    let (code, text) = run(&["mig", "show"], &dir.path().join("missing.toml"));
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("scenario") && text.contains("does not exist"),
+        "{text}"
+    );
+}

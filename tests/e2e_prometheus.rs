@@ -1,6 +1,8 @@
-//! End to end with a real Prometheus: three agents (the faults scenario, the 8×H100 node and
-//! the 8×H100 HGX NVLink node) on the simulated NVML, scraped every second by
-//! `/usr/bin/prometheus` (Debian package `prometheus`) with the shipped alert rules loaded. Every query of every shipped dashboard must
+//! End to end with a real Prometheus: four agents (the faults scenario, the 8×H100 node, the
+//! 8×H100 HGX NVLink node, and an A100 MIG node with every operation on: reclaim, accounting,
+//! node rules with a failing remediation hook, time-slicing and the device plugin) on the
+//! simulated NVML, scraped every second by `/usr/bin/prometheus` (Debian package `prometheus`)
+//! with the shipped alert rules loaded. Every query of every shipped dashboard must
 //! return data through `/api/v1/query` (for `X or vector(0)`, X itself must), the alerts the
 //! faults scenario implies must fire, and no alert may fire or be pending for the healthy node.
 
@@ -11,19 +13,28 @@ use std::time::Duration;
 
 use e2e_support::{dashboards, has_data, repo, wait_for, Agent, Prometheus};
 
-/// The shipped rules (the main file and the NVLink file's groups appended to its `groups:`)
+/// The shipped rules (the main file, with the NVLink and operations files' groups appended)
 /// with every `for:` set to 0s, so that the test sees them fire within seconds while the
 /// expressions stay exactly those users get.
 fn rules_without_for() -> String {
     let read = |f: &str| {
         std::fs::read_to_string(repo().join(f)).unwrap_or_else(|e| panic!("read {f}: {e}"))
     };
-    let nvlink = read("alerts/gpu-steward-nvlink.rules.yml");
-    let groups = nvlink
-        .split_once("\ngroups:\n")
-        .map(|(_, g)| g)
-        .expect("the NVLink rules have a top-level groups:");
-    let text = format!("{}\n{groups}", read("alerts/gpu-steward.rules.yml"));
+    // One file: the other files' groups appended under the main file's `groups:`.
+    let groups = |f: &str| -> String {
+        read(f)
+            .lines()
+            .skip_while(|l| !l.starts_with("groups:"))
+            .skip(1)
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let text = format!(
+        "{}\n{}{}",
+        read("alerts/gpu-steward.rules.yml"),
+        groups("alerts/gpu-steward-nvlink.rules.yml"),
+        groups("alerts/gpu-steward-operations.rules.yml")
+    );
     text.lines()
         .map(|line| {
             let indent = line.len() - line.trim_start().len();
@@ -48,13 +59,40 @@ fn scalar(prom: &Prometheus, q: &str) -> Option<f64> {
     r.get(0)?["value"][1].as_str()?.parse().ok()
 }
 
+/// The A100 MIG node with every operation on, so that the operations dashboard's panels have
+/// data: reclaim (dry run) and accounting, a node rule that always fires routed to a hook that
+/// always fails, time-slicing with the device plugin (no kubelet: registration fails, counted).
+/// The node rule holds 10 s first, so that the hook fails after Prometheus's first scrapes:
+/// the failures are an increase, as on a node where a hook starts failing.
+fn ops_config(dir: &std::path::Path) -> String {
+    std::fs::write(
+        dir.join("rules.yml"),
+        "groups:\n- name: ops\n  rules:\n  - alert: OpsGpuUp\n    expr: gpu_steward_gpu_up == 1\n    for: 10s\n",
+    )
+    .expect("write the node rules");
+    std::fs::create_dir_all(dir.join("device-plugins")).expect("mkdir");
+    format!(
+        "[audit]\nfile = \"{d}/audit.jsonl\"\n\
+         [rules]\nfiles = [\"{d}/rules.yml\"]\n\
+         [[remediation.hooks]]\nname = \"page\"\ncommand = [\"/bin/false\"]\n\
+         [[remediation.routes]]\nmatchers = ['alertname=\"OpsGpuUp\"']\nhooks = [\"page\"]\ncooldown = \"1s\"\n\
+         [reclaim]\nenabled = true\ndry_run = true\nidle_after = \"1s\"\nmin_memory_mib = 1\n\
+         [accounting]\nenabled = true\n\
+         [sharing.device_plugin]\nenabled = true\ndirectory = \"{d}/device-plugins\"\n\
+         [sharing.time_slicing]\n[[sharing.time_slicing.resources]]\nname = \"nvidia.com/gpu\"\nreplicas = 4\n",
+        d = dir.display()
+    )
+}
+
 #[test]
 fn dashboards_and_alerts_work_against_a_real_prometheus() {
     let faults = Agent::start("faults.toml");
     let dgx = Agent::start("dgx-h100.toml");
     let hgx = Agent::start("hgx-h100.toml");
+    let ops_dir = tempfile::tempdir().expect("tempdir");
+    let ops = Agent::start_with_config("a100-mig.toml", &ops_config(ops_dir.path()));
     let prom = Prometheus::start(
-        &[faults.target(), dgx.target(), hgx.target()],
+        &[faults.target(), dgx.target(), hgx.target(), ops.target()],
         &rules_without_for(),
     );
 
@@ -64,7 +102,7 @@ fn dashboards_and_alerts_work_against_a_real_prometheus() {
             &prom,
             r#"count(count_over_time(gpu_steward_build_info{job="gpu-steward"}[1m]) >= 8)"#,
         )?;
-        (n == 3.0).then_some(())
+        (n == 4.0).then_some(())
     });
 
     let queries = dashboards::queries(&repo().join("dashboards"));
@@ -107,11 +145,12 @@ fn dashboards_and_alerts_work_against_a_real_prometheus() {
     }
     assert!(
         failures.is_empty(),
-        "{} of {} dashboard queries failed:\n  {}\nfaults agent log:\n{}",
+        "{} of {} dashboard queries failed:\n  {}\nfaults agent log:\n{}\nops agent log:\n{}",
         failures.len(),
         queries.len(),
         failures.join("\n  "),
-        faults.log()
+        faults.log(),
+        ops.log()
     );
     eprintln!(
         "{} dashboard queries answered, {fallbacks} of them also without 'or vector(0)'",
@@ -121,20 +160,22 @@ fn dashboards_and_alerts_work_against_a_real_prometheus() {
     // Alerts the faults scenario implies: GPU 0 is lost, GPU 1 saw XID 48 and its driver asks
     // for a GPU reset. Nothing may fire for the healthy node.
     let expected = [
-        ("GpuStewardGpuLost", "gpu", "0"),
-        ("GpuStewardXidCritical", "xid", "48"),
-        ("GpuStewardRecoveryAction", "gpu", "1"),
+        ("GpuStewardGpuLost", "gpu", "0", faults.target()),
+        ("GpuStewardXidCritical", "xid", "48", faults.target()),
+        ("GpuStewardRecoveryAction", "gpu", "1", faults.target()),
+        // The operations rules: the ops node's hook fails at every run.
+        ("GpuStewardHookFailing", "hook", "page", ops.target()),
     ];
     let alerts = wait_for(
         "the faults scenario's alerts to fire",
         Duration::from_secs(30),
         || {
             let alerts = prom.alerts();
-            let all_fire = expected.iter().all(|(name, label, value)| {
+            let all_fire = expected.iter().all(|(name, label, value, target)| {
                 alerts.iter().any(|a| {
                     a["labels"]["alertname"] == *name
                         && a["labels"][*label] == *value
-                        && a["labels"]["instance"] == faults.target().as_str()
+                        && a["labels"]["instance"] == target.as_str()
                         && a["state"] == "firing"
                 })
             });

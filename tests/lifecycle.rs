@@ -472,3 +472,68 @@ fn an_unreadable_gpu_is_reported_with_the_nvml_error() {
         (agent.metrics().value("gpu_steward_gpu_up", &[("gpu", "6")]) == Some(1.0)).then_some(())
     });
 }
+
+/// Issue 26 deliver 4: the demo sets the time-slice through the stand-in nvidia-smi shipped
+/// with the simulator, and removes the stand-in's state with the bundled scenario on exit.
+#[test]
+fn demo_applies_a_time_slice_through_the_stand_in_nvidia_smi() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[audit]\nfile = \"{}/audit.jsonl\"\n\
+             [sharing]\ntimeslice = \"long\"\n",
+            dir.path().display()
+        ),
+    )
+    .expect("write config");
+    let mut child = Command::new(bin())
+        .args(["demo", "--interval", "200ms", "--config"])
+        .arg(&config)
+        .arg("--nvml-lib")
+        .arg(common::sim_lib())
+        .env_remove("NVML_SIM_SCENARIO")
+        .env_remove("NVIDIA_SMI_SIM_DIR")
+        .env_remove("GPU_STEWARD_LISTEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn demo");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("sharing:") {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    let line = rx.recv_timeout(Duration::from_secs(20));
+    let stand_in =
+        std::env::temp_dir().join(format!("gpu-steward-demo-{}.toml.nvidia-smi", child.id()));
+    let set_by_stand_in =
+        std::fs::read_to_string(stand_in.join("nvidia-smi.args")).unwrap_or_default();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        Signal::SIGTERM,
+    );
+    let _ = wait_for("demo exit", Duration::from_secs(10), || {
+        child.try_wait().expect("try_wait")
+    });
+    let line = line.expect("the start apply is logged");
+    assert!(line.contains("applied 8 change(s)"), "{line}");
+    assert_eq!(
+        set_by_stand_in.matches("--set-timeslice 3").count(),
+        8,
+        "{set_by_stand_in}"
+    );
+    assert!(
+        !stand_in.exists(),
+        "the stand-in's state goes with the demo"
+    );
+}

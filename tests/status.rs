@@ -231,3 +231,32 @@ fn status_without_an_agent_exits_2_and_says_why() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("https is not supported"));
 }
+
+#[test]
+fn status_asks_the_agent_on_its_api_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "a-token-of-at-least-thirty-two-chars\n").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let socket = dir.path().join("api.sock");
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
+        .config(&format!(
+            "[api]\nenabled = true\ntoken_file = \"{}\"\nsocket = \"{}\"\n",
+            token.display(),
+            socket.display()
+        ))
+        .start();
+    let out = Command::new(bin())
+        .args(["status", "--config", "/dev/null", "--socket"])
+        .arg(&socket)
+        .output()
+        .expect("status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", agent.log());
+    assert!(
+        text.starts_with(&format!("gpu-steward at unix:{}", socket.display()))
+            && text.contains("8 GPU(s): 8 pass"),
+        "{text}"
+    );
+}

@@ -63,6 +63,8 @@ for path in ./usr/bin/gpu-steward ./usr/lib/gpu-steward/libnvml_sim.so \
   ./usr/share/doc/gpu-steward/install.md ./usr/share/doc/gpu-steward/copyright \
   ./usr/share/gpu-steward/alerts/gpu-steward.rules.yml \
   ./usr/share/gpu-steward/alerts/gpu-steward-nvlink.rules.yml \
+  ./usr/share/gpu-steward/alerts/gpu-steward-operations.rules.yml \
+  ./usr/share/gpu-steward/dashboards/gpu-steward-operations.json \
   ./usr/share/gpu-steward/dashboards/gpu-steward-node.json \
   ./usr/share/gpu-steward/dashboards/gpu-steward-nvlink.json; do
   grep -q " $path\$" "$TMP/contents" || fail "$path is not in the package"

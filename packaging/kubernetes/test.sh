@@ -38,7 +38,7 @@ if ! venv_ready; then
 fi
 "$VENV/bin/kubectl" version --client
 
-say "the PrometheusRule is generated from alerts/gpu-steward.rules.yml and gpu-steward-nvlink.rules.yml"
+say "the PrometheusRule is generated from alerts/gpu-steward.rules.yml, -nvlink and -operations"
 ./gen-prometheusrule.sh "$TMP/prometheusrule.yaml"
 diff -u components/monitoring/prometheusrule.yaml "$TMP/prometheusrule.yaml" \
   || { echo "out of date: run packaging/kubernetes/gen-prometheusrule.sh"; exit 1; }

@@ -44,7 +44,7 @@ pub fn warnings(c: &Config) -> Vec<String> {
     }
     for p in c.rule_patterns() {
         let wildcard = p.contains(['*', '?', '[']);
-        let none = glob::glob(&p).map_or(false, |m| m.filter_map(Result::ok).next().is_none());
+        let none = glob::glob(&p).is_ok_and(|mut m| m.all(|f| f.is_err()));
         if wildcard && none {
             out.push(format!(
                 "[rules] files pattern '{p}' matches no file: no rules from it are evaluated"

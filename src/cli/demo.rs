@@ -57,6 +57,15 @@ pub fn prepare(mut args: DemoArgs) -> Result<Prepared, u8> {
     };
     // Set before any thread starts: the simulator reads it at nvmlInit_v2.
     std::env::set_var("NVML_SIM_SCENARIO", &scenario);
+    // [sharing] runs the stand-in nvidia-smi (compute-policy) of the simulated node, its state
+    // beside the scenario. Without it the demo still runs; the time-slice is then unreadable.
+    let mut dir = scenario.clone().into_os_string();
+    dir.push(".nvidia-smi");
+    let lib = args.run.nvml_lib.clone().unwrap_or_default();
+    match demo::stand_in(&lib, std::path::Path::new(&dir)) {
+        Ok(p) => args.run.nvidia_smi = Some(p),
+        Err(e) => eprintln!("gpu-steward: no stand-in nvidia-smi for the demo: {e}"),
+    }
     Ok(Prepared {
         run: args.run,
         scenario: guard,

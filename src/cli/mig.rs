@@ -57,7 +57,11 @@ fn layouts(args: &MigArgs, cfg: &Config) -> Result<Layouts, Failure> {
 }
 
 fn run_inner(args: &MigArgs) -> Result<(), Failure> {
-    let cfg = load_config(args)?;
+    let mut cfg = load_config(args)?;
+    if let Some(scenario) = &args.scenario {
+        let sim = crate::demo::simulate(scenario, args.nvml_lib.as_deref()).map_err(|e| (2, e))?;
+        cfg.nvml_lib = sim.nvml_lib;
+    }
     let layouts = match &args.command {
         MigCommand::Show { .. } => Layouts::new(),
         _ => layouts(args, &cfg)?,

@@ -91,6 +91,10 @@ pub struct SharingArgs {
     /// Configuration file (absent default file = built-in defaults).
     #[arg(long, env = "GPU_STEWARD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Run on the simulated node of this scenario (the simulator, its state in FILE.state, and
+    /// the stand-in nvidia-smi with its state in FILE.nvidia-smi/), as `demo` does.
+    #[arg(long, value_name = "FILE")]
+    pub scenario: Option<PathBuf>,
     /// NVML library to load [default: libnvidia-ml.so.1].
     #[arg(long, env = "GPU_STEWARD_NVML_LIB", value_name = "PATH")]
     pub nvml_lib: Option<String>,
@@ -125,6 +129,9 @@ pub struct RunArgs {
     /// The listen address below the config file's (`demo` sets its own); not a flag.
     #[arg(skip)]
     pub default_listen: Option<SocketAddr>,
+    /// The `nvidia-smi` for `[sharing]` (`demo` sets the stand-in); not a flag.
+    #[arg(skip)]
+    pub nvidia_smi: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -137,6 +144,10 @@ pub struct MigArgs {
     /// NVML library to load [default: libnvidia-ml.so.1].
     #[arg(long, env = "GPU_STEWARD_NVML_LIB", value_name = "PATH", global = true)]
     pub nvml_lib: Option<String>,
+    /// Run on the simulated node of this scenario (the simulator, with its MIG state kept in
+    /// FILE.state between commands), as `demo` does.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub scenario: Option<PathBuf>,
     /// Take the layouts from this mig-parted YAML file instead of the config.
     #[arg(
         long,
@@ -228,6 +239,7 @@ impl RunArgs {
             log_format: self.log_format,
             web_config_file: self.web_config_file.clone(),
             default_listen: self.default_listen,
+            nvidia_smi: self.nvidia_smi.clone(),
         }
     }
 

@@ -9,6 +9,19 @@ use super::SharingArgs;
 use crate::audit::AuditLog;
 use crate::config::{self, Overrides};
 
+/// Points `config` at the simulated node of `scenario`: the simulator, and the stand-in
+/// nvidia-smi told the node's GPUs (by UUID, in index order) for its compute-policy table.
+fn simulated(
+    scenario: &std::path::Path,
+    nvml_lib: Option<&str>,
+    config: &mut crate::config::Config,
+) -> Result<(), String> {
+    let sim = crate::demo::simulate(scenario, nvml_lib)?;
+    config.sharing.nvidia_smi = crate::demo::stand_in(&sim.nvml_lib, &sim.stand_in_dir)?;
+    config.nvml_lib = sim.nvml_lib;
+    Ok(())
+}
+
 /// Runs the command; the exit status.
 pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
     let (path, required) = match &args.config {
@@ -19,13 +32,19 @@ pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
         nvml_lib: args.nvml_lib.clone(),
         ..Overrides::default()
     };
-    let config = match config::load(&path, required, &overrides) {
+    let mut config = match config::load(&path, required, &overrides) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
             return 2;
         }
     };
+    if let Some(scenario) = &args.scenario {
+        if let Err(e) = simulated(scenario, args.nvml_lib.as_deref(), &mut config) {
+            eprintln!("gpu-steward: {e}");
+            return 2;
+        }
+    }
     let audit = if dry_run {
         None
     } else {

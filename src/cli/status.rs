@@ -275,8 +275,11 @@ fn candidate_text(c: &Value, dry: &str) -> String {
     )
 }
 
-/// The Prometheus text page, by family: `(labels, value)` per sample.
-fn samples(page: &str) -> BTreeMap<&str, Vec<(BTreeMap<String, String>, f64)>> {
+/// One sample: its labels and value.
+type Sample = (BTreeMap<String, String>, f64);
+
+/// The Prometheus text page, by family.
+fn samples(page: &str) -> BTreeMap<&str, Vec<Sample>> {
     let mut out: BTreeMap<&str, Vec<_>> = BTreeMap::new();
     for line in page.lines() {
         if line.starts_with('#') || line.is_empty() {

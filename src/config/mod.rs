@@ -56,6 +56,9 @@ pub struct Overrides {
     /// The listen address when neither the flag, the environment nor the config file gives one
     /// (`demo`'s `127.0.0.1:9400`); `None`: [`DEFAULT_LISTEN`].
     pub default_listen: Option<SocketAddr>,
+    /// The `nvidia-smi` that `[sharing]` runs, over the file's (`demo`: the simulated node's
+    /// stand-in).
+    pub nvidia_smi: Option<PathBuf>,
 }
 
 /// The agent's whole configuration, validated.
@@ -283,7 +286,13 @@ fn beside(config_file: Option<&Path>, p: PathBuf) -> PathBuf {
 }
 
 fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
-    let Parsed { file: f, sharing } = parsed;
+    let Parsed {
+        file: f,
+        mut sharing,
+    } = parsed;
+    if let Some(n) = &o.nvidia_smi {
+        sharing.nvidia_smi = n.clone();
+    }
     let web_config_file = o.web_config_file.clone().or_else(|| {
         f.server
             .web_config_file

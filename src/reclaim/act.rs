@@ -54,7 +54,11 @@ impl Actor {
 
     /// Appends to the audit log; false when the record could not be written (the audit log
     /// counts the failure and logs the first of a run of them; nothing may be executed then).
-    pub fn audit(&self, event: &str, fields: Value) -> bool {
+    /// Every record says what started it: the reclaim ladder (`"trigger": "reclaim"`).
+    pub fn audit(&self, event: &str, mut fields: Value) -> bool {
+        if let Value::Object(m) = &mut fields {
+            m.entry("trigger").or_insert_with(|| "reclaim".into());
+        }
         match &self.audit {
             Some(log) => log.record("reclaim", event, fields).is_ok(),
             None => true,

@@ -190,6 +190,11 @@ fn signal_reclaim_is_audited_with_its_outcome() {
     wait_count(&a, ("signal", "success"));
     let events = audit_events(dir.path());
     assert_eq!(events[1]["event"], "reclaim.result");
+    // Each record says what started it.
+    assert!(
+        events.iter().all(|e| e["trigger"] == "reclaim"),
+        "{events:?}"
+    );
     assert_eq!(events[1]["processes"][0]["sigterm"], "sent");
     assert_eq!(events[1]["processes"][0]["gone"], true);
     let _ = child.wait();

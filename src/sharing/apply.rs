@@ -455,11 +455,17 @@ pub fn apply_plan(
             .collect();
         return report;
     }
-    let record = |event: &str, fields: serde_json::Value| match audit {
-        Some(a) => a
-            .record("sharing", event, fields)
-            .map_err(|e| e.to_string()),
-        None => Ok(()),
+    // Every record says what started the apply (`start`, `sighup`, `api`, `cli`).
+    let record = |event: &str, mut fields: serde_json::Value| {
+        if let serde_json::Value::Object(m) = &mut fields {
+            m.entry("trigger").or_insert_with(|| trigger.into());
+        }
+        match audit {
+            Some(a) => a
+                .record("sharing", event, fields)
+                .map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
     };
     if let Err(e) = record(
         "apply.start",

@@ -83,6 +83,15 @@ impl Agent {
         Agent(crate::common::Agent::with_scenario(&crate::common::scenario(scenario)).start())
     }
 
+    /// [`Agent::start`] with a configuration file's text.
+    pub fn start_with_config(scenario: &str, config: &str) -> Agent {
+        Agent(
+            crate::common::Agent::with_scenario(&crate::common::scenario(scenario))
+                .config(config)
+                .start(),
+        )
+    }
+
     pub fn target(&self) -> String {
         format!("127.0.0.1:{}", self.0.port)
     }
