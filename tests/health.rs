@@ -318,7 +318,9 @@ fn check_health_follows_the_node_problem_detector_contract() {
     let (code, line, _) = check_health(&["--socket", "/nonexistent/api.sock"]);
     assert_eq!(code, 2, "{line}");
     assert!(
-        line.starts_with("cannot ask the agent at /nonexistent/api.sock"),
+        line.starts_with(
+            "cannot ask the agent at unix:/nonexistent/api.sock/health/gpus: cannot connect"
+        ),
         "{line}"
     );
     let hang = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

@@ -1,43 +1,56 @@
-//! A small blocking HTTP/1.1 GET for the commands that ask the local agent (`status`): over
-//! TCP (`http://HOST:PORT`) or the API's Unix socket. One request per connection
-//! (`Connection: close`), a timeout on every read and write, bodies by `Content-Length`,
-//! chunked or until the connection closes. No TLS: the agent's TLS port is for Prometheus;
-//! a local tool uses the plain port on loopback or the socket.
+//! A small blocking HTTP/1.1 GET for the commands that ask the local agent (`status`,
+//! `check-health`): over TCP (`http://HOST[:PORT]`) or the API's Unix socket. One request per
+//! connection (`Connection: close`), the whole exchange bounded by one deadline (a hanging agent
+//! costs the caller its timeout, no more), bodies by `Content-Length`, chunked or until the
+//! connection closes. No TLS: the agent's TLS port is for Prometheus; a local tool uses the
+//! plain port on loopback or the socket.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where the agent is.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    /// `host:port` of an `http://` URL.
+    /// The `host[:port]` of an `http://` URL.
     Tcp(String),
     Socket(PathBuf),
 }
 
+/// The agent's default address.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:9400";
+
 impl Target {
-    /// From `--url` (`http://host:port`, a trailing `/` allowed) or `--socket`.
+    /// From `--url` (`http://host[:port]`; a path after it is ignored) or `--socket`.
     pub fn new(url: Option<&str>, socket: Option<PathBuf>) -> Result<Target, String> {
         if let Some(s) = socket {
             return Ok(Target::Socket(s));
         }
-        let url = url.unwrap_or("http://127.0.0.1:9400");
+        let url = url.unwrap_or(DEFAULT_URL);
         if url.starts_with("https://") {
             return Err(format!(
                 "'{url}': https is not supported here; ask the agent's plain port on loopback \
                  or its API socket (--socket)"
             ));
         }
-        let rest = url.strip_prefix("http://").ok_or_else(|| {
-            format!("'{url}' is not an http:// URL; write it like http://127.0.0.1:9400")
-        })?;
-        let host = rest.trim_end_matches('/');
-        if host.is_empty() || host.contains('/') {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("'{url}' is not an http:// URL; write it like {DEFAULT_URL}"))?;
+        let host = rest.split('/').next().unwrap_or_default();
+        if host.is_empty() {
             return Err(format!(
-                "'{url}': give the agent's address only, like http://127.0.0.1:9400"
+                "'{url}' names no host; write it like {DEFAULT_URL}"
+            ));
+        }
+        if host
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '@')
+        {
+            return Err(format!(
+                "'{}' has an unusable host; write it like {DEFAULT_URL}",
+                url.escape_debug()
             ));
         }
         Ok(Target::Tcp(host.to_string()))
@@ -52,53 +65,101 @@ impl Target {
 }
 
 /// An answer: status code and body.
+#[derive(Debug, PartialEq, Eq)]
 pub struct Answer {
     pub status: u16,
     pub body: Vec<u8>,
 }
 
-const TIMEOUT: Duration = Duration::from_secs(5);
 /// More than any page the agent serves (a 16-GPU /metrics page is a few MB).
 const MAX_BODY: usize = 64 << 20;
 
-/// `GET path`; an error in words when the agent cannot be asked.
-pub fn get(target: &Target, path: &str) -> Result<Answer, String> {
+/// `GET path`, all of it within `timeout`; an error in words when the agent cannot be asked.
+pub fn get(target: &Target, path: &str, timeout: Duration) -> Result<Answer, String> {
+    let deadline = Instant::now() + timeout;
+    let left = || {
+        deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| format!("no answer within {}", humantime::format_duration(timeout)))
+    };
+    let host = match target {
+        Target::Tcp(h) => h.as_str(),
+        Target::Socket(_) => "localhost",
+    };
     let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: gpu-steward-status\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: gpu-steward\r\nConnection: close\r\n\r\n"
     );
     let raw = match target {
         Target::Tcp(host) => {
-            let addr = host
+            let with_port = if host
+                .rsplit_once(':')
+                .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+            {
+                host.clone()
+            } else {
+                format!("{host}:80")
+            };
+            let addr = with_port
                 .to_socket_addrs()
                 .map_err(|e| format!("cannot resolve '{host}': {e}"))?
                 .next()
                 .ok_or_else(|| format!("'{host}' has no address"))?;
-            let s = TcpStream::connect_timeout(&addr, TIMEOUT)
-                .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-            s.set_read_timeout(Some(TIMEOUT)).ok();
-            s.set_write_timeout(Some(TIMEOUT)).ok();
-            exchange(s, &request)
+            TcpStream::connect_timeout(&addr, left()?)
+                .map_err(|e| format!("cannot connect to {addr}: {e}"))
+                .and_then(|s| {
+                    exchange(s, &request, &left, |s, t| {
+                        s.set_read_timeout(Some(t))?;
+                        s.set_write_timeout(Some(t))
+                    })
+                })
         }
-        Target::Socket(p) => {
-            let s = UnixStream::connect(p)
-                .map_err(|e| format!("cannot connect to {}: {e}", p.display()))?;
-            s.set_read_timeout(Some(TIMEOUT)).ok();
-            s.set_write_timeout(Some(TIMEOUT)).ok();
-            exchange(s, &request)
-        }
+        Target::Socket(p) => UnixStream::connect(p)
+            .map_err(|e| format!("cannot connect: {e}"))
+            .and_then(|s| {
+                exchange(s, &request, &left, |s, t| {
+                    s.set_read_timeout(Some(t))?;
+                    s.set_write_timeout(Some(t))
+                })
+            }),
     }
     .map_err(|e| format!("{}{path}: {e}", target.describe()))?;
     parse(&raw).map_err(|e| format!("{}{path}: {e}", target.describe()))
 }
 
-fn exchange<S: Read + Write>(mut s: S, request: &str) -> Result<Vec<u8>, String> {
+/// Writes the request and reads to EOF, each step within what is left of the deadline.
+fn exchange<S: Read + Write>(
+    mut s: S,
+    request: &str,
+    left: &dyn Fn() -> Result<Duration, String>,
+    set_timeout: impl Fn(&S, Duration) -> std::io::Result<()>,
+) -> Result<Vec<u8>, String> {
+    set_timeout(&s, left()?).map_err(|e| e.to_string())?;
     s.write_all(request.as_bytes())
         .map_err(|e| format!("cannot send the request: {e}"))?;
     let mut raw = Vec::new();
-    s.take(MAX_BODY as u64)
-        .read_to_end(&mut raw)
-        .map_err(|e| format!("no complete answer: {e}"))?;
-    Ok(raw)
+    let mut chunk = [0u8; 8192];
+    loop {
+        set_timeout(&s, left()?).map_err(|e| e.to_string())?;
+        match s.read(&mut chunk) {
+            Ok(0) => return Ok(raw),
+            Ok(n) => raw.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                left()?;
+            }
+            Err(e) => return Err(format!("no complete answer: {e}")),
+        }
+        if raw.len() > MAX_BODY {
+            return Err(format!("the answer is over {} MiB", MAX_BODY >> 20));
+        }
+    }
 }
 
 fn parse(raw: &[u8]) -> Result<Answer, String> {
@@ -158,12 +219,17 @@ mod tests {
 
     #[test]
     fn urls_are_checked_and_bodies_read_every_way() {
-        assert!(
-            matches!(Target::new(Some("http://127.0.0.1:9400/"), None), Ok(Target::Tcp(h)) if h == "127.0.0.1:9400")
+        assert_eq!(
+            Target::new(Some("http://127.0.0.1:9400/ignored"), None),
+            Ok(Target::Tcp("127.0.0.1:9400".into()))
         );
         assert!(Target::new(Some("https://x:1"), None)
             .is_err_and(|e| e.contains("https is not supported")));
         assert!(Target::new(Some("127.0.0.1:9400"), None).is_err_and(|e| e.contains("http://")));
+        assert!(Target::new(Some("http://"), None).is_err());
+        // Nothing but a host reaches the request's head.
+        assert!(Target::new(Some("http://a\r\nX-Evil: 1"), None).is_err());
+        assert!(parse(b"SSH-2.0-OpenSSH\r\n").is_err());
         let a = parse(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2\r\n\r\nokEXTRA")
             .expect("parse");
         assert_eq!((a.status, a.body.as_slice()), (503, &b"ok"[..]));

@@ -8,13 +8,12 @@
 //! stdout, which NPD puts in the condition's message, kept under 256 characters and naming the
 //! GPU, the condition and the recommended action.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
+
+use super::agent_client::{self, Target};
 
 /// NPD's exit statuses.
 pub const OK: u8 = 0;
@@ -23,16 +22,6 @@ pub const UNKNOWN: u8 = 2;
 
 /// The longest line printed (NPD's `max_output_length` in the shipped config is 255).
 pub const MAX_LINE: usize = 255;
-
-/// Where the agent is asked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// `http://host[:port]`.
-    Http {
-        authority: String,
-    },
-    Socket(PathBuf),
-}
 
 /// Runs the check; prints its one line and returns the exit status.
 pub fn run(
@@ -72,8 +61,7 @@ fn check(
         (Some(_), Some(_)) => {
             return (UNKNOWN, "give --url or --socket, not both".into());
         }
-        (None, Some(s)) => Target::Socket(s),
-        (url, None) => match parse_url(url.unwrap_or("http://127.0.0.1:9400")) {
+        (url, socket) => match Target::new(url, socket) {
             Ok(t) => t,
             Err(e) => return (UNKNOWN, e),
         },
@@ -88,13 +76,11 @@ fn check(
             )
         }
     };
-    let where_ = match &target {
-        Target::Http { authority } => format!("http://{authority}"),
-        Target::Socket(p) => p.display().to_string(),
-    };
-    let (status, body) = match get(&target, &path, timeout) {
-        Ok(r) => r,
-        Err(e) => return (UNKNOWN, format!("cannot ask the agent at {where_}: {e}")),
+    let where_ = target.describe();
+    let (status, body) = match agent_client::get(&target, &path, timeout) {
+        Ok(a) => (a.status, a.body),
+        // The error starts with the agent's address and the path.
+        Err(e) => return (UNKNOWN, format!("cannot ask the agent at {e}")),
     };
     if status == 404 && gpu.is_some() {
         let why = String::from_utf8_lossy(&body);
@@ -124,152 +110,6 @@ fn check(
 /// Only what `/health/gpus/{gpu}` takes, so nothing else reaches the request line.
 fn valid_gpu(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-}
-
-fn parse_url(url: &str) -> Result<Target, String> {
-    let Some(rest) = url.strip_prefix("http://") else {
-        return Err(format!(
-            "unsupported URL '{url}'; give http://HOST:PORT (for an agent serving TLS, use \
-             --socket with its [api] socket)"
-        ));
-    };
-    let authority = rest.split('/').next().unwrap_or_default();
-    if authority.is_empty() {
-        return Err(format!("URL '{url}' names no host; give http://HOST:PORT"));
-    }
-    if authority
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control() || c == '@')
-    {
-        return Err(format!(
-            "URL '{}' has an unusable host; give http://HOST:PORT",
-            url.escape_debug()
-        ));
-    }
-    Ok(Target::Http {
-        authority: authority.to_string(),
-    })
-}
-
-/// `GET path` with the whole exchange bounded by `timeout`: (status, body).
-fn get(target: &Target, path: &str, timeout: Duration) -> Result<(u16, Vec<u8>), String> {
-    let deadline = Instant::now() + timeout;
-    let host = match target {
-        Target::Http { authority } => authority.clone(),
-        Target::Socket(_) => "localhost".into(),
-    };
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\nConnection: close\r\n\r\n");
-    let mut raw = Vec::new();
-    let left = || {
-        deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| format!("no answer within {}", humantime::format_duration(timeout)))
-    };
-    match target {
-        Target::Http { authority } => {
-            let with_port = if authority
-                .rsplit_once(':')
-                .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-            {
-                authority.clone()
-            } else {
-                format!("{authority}:80")
-            };
-            let addr = with_port
-                .to_socket_addrs()
-                .map_err(|e| format!("cannot resolve '{authority}': {e}"))?
-                .next()
-                .ok_or_else(|| format!("'{authority}' resolves to no address"))?;
-            let mut s = TcpStream::connect_timeout(&addr, left()?).map_err(|e| e.to_string())?;
-            exchange(&mut s, &request, &mut raw, &left, |s, t| {
-                s.set_read_timeout(Some(t))?;
-                s.set_write_timeout(Some(t))
-            })?;
-        }
-        Target::Socket(p) => {
-            let mut s = UnixStream::connect(p).map_err(|e| e.to_string())?;
-            exchange(&mut s, &request, &mut raw, &left, |s, t| {
-                s.set_read_timeout(Some(t))?;
-                s.set_write_timeout(Some(t))
-            })?;
-        }
-    }
-    parse_response(&raw)
-}
-
-/// Writes the request and reads to EOF, each step within what is left of the deadline.
-fn exchange<S: Read + Write>(
-    s: &mut S,
-    request: &str,
-    raw: &mut Vec<u8>,
-    left: &dyn Fn() -> Result<Duration, String>,
-    set_timeout: impl Fn(&S, Duration) -> std::io::Result<()>,
-) -> Result<(), String> {
-    set_timeout(s, left()?).map_err(|e| e.to_string())?;
-    s.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
-    let mut chunk = [0u8; 8192];
-    loop {
-        set_timeout(s, left()?).map_err(|e| e.to_string())?;
-        match s.read(&mut chunk) {
-            Ok(0) => return Ok(()),
-            Ok(n) => raw.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                left()?;
-            }
-            Err(e) => return Err(e.to_string()),
-        }
-        if raw.len() > 16 << 20 {
-            return Err("the answer is over 16 MiB".into());
-        }
-    }
-}
-
-fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut response = httparse::Response::new(&mut headers);
-    let head = match response.parse(raw) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Err("the answer ended inside its head".into()),
-        Err(e) => return Err(format!("not an HTTP answer ({e})")),
-    };
-    let status = response.code.unwrap_or(0);
-    let chunked = response.headers.iter().any(|h| {
-        h.name.eq_ignore_ascii_case("transfer-encoding")
-            && String::from_utf8_lossy(h.value)
-                .to_ascii_lowercase()
-                .contains("chunked")
-    });
-    let body = &raw[head..];
-    if !chunked {
-        return Ok((status, body.to_vec()));
-    }
-    let mut out = Vec::new();
-    let mut rest = body;
-    loop {
-        let line_end = rest
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or("a chunked body cut short")?;
-        let size_text = String::from_utf8_lossy(&rest[..line_end]);
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| "a chunked body with a bad chunk size")?;
-        rest = &rest[line_end + 2..];
-        if size == 0 {
-            return Ok((status, out));
-        }
-        if rest.len() < size + 2 {
-            return Err("a chunked body cut short".into());
-        }
-        out.extend_from_slice(&rest[..size]);
-        rest = &rest[size + 2..];
-    }
 }
 
 /// One GPU's check, as `/health/gpus` writes it.
@@ -437,21 +277,7 @@ mod tests {
     }
 
     #[test]
-    fn chunked_and_plain_answers_parse_and_garbage_does_not() {
-        let plain = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2\r\n\r\n{}";
-        assert_eq!(parse_response(plain), Ok((503, b"{}".to_vec())));
-        let chunked =
-            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{\"\r\n1\r\n}\r\n0\r\n\r\n";
-        assert_eq!(parse_response(chunked), Ok((200, b"{\"}".to_vec())));
-        assert!(parse_response(b"SSH-2.0-OpenSSH\r\n").is_err());
-        assert!(parse_url("https://x").is_err() && parse_url("http://").is_err());
-        assert!(parse_url("http://a\r\nX-Evil: 1").is_err());
-        assert_eq!(
-            parse_url("http://127.0.0.1:9400/ignored"),
-            Ok(Target::Http {
-                authority: "127.0.0.1:9400".into()
-            })
-        );
+    fn only_a_gpu_id_reaches_the_request_line() {
         assert!(!valid_gpu("0 HTTP/1.1\r\n") && valid_gpu("GPU-1234-ab") && valid_gpu("3"));
     }
 }

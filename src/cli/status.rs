@@ -19,6 +19,9 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::agent_client::{self, Target};
+
+/// How long one question to the agent may take.
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 use super::StatusArgs;
 use crate::config::{self, Overrides};
 
@@ -135,7 +138,7 @@ struct Process {
 }
 
 fn json(target: &Target, path: &str) -> Result<(u16, Value), String> {
-    let a = agent_client::get(target, path)?;
+    let a = agent_client::get(target, path, ASK_TIMEOUT)?;
     let v = serde_json::from_slice(&a.body).map_err(|e| {
         format!(
             "{}{path} answered {} without JSON: {e}",
@@ -181,8 +184,8 @@ fn gather(target: &Target, audit_file: &Path) -> Result<Node, String> {
             })
             .collect();
     }
-    node.ready = agent_client::get(target, "/readyz").is_ok_and(|a| a.status == 200);
-    let metrics = agent_client::get(target, "/metrics")?;
+    node.ready = agent_client::get(target, "/readyz", ASK_TIMEOUT).is_ok_and(|a| a.status == 200);
+    let metrics = agent_client::get(target, "/metrics", ASK_TIMEOUT)?;
     let page = String::from_utf8_lossy(&metrics.body);
     read_metrics(&page, &mut node);
     if let Ok((_, mig)) = json(target, "/api/v1/mig") {
