@@ -141,7 +141,9 @@ async fn converge(mig: &Arc<MigService>, when: &'static str) {
     };
     let service = mig.clone();
     let name = layout.clone();
-    match tokio::task::spawn_blocking(move || service.apply(&name, false, false)).await {
+    // The audit records' trigger: the start, or a reload (SIGHUP).
+    let trigger = if when == "start" { "start" } else { "sighup" };
+    match tokio::task::spawn_blocking(move || service.apply(&name, false, false, trigger)).await {
         Ok(r) if r.ok() => {
             tracing::info!(layout = %layout, outcome = r.outcome, steps = r.steps, when, "MIG layout in place")
         }

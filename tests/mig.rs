@@ -793,6 +793,11 @@ fn a_signal_during_a_cli_apply_rolls_it_back_instead_of_killing_it_mid_change() 
         );
         let audit = std::fs::read_to_string(node.path("audit.jsonl")).expect("audit");
         assert!(audit.contains("\"event\":\"rollback\""), "{audit}");
+        // Every record says who asked.
+        for line in audit.lines() {
+            let r: Value = serde_json::from_str(line).expect("JSON");
+            assert_eq!(r["trigger"], "cli", "{line}");
+        }
     }
 }
 

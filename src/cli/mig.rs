@@ -131,6 +131,7 @@ fn run_inner(args: &MigArgs) -> Result<(), Failure> {
                 layout: &layout,
                 dry_run: *dry_run,
                 force: *force,
+                trigger: "cli",
             };
             if *dry_run {
                 return report(&name, apply::apply(&ctl, &cfg.mig, None, &req));

@@ -69,7 +69,7 @@ pub(super) async fn apply(State(state): State<AppState>, body: Bytes) -> Respons
         }
     };
     let report = match tokio::task::spawn_blocking(move || {
-        service.apply(&req.layout, req.dry_run, req.force)
+        service.apply(&req.layout, req.dry_run, req.force, "api")
     })
     .await
     {

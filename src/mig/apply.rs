@@ -37,6 +37,8 @@ pub struct Request<'a> {
     pub layout: &'a Layout,
     pub dry_run: bool,
     pub force: bool,
+    /// Who asked, on every audit record of the apply: `cli`, `api`, `start` or `sighup`.
+    pub trigger: &'a str,
 }
 
 /// A GPU whose MIG mode change waits for a reset.
@@ -198,6 +200,7 @@ struct Run<'a> {
     cfg: &'a MigConfig,
     audit: Option<&'a AuditLog>,
     layout: &'a str,
+    trigger: &'a str,
     /// Per GPU index, what was done, in order.
     journal: Vec<(u32, String, Vec<Done>)>,
     steps: usize,
@@ -207,7 +210,10 @@ impl Run<'_> {
     /// Writes a record; `Err` (naming the file) when it could not be written. Records after
     /// the run ended (its outcome, rollbacks) are best effort: the failure is counted and
     /// shown in `/health` by the audit log itself.
-    fn audit(&self, event: &str, fields: serde_json::Value) -> Result<(), String> {
+    fn audit(&self, event: &str, mut fields: serde_json::Value) -> Result<(), String> {
+        if let Some(f) = fields.as_object_mut() {
+            f.insert("trigger".into(), self.trigger.into());
+        }
         match self.audit {
             Some(a) => a
                 .record("mig", event, fields)
@@ -400,6 +406,7 @@ pub fn apply(
         cfg,
         audit,
         layout: req.layout_name,
+        trigger: req.trigger,
         journal: Vec::new(),
         steps: 0,
     };

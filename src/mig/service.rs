@@ -91,7 +91,8 @@ impl MigService {
     }
 
     /// Applies `layout` (blocking: call from `spawn_blocking`).
-    pub fn apply(&self, layout: &str, dry_run: bool, force: bool) -> Report {
+    /// Applies `layout`; `trigger` (`api`, `start`, `sighup`) goes on every audit record.
+    pub fn apply(&self, layout: &str, dry_run: bool, force: bool, trigger: &str) -> Report {
         let mut cached = lock(&self.running);
         let cfg = lock(&self.config).clone();
         let layouts = match cfg.all_layouts() {
@@ -142,6 +143,7 @@ impl MigService {
             layout: chosen,
             dry_run,
             force,
+            trigger,
         };
         let run = || apply::apply(&session.mig(), &cfg, audit.as_ref(), &req);
         let r = if dry_run {

@@ -38,6 +38,14 @@ impl Source {
             Source::Alertmanager => "alertmanager",
         }
     }
+
+    /// The audit records' `trigger`, in the vocabulary every component uses.
+    fn trigger(self) -> &'static str {
+        match self {
+            Source::Rules => "rules",
+            Source::Alertmanager => "webhook",
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -114,7 +122,7 @@ impl Handle {
                 .iter()
                 .filter(|a| a.status == super::alert::Status::Firing)
                 .count();
-            let receipt = json!({"source": source.as_str(), "alerts": n, "firing": firing,
+            let receipt = json!({"trigger": source.trigger(), "source": source.as_str(), "alerts": n, "firing": firing,
                                  "resolved": n - firing});
             if let Err(e) = log.record("remediation", "webhook.received", receipt) {
                 return Err(Refused::Unrecorded {
@@ -251,6 +259,7 @@ impl Runner {
             .filter(|(_, r)| r.matchers.iter().all(|m| m.matches(&a.labels)))
             .collect();
         let base = json!({
+            "trigger": n.source.trigger(),
             "source": n.source.as_str(),
             "alertname": a.name(),
             "status": a.status.as_str(),
