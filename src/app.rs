@@ -97,6 +97,8 @@ fn render_config(c: &Config) -> RenderConfig {
         native: c.metrics_native,
         hostname,
         hostname_label: c.hostname_label.clone(),
+        profile: c.metrics_profile,
+        names: c.dcgm_names,
     }
 }
 

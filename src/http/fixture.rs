@@ -54,6 +54,9 @@ pub fn fields(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppFie
         native: true,
         hostname: "node-1".into(),
         hostname_label: "Hostname".into(),
+        // Everything on the page, as the router and fuzz tests were written against.
+        profile: metrics::Profile::Full,
+        names: metrics::DcgmNames::V48,
     };
     let page = metrics::render(&snapshot, &health, &render, &AgentCounters::new(), &[]);
     let published = Published {
