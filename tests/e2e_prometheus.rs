@@ -40,10 +40,27 @@ fn scalar(prom: &Prometheus, q: &str) -> Option<f64> {
     r.get(0)?["value"][1].as_str()?.parse().ok()
 }
 
+/// The default page (lean profile, dcgm-exporter 4.8 names).
 #[test]
 fn dashboards_and_alerts_work_against_a_real_prometheus() {
-    let faults = Agent::start("faults.toml");
-    let dgx = Agent::start("dgx-h100.toml");
+    dashboards_and_alerts_work_with("[metrics]\nprofile = \"lean\"\n");
+}
+
+/// The lean page with dcgm-exporter 4.9's names and units.
+#[test]
+fn dashboards_and_alerts_work_with_the_4_9_names() {
+    dashboards_and_alerts_work_with("[metrics]\nprofile = \"lean\"\ndcgm_names = \"4.9\"\n");
+}
+
+/// The full page, where the native family carries every value too.
+#[test]
+fn dashboards_and_alerts_work_on_the_full_page() {
+    dashboards_and_alerts_work_with("[metrics]\nprofile = \"full\"\ndcgm_names = \"both\"\n");
+}
+
+fn dashboards_and_alerts_work_with(config: &str) {
+    let faults = Agent::start_with("faults.toml", config);
+    let dgx = Agent::start_with("dgx-h100.toml", config);
     let prom = Prometheus::start(&[faults.target(), dgx.target()], &rules_without_for());
 
     // Enough scrapes of both agents for rate() and increase() over 10 s windows.

@@ -83,6 +83,15 @@ impl Agent {
         Agent(crate::common::Agent::with_scenario(&crate::common::scenario(scenario)).start())
     }
 
+    /// With this config (the harness adds `profile = "full"` only where it names no profile).
+    pub fn start_with(scenario: &str, config: &str) -> Agent {
+        Agent(
+            crate::common::Agent::with_scenario(&crate::common::scenario(scenario))
+                .config(config)
+                .start(),
+        )
+    }
+
     pub fn target(&self) -> String {
         format!("127.0.0.1:{}", self.0.port)
     }
