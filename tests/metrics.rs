@@ -805,7 +805,11 @@ fn both_name_sets_carry_the_same_values_in_their_units_and_labels() {
         .config("[metrics]\nprofile = \"lean\"\ndcgm_names = \"4.9\"\n")
         .start();
     let m = agent.metrics();
-    assert_eq!(m.find("DCGM_FI_DEV_FB_CAPACITY_BYTES", &[]).len(), 8);
+    assert_eq!(m.find("DCGM_FI_DEV_GPU_UTIL_RATIO", &[]).len(), 8);
+    assert!(
+        per_gpu_series(&m) as f64 / 8.0 <= 32.0,
+        "lean 4.9 keeps the budget"
+    );
     assert!(m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty());
     assert!(m.find("DCGM_FI_DEV_FB_TOTAL", &[]).is_empty());
 }
@@ -842,7 +846,7 @@ fn sighup_switches_name_sets_and_profiles_without_a_gap_in_the_series_that_stay(
     switch(
         "[metrics]\nprofile = \"lean\"\ndcgm_names = \"4.9\"\n",
         "DCGM_FI_DEV_GPU_UTIL_RATIO",
-        "DCGM_FI_DEV_FB_CAPACITY_BYTES",
+        "DCGM_FI_DEV_FB_USED_BYTES",
         "DCGM_FI_DEV_GPU_UTIL",
     );
     let m = agent.metrics();

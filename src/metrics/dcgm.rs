@@ -91,8 +91,7 @@ pub(super) struct Field {
     help48: &'static str,
     help49: &'static str,
     counter: bool,
-    /// On the lean page in this set: dcgm-exporter's default fields (4.9 adds
-    /// `DCGM_FI_DEV_FB_CAPACITY_BYTES` to its defaults).
+    /// On the lean page in this set: dcgm-exporter's default fields.
     lean48: bool,
     lean49: bool,
     unit: Unit,
@@ -188,7 +187,9 @@ pub(super) const FIELDS: &[Field] = &[
     field!("DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_FB_RESERVED_BYTES", false, true, true, Bytes,
         "Framebuffer memory reserved (in MiB).", "Framebuffer memory reserved (in bytes).",
         |g| r(g).memory.map(|m| m.reserved as f64)),
-    field!("DCGM_FI_DEV_FB_TOTAL", "DCGM_FI_DEV_FB_CAPACITY_BYTES", false, false, true, Bytes,
+    // 4.9 collects FB_CAPACITY_BYTES by default; it is used + free + reserved, and would take
+    // the lean 4.9 page over 32 series per GPU: full page only, in both sets.
+    field!("DCGM_FI_DEV_FB_TOTAL", "DCGM_FI_DEV_FB_CAPACITY_BYTES", false, false, false, Bytes,
         "Framebuffer memory total (in MiB).", "Total GPU memory (in bytes).",
         |g| r(g).memory.map(|m| m.total as f64)),
     field!("DCGM_FI_DEV_FAN_SPEED", "DCGM_FI_DEV_FAN_SPEED_RATIO", false, false, false, Percent,
