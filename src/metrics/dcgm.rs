@@ -113,7 +113,7 @@ impl Field {
         }
     }
 
-    fn lean(&self, set: NameSet) -> bool {
+    pub(super) fn lean(&self, set: NameSet) -> bool {
         match set {
             NameSet::V48 => self.lean48,
             NameSet::V49 => self.lean49,

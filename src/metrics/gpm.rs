@@ -75,6 +75,13 @@ pub(super) fn render_dcgm(sets: &[(NameSet, Vec<Labelled>)], full: bool, out: &m
     }
 }
 
+/// (4.8 name, 4.9 name, on the lean page, native name) of every profiling field.
+pub(super) fn names() -> impl Iterator<Item = (&'static str, &'static str, bool, &'static str)> {
+    METRICS
+        .iter()
+        .map(|(v48, v49, _, lean, native, _, _)| (*v48, *v49, *lean, *native))
+}
+
 /// The native `gpu_steward_*_ratio` and `_bytes_per_second` gauges.
 pub(super) fn render_native(snapshot: &Snapshot, out: &mut Families) {
     for (_, _, _, _, name, help, value) in METRICS {

@@ -20,6 +20,14 @@ const ACTIVITY: &[(&str, &str, Value)] = &[
     ("gpu_steward_mig_dram_active_ratio", "Fraction of cycles the GPU instance's memory interface was busy (GPM MIG sample, DRAM_BW_UTIL).", |m| m.dram_active),
 ];
 
+/// The MIG names whose page depends on the profile.
+pub(super) fn names() -> Vec<(&'static str, super::native::Keep)> {
+    use super::native::Keep;
+    let mut out = vec![("gpu_steward_mig_mode", Keep::Full)];
+    out.extend(ACTIVITY.iter().map(|(name, _, _)| (*name, Keep::Dup)));
+    out
+}
+
 pub(super) fn render(snapshot: &Snapshot, view: super::View, out: &mut Families) {
     let mut mode = Family::gauge(
         "gpu_steward_mig_mode",

@@ -23,6 +23,7 @@ mod kubelet;
 mod mig;
 mod native;
 mod processes;
+mod served;
 mod sharing;
 
 use std::sync::Arc;
@@ -37,6 +38,7 @@ use crate::AgentCounters;
 
 pub use crate::config::{DcgmNames, Profile};
 pub use family::{Families, Family};
+pub use served::left_out;
 
 /// What a native collector may put on the page, from the profile and the families on.
 #[derive(Debug, Clone, Copy)]

@@ -120,6 +120,27 @@ const DIMENSIONED: &[(&str, Keep, &str, &str, bool, Dimensioned)] = &[
     }),
 ];
 
+/// Every per-GPU native name this file renders, with the page it is on.
+pub(super) fn names() -> Vec<(&'static str, Keep)> {
+    let mut out: Vec<(&'static str, Keep)> = GAUGES
+        .iter()
+        .chain(COUNTERS)
+        .map(|(name, keep, _, _)| (*name, *keep))
+        .collect();
+    out.extend(DIMENSIONED.iter().map(|(name, keep, ..)| (*name, *keep)));
+    out.push(("gpu_steward_gpu_info", Keep::Dup));
+    for name in [
+        "gpu_steward_temperature_threshold_celsius",
+        "gpu_steward_clock_max_hertz",
+        "gpu_steward_power_default_limit_watts",
+        "gpu_steward_pcie_link_max_generation",
+        "gpu_steward_pcie_link_max_width",
+    ] {
+        out.push((name, Keep::Full));
+    }
+    out
+}
+
 fn hz(clocks: &[(&'static str, Option<u32>)]) -> Vec<(&'static str, Option<f64>)> {
     clocks
         .iter()
