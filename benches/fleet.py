@@ -8,7 +8,8 @@ run` on its own port, no cost model: NVML answers at once), scraped by one real 
 Then, from Prometheus itself:
 
 - series/GPU: `count({job="fleet"})` / GPUs (the fleet's series in the head, `up` and the
-  scrape_* series Prometheus adds per target included);
+  scrape_* series Prometheus adds per target included), and those with a `gpu` label and no
+  `pid` label (the budget's count);
 - samples/s/GPU: `sum(scrape_samples_scraped{job="fleet"})` / scrape interval / GPUs;
 - Prometheus RSS: its own `process_resident_memory_bytes` at the end, and the head's
   `prometheus_tsdb_head_chunks`.
@@ -178,12 +179,14 @@ def run_setting(name, args, binary, sim, scenario):
         time.sleep(args.minutes * 60)
         gpus = args.nodes * 8
         series = query(prom, 'count({job="fleet"})')
+        gpu_series = query(prom, 'count({job="fleet", gpu!="", pid=""})')
         samples = query(prom, 'sum(scrape_samples_scraped{job="fleet"})')
         rss = query(prom, 'process_resident_memory_bytes{job="prometheus"}')
         chunks = query(prom, "prometheus_tsdb_head_chunks")
         return {
             "setting": name, "nodes": args.nodes, "gpus": gpus,
             "series_per_gpu": series / gpus,
+            "gpu_series_per_gpu": gpu_series / gpus,
             "samples_per_s_per_gpu": samples / args.scrape / gpus,
             "prometheus_rss_mib": rss / 2**20,
             "head_chunks": chunks,
@@ -222,11 +225,13 @@ def main():
         print(f"--- {name}: {args.nodes} nodes, {args.minutes} min, scrape every {args.scrape}s",
               file=sys.stderr)
         rows.append(run_setting(name, args, binary, sim, scenario))
-    print(f"| setting | series/GPU | samples/s/GPU | Prometheus RSS (MiB) | head chunks |")
-    print("|---|---|---|---|---|")
+    print("| setting | series/GPU, all | series/GPU with a gpu label | samples/s/GPU | "
+          "Prometheus RSS (MiB) | head chunks |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['setting']} | {r['series_per_gpu']:.2f} | {r['samples_per_s_per_gpu']:.3f} | "
-              f"{r['prometheus_rss_mib']:.0f} | {r['head_chunks']:.0f} |")
+        print(f"| {r['setting']} | {r['series_per_gpu']:.2f} | {r['gpu_series_per_gpu']:.2f} | "
+              f"{r['samples_per_s_per_gpu']:.3f} | {r['prometheus_rss_mib']:.0f} | "
+              f"{r['head_chunks']:.0f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "build": profile, "rows": rows}, f, indent=2)

@@ -127,7 +127,7 @@ pub fn render(
         mig::render(snapshot, view, &mut families);
         sharing::render(snapshot, view, &mut families);
     }
-    agent::render(snapshot, counters, &mut families);
+    agent::render(snapshot, counters, config.profile.is_full(), &mut families);
     kubelet::render(snapshot, &mut families);
     let mut series = families.series();
     let mut text = families.encode();

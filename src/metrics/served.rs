@@ -60,6 +60,16 @@ pub fn left_out(dcgm: bool, native: bool, profile: Profile, names: DcgmNames) ->
             served.push(name);
         }
     }
+    // Agent self-metrics are on whatever the families; these two only on the full page.
+    for name in [
+        "gpu_steward_nvml_calls_total",
+        "gpu_steward_nvml_call_seconds_total",
+    ] {
+        all.push(name);
+        if view.full {
+            served.push(name);
+        }
+    }
     all.sort_unstable();
     all.dedup();
     all.retain(|n| !served.contains(n));
