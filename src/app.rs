@@ -98,6 +98,8 @@ fn render_config(c: &Config) -> RenderConfig {
         nvlink_links: c.metrics_nvlink_links,
         hostname,
         hostname_label: c.hostname_label.clone(),
+        profile: c.metrics_profile,
+        names: c.dcgm_names,
     }
 }
 

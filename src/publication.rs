@@ -36,6 +36,8 @@ pub struct Page {
     /// Prometheus text format 0.0.4. Shared by reference with every scrape: serving copies no
     /// body.
     pub text: Bytes,
+    /// Series (sample lines) on the page, counted while it was rendered.
+    pub series: usize,
     /// `text` gzipped, made by the first scrape that asks for gzip and shared by the others.
     /// Polls outnumber scrapes (a 1-5 s poll against a 15-30 s scrape), so compressing every
     /// publication up front would mostly compress pages nobody fetches.
@@ -44,8 +46,14 @@ pub struct Page {
 
 impl Page {
     pub fn new(text: Bytes) -> Page {
+        Page::counted(text, 0)
+    }
+
+    /// A page whose renderer counted its `series`.
+    pub fn counted(text: Bytes, series: usize) -> Page {
         Page {
             text,
+            series,
             gzip: OnceLock::new(),
         }
     }

@@ -84,13 +84,33 @@ fn ops_config(dir: &std::path::Path) -> String {
     )
 }
 
+/// The default page (lean profile, dcgm-exporter 4.8 names).
 #[test]
 fn dashboards_and_alerts_work_against_a_real_prometheus() {
-    let faults = Agent::start("faults.toml");
-    let dgx = Agent::start("dgx-h100.toml");
-    let hgx = Agent::start("hgx-h100.toml");
+    dashboards_and_alerts_work_with("[metrics]\nprofile = \"lean\"\n");
+}
+
+/// The lean page with dcgm-exporter 4.9's names and units.
+#[test]
+fn dashboards_and_alerts_work_with_the_4_9_names() {
+    dashboards_and_alerts_work_with("[metrics]\nprofile = \"lean\"\ndcgm_names = \"4.9\"\n");
+}
+
+/// The full page, where the native family carries every value too.
+#[test]
+fn dashboards_and_alerts_work_on_the_full_page() {
+    dashboards_and_alerts_work_with("[metrics]\nprofile = \"full\"\ndcgm_names = \"both\"\n");
+}
+
+fn dashboards_and_alerts_work_with(config: &str) {
+    let faults = Agent::start_with_config("faults.toml", config);
+    let dgx = Agent::start_with_config("dgx-h100.toml", config);
+    let hgx = Agent::start_with_config("hgx-h100.toml", config);
     let ops_dir = tempfile::tempdir().expect("tempdir");
-    let ops = Agent::start_with_config("a100-mig.toml", &ops_config(ops_dir.path()));
+    let ops = Agent::start_with_config(
+        "a100-mig.toml",
+        &format!("{config}{}", ops_config(ops_dir.path())),
+    );
     let prom = Prometheus::start(
         &[faults.target(), dgx.target(), hgx.target(), ops.target()],
         &rules_without_for(),

@@ -138,11 +138,11 @@ fn a_lost_gpu_is_reported_while_the_others_keep_reporting() {
 #[test]
 fn sighup_reloads_a_valid_config_and_rejects_an_invalid_one() {
     let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
-        .config("[metrics]\ndcgm = true\n")
+        .config("[metrics]\ndcgm = true\nprofile = \"full\"\n")
         .start();
     assert!(!agent.metrics().find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty());
 
-    agent.rewrite_config("[metrics]\ndcgm = false\n");
+    agent.rewrite_config("[metrics]\ndcgm = false\nprofile = \"full\"\n");
     agent.signal(Signal::SIGHUP);
     let m = wait_for("the dcgm family to go", Duration::from_secs(5), || {
         let m = agent.metrics();
@@ -158,7 +158,8 @@ fn sighup_reloads_a_valid_config_and_rejects_an_invalid_one() {
     );
 
     // An invalid file is rejected, logged with its position, counted; the old config stays.
-    agent.rewrite_config("[metrics]\ndcgm = true\nbogus = 1\n");
+    // (The profile is named, last, so that the harness adds nothing above the bad line.)
+    agent.rewrite_config("[metrics]\ndcgm = true\nbogus = 1\nprofile = \"full\"\n");
     agent.signal(Signal::SIGHUP);
     let m = wait_for(
         "the rejected reload to be counted",

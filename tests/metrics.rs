@@ -460,7 +460,9 @@ fn every_exported_metric_is_documented_in_docs_metrics() {
         .expect("docs/metrics.md");
     let mut missing = Vec::new();
     for name in ["dgx-h100.toml", "faults.toml", "a100-mig.toml"] {
-        let agent = Agent::with_scenario(&scenario(name)).start();
+        let agent = Agent::with_scenario(&scenario(name))
+            .config("[metrics]\ndcgm_names = \"both\"\n")
+            .start();
         let m = agent.metrics();
         for s in &m.samples {
             if !doc.contains(&format!("`{}`", s.name)) && !missing.contains(&s.name) {
@@ -490,4 +492,388 @@ fn the_repository_scenarios_mirror_the_shared_ones() {
             "tests/scenarios/{name} differs from shared/"
         );
     }
+}
+
+/// Series the budget counts: those with a `gpu` label and no `pid` label.
+fn per_gpu_series(m: &Metrics) -> usize {
+    m.samples
+        .iter()
+        .filter(|s| s.labels.contains_key("gpu") && !s.labels.contains_key("pid"))
+        .count()
+}
+
+/// `gpu-steward demo` with an empty config file: the default configuration, nothing else.
+fn demo_default_page() -> (Metrics, serde_json::Value) {
+    let agent = Agent::with_scenario("").demo().start();
+    // GPM needs two samples: wait for the profiling fields.
+    let m = wait_for("GPM fields on every GPU", Duration::from_secs(10), || {
+        let m = agent.metrics();
+        (m.find("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &[]).len() == 8).then_some(m)
+    });
+    let health: serde_json::Value =
+        serde_json::from_slice(&agent.get("/health").body).expect("health json");
+    (m, health)
+}
+
+#[test]
+fn the_default_page_keeps_the_series_budget_and_answers_what_fleets_ask() {
+    let (m, health) = demo_default_page();
+    let per_gpu = per_gpu_series(&m) as f64 / 8.0;
+    eprintln!(
+        "default page: {} series, {per_gpu} per GPU",
+        m.samples.len()
+    );
+    assert!(
+        per_gpu <= 32.0,
+        "{per_gpu} series per GPU on the default page"
+    );
+    // dcgm-exporter's default fields (4.8 names; NVLink and vGPU have no source on this node).
+    for name in [
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "DCGM_FI_DEV_ENC_UTIL",
+        "DCGM_FI_DEV_DEC_UTIL",
+        "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_RESERVED",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        // health per GPU, processes per GPU, idle time
+        "gpu_steward_gpu_up",
+        "gpu_steward_gpu_health",
+        "gpu_steward_gpu_processes",
+        "gpu_steward_gpu_idle_seconds",
+    ] {
+        assert_eq!(m.find(name, &[]).len(), 8, "{name} on every GPU");
+    }
+    // Each value once: the native copies of dcgm fields are on the full page only, and XID
+    // counters exist only for codes seen (none on this node).
+    for name in [
+        "gpu_steward_gpu_utilization_ratio",
+        "gpu_steward_temperature_celsius",
+        "gpu_steward_clock_hertz",
+        "gpu_steward_clock_event_active",
+        "gpu_steward_compute_mode",
+        "gpu_steward_xid_errors_total",
+        "gpu_steward_sm_active_ratio",
+    ] {
+        assert!(
+            m.find(name, &[]).is_empty(),
+            "{name} is not on the lean page"
+        );
+    }
+    // Labels stay bounded.
+    for s in &m.samples {
+        assert!(
+            s.labels.len() <= 15,
+            "{} has {} labels",
+            s.name,
+            s.labels.len()
+        );
+    }
+    // The page counts itself, and /health says so.
+    let n = m.samples.len() as f64;
+    assert_eq!(m.get("gpu_steward_page_series", &[]), n);
+    let agent = &health["agent"];
+    assert_eq!(agent["pageSeries"].as_f64(), Some(n), "{agent}");
+    let bytes = agent["pageBytes"].as_f64().expect("pageBytes");
+    assert!(
+        (bytes - m.text.len() as f64).abs() < 0.1 * bytes,
+        "pageBytes {bytes} vs a page of {}",
+        m.text.len()
+    );
+}
+
+#[test]
+fn the_full_profile_serves_everything_and_costs_what_the_docs_say() {
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
+        .config("[metrics]\nprofile = \"full\"\n")
+        .start();
+    let m = wait_for("GPM fields", Duration::from_secs(10), || {
+        let m = agent.metrics();
+        (m.find("gpu_steward_sm_active_ratio", &[]).len() == 8).then_some(m)
+    });
+    let per_gpu = per_gpu_series(&m) as f64 / 8.0;
+    eprintln!("full page: {} series, {per_gpu} per GPU", m.samples.len());
+    assert!(per_gpu > 100.0, "{per_gpu}");
+    assert_eq!(
+        m.find("gpu_steward_xid_errors_total", &[("gpu", "0")])
+            .len(),
+        19
+    );
+}
+
+#[test]
+fn a_mig_instance_costs_at_most_10_series_on_the_lean_page() {
+    let text = "version = 1\n[driver]\nversion = \"580.95.05\"\ncuda_version = 13000\n\
+        [[gpu]]\nmodel = \"H100-SXM5-80GB\"\nmig_mode = true\n\
+        mig_devices = [\"3g.40gb\", \"2g.20gb\", \"1g.10gb\", \"1g.10gb\"]\n\
+        [[gpu.process]]\npid = 4242\nused_memory_mib = 1024\nmig_device = \"3g.40gb\"\n\
+        [[gpu]]\nmodel = \"H100-SXM5-80GB\"\n";
+    let agent = Agent::with_scenario(text)
+        .config("[metrics]\nprofile = \"lean\"\n")
+        .start();
+    let m = wait_for("per-instance GPM series", Duration::from_secs(10), || {
+        let m = agent.metrics();
+        (m.find("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &[("GPU_I_ID", "1")])
+            .len()
+            == 1)
+            .then_some(m)
+    });
+    let instances = m.find("gpu_steward_mig_instance_info", &[]).len();
+    assert_eq!(instances, 4);
+    let per_instance = m
+        .samples
+        .iter()
+        .filter(|s| {
+            (s.labels.contains_key("GPU_I_ID") || s.labels.contains_key("gpu_instance"))
+                && !s.labels.contains_key("pid")
+        })
+        .count() as f64
+        / instances as f64;
+    eprintln!("lean MIG page: {per_instance} series per MIG instance");
+    assert!(
+        per_instance <= 10.0,
+        "{per_instance} series per MIG instance"
+    );
+    assert!(per_gpu_series(&m) as f64 / 2.0 <= 32.0 + 10.0 * 2.0);
+    for name in [
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+    ] {
+        assert_eq!(m.find(name, &[("GPU_I_ID", "1")]).len(), 1, "{name}");
+    }
+}
+
+fn promtool_check_metrics(body: &str) {
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool must be installed (Debian package 'prometheus')");
+    std::io::Write::write_all(child.stdin.as_mut().expect("stdin"), body.as_bytes())
+        .expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool runs");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // dcgm-exporter's names break promtool's naming lints (camelCase labels, counters without
+    // _total), which it reports one per line and exits 1 for; what must not appear is a parse
+    // error ("error while linting: text format parsing error", e.g. a second TYPE line).
+    assert!(
+        !report.contains("error while linting"),
+        "promtool: {report}"
+    );
+}
+
+#[test]
+fn both_name_sets_carry_the_same_values_in_their_units_and_labels() {
+    for profile in ["lean", "full"] {
+        let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
+            .config(&format!(
+                "[metrics]\nprofile = \"{profile}\"\ndcgm_names = \"both\"\nhostname = \"node-7\"\n"
+            ))
+            .start();
+        let m = wait_for("GPM fields", Duration::from_secs(10), || {
+            let m = agent.metrics();
+            (m.find("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", &[]).len() == 8).then_some(m)
+        });
+        let v = |name: &str, gpu: &str| {
+            let s = m.find(name, &[("gpu", gpu)]);
+            assert_eq!(s.len(), 1, "{profile}: {name} gpu {gpu}");
+            s[0].value
+        };
+        for gpu in ["0", "5", "7"] {
+            for (v48, v49, to49) in [
+                ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO", 0.01),
+                (
+                    "DCGM_FI_DEV_MEM_COPY_UTIL",
+                    "DCGM_FI_DEV_MEMORY_COPY_UTIL_RATIO",
+                    0.01,
+                ),
+                ("DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_ENC_UTIL_RATIO", 0.01),
+                ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_SM_CLOCK_HERTZ", 1e6),
+                (
+                    "DCGM_FI_DEV_MEM_CLOCK",
+                    "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ",
+                    1e6,
+                ),
+                (
+                    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                    "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL",
+                    1e-3,
+                ),
+                ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS", 1.0),
+                (
+                    "DCGM_FI_DEV_MEMORY_TEMP",
+                    "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS",
+                    1.0,
+                ),
+                (
+                    "DCGM_FI_DEV_POWER_USAGE",
+                    "DCGM_FI_DEV_BOARD_POWER_WATTS",
+                    1.0,
+                ),
+                (
+                    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+                    "DCGM_FI_DEV_PCIE_REPLAY_TOTAL",
+                    1.0,
+                ),
+                ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR", 1.0),
+                (
+                    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+                    "DCGM_FI_DEV_ROW_REMAP_FAILED",
+                    1.0,
+                ),
+                (
+                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                    "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",
+                    1.0,
+                ),
+                (
+                    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+                    "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
+                    1.0,
+                ),
+                (
+                    "DCGM_FI_PROF_DRAM_ACTIVE",
+                    "DCGM_FI_PROF_DRAM_UTIL_RATIO",
+                    1.0,
+                ),
+            ] {
+                let (a, b) = (v(v48, gpu), v(v49, gpu));
+                assert!(
+                    close(a * to49, b),
+                    "{profile} gpu {gpu}: {v48} {a} vs {v49} {b}"
+                );
+            }
+            for (v48, v49) in [
+                ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED_BYTES"),
+                ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_FREE_BYTES"),
+                ("DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_FB_RESERVED_BYTES"),
+            ] {
+                let (mib, bytes) = (v(v48, gpu), v(v49, gpu));
+                assert_eq!(
+                    mib,
+                    (bytes / MIB).floor(),
+                    "{profile} gpu {gpu}: {v48} vs {v49}"
+                );
+            }
+            // A name both sets share is one family with both label sets.
+            assert_eq!(
+                m.find("DCGM_FI_PROF_PCIE_TX_BYTES", &[("gpu", gpu)]).len(),
+                2
+            );
+        }
+        // 4.9's labels on 4.9's names, 4.8's on 4.8's.
+        let s49 = &m.find("DCGM_FI_DEV_GPU_UTIL_RATIO", &[("gpu", "0")])[0].labels;
+        assert_eq!(s49.get("hostname").map(String::as_str), Some("node-7"));
+        assert_eq!(
+            s49.get("DCGM_FI_SYSTEM_DRIVER_VERSION").map(String::as_str),
+            Some("580.95.05")
+        );
+        assert!(!s49.contains_key("Hostname") && !s49.contains_key("DCGM_FI_DRIVER_VERSION"));
+        let s48 = &m.find("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "0")])[0].labels;
+        assert_eq!(s48.get("Hostname").map(String::as_str), Some("node-7"));
+        assert_eq!(
+            s48.get("DCGM_FI_DRIVER_VERSION").map(String::as_str),
+            Some("580.95.05")
+        );
+        promtool_check_metrics(&m.text);
+    }
+    // "4.9" alone serves no 4.8 name.
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
+        .config("[metrics]\nprofile = \"lean\"\ndcgm_names = \"4.9\"\n")
+        .start();
+    let m = agent.metrics();
+    assert_eq!(m.find("DCGM_FI_DEV_GPU_UTIL_RATIO", &[]).len(), 8);
+    assert!(
+        per_gpu_series(&m) as f64 / 8.0 <= 32.0,
+        "lean 4.9 keeps the budget"
+    );
+    assert!(m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty());
+    assert!(m.find("DCGM_FI_DEV_FB_TOTAL", &[]).is_empty());
+}
+
+#[test]
+fn sighup_switches_name_sets_and_profiles_without_a_gap_in_the_series_that_stay() {
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml"))
+        .config("[metrics]\nprofile = \"lean\"\n")
+        .start();
+    let start = agent.metrics().get("gpu_steward_start_time_seconds", &[]);
+    // Every page on the way must keep the series that stay.
+    let switch = |config: &str, stays: &str, arrives: &str, leaves: &str| {
+        agent.rewrite_config(config);
+        agent.signal(nix::sys::signal::Signal::SIGHUP);
+        wait_for(arrives, Duration::from_secs(10), || {
+            let m = agent.metrics();
+            assert_eq!(m.find(stays, &[]).len(), 8, "{stays} kept on every page");
+            (m.find(arrives, &[]).len() == 8 && m.find(leaves, &[]).is_empty()).then_some(())
+        });
+    };
+    switch(
+        "[metrics]\nprofile = \"full\"\ndcgm_names = \"both\"\n",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_GPU_UTIL_RATIO",
+        "gpu_steward_nonexistent",
+    );
+    assert_eq!(
+        agent
+            .metrics()
+            .find("gpu_steward_temperature_celsius", &[])
+            .len(),
+        8
+    );
+    switch(
+        "[metrics]\nprofile = \"lean\"\ndcgm_names = \"4.9\"\n",
+        "DCGM_FI_DEV_GPU_UTIL_RATIO",
+        "DCGM_FI_DEV_FB_USED_BYTES",
+        "DCGM_FI_DEV_GPU_UTIL",
+    );
+    let m = agent.metrics();
+    assert!(m.find("gpu_steward_temperature_celsius", &[]).is_empty());
+    assert_eq!(
+        m.get("gpu_steward_start_time_seconds", &[]),
+        start,
+        "not restarted"
+    );
+    assert_eq!(
+        m.get("gpu_steward_config_reloads_total", &[("result", "success")]),
+        2.0
+    );
+    // A bad value is refused with its position; the running configuration stays.
+    agent.rewrite_config("[metrics]\nprofile = \"lean\"\ndcgm_names = \"5.0\"\n");
+    agent.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for("the failed reload", Duration::from_secs(10), || {
+        let m = agent.metrics();
+        (m.value("gpu_steward_config_reloads_total", &[("result", "failure")]) == Some(1.0))
+            .then_some(())
+    });
+    assert_eq!(
+        agent
+            .metrics()
+            .find("DCGM_FI_DEV_GPU_UTIL_RATIO", &[])
+            .len(),
+        8
+    );
+    assert!(agent.log().contains(":3:14:"), "{}", agent.log());
 }

@@ -1040,3 +1040,49 @@ fn a_webhook_batch_that_cannot_be_recorded_is_refused_at_once_and_runs_when_rese
         "ok"
     );
 }
+
+#[test]
+fn a_rule_on_a_series_the_profile_leaves_out_is_refused_with_its_position() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("r.yml");
+    std::fs::write(
+        &rules,
+        "groups:\n  - name: node\n    rules:\n      - alert: Hot\n        expr: gpu_steward_temperature_celsius > 85\n      - alert: HotDcgm\n        expr: DCGM_FI_DEV_GPU_TEMP > 85\n",
+    )
+    .expect("rules");
+    let config = dir.path().join("c.toml");
+    let check = |text: &str| {
+        std::fs::write(&config, text).expect("config");
+        let out = Command::new(common::bin())
+            .arg("check-config")
+            .arg(&config)
+            .output()
+            .expect("check-config");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    // The default (lean) page has the dcgm family's temperature, not the native copy.
+    let (code, err) = check("[rules]\nfiles = [\"r.yml\"]\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}:4:9: rule 'Hot' reads 'gpu_steward_temperature_celsius', which this configuration does not serve",
+            rules.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("profile = \"full\""), "{err}");
+    let (code, err) = check("[rules]\nfiles = [\"r.yml\"]\n[metrics]\nprofile = \"full\"\n");
+    assert_eq!(code, Some(0), "{err}");
+    // With 4.9's names only, the 4.8 name is not served either.
+    let (code, err) = check(
+        "[rules]\nfiles = [\"r.yml\"]\n[metrics]\nprofile = \"full\"\ndcgm_names = \"4.9\"\n",
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("rule 'HotDcgm' reads 'DCGM_FI_DEV_GPU_TEMP'"),
+        "{err}"
+    );
+}

@@ -83,6 +83,71 @@ pub struct MetricsSection {
     pub hostname: Option<String>,
     #[serde(deserialize_with = "super::labels::optional_label")]
     pub hostname_label: toml::Spanned<String>,
+    pub profile: Profile,
+    pub dcgm_names: DcgmNames,
+}
+
+/// `[metrics] profile`: how much of what the agent knows goes on the page.
+///
+/// A family that costs series per GPU asks [`Profile::is_full`] before rendering what the lean
+/// page leaves out (docs/metrics.md, "Profiles", says what each costs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    /// dcgm-exporter's default fields, health, XIDs seen, processes, idle time and GPM where
+    /// present, each value once: at most 32 series per GPU on the 8×H100 demo node.
+    #[default]
+    Lean,
+    /// Everything the agent knows, in both families (the page before profiles existed).
+    Full,
+}
+
+impl Profile {
+    pub fn is_full(self) -> bool {
+        self == Profile::Full
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Lean => "lean",
+            Profile::Full => "full",
+        }
+    }
+}
+
+/// `[metrics] dcgm_names`: which of dcgm-exporter's name sets the compatible family uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum DcgmNames {
+    /// dcgm-exporter up to 4.8: `DCGM_FI_DEV_GPU_UTIL` in %, MiB, MHz, mJ; label
+    /// `DCGM_FI_DRIVER_VERSION`.
+    #[default]
+    #[serde(rename = "4.8")]
+    V48,
+    /// dcgm-exporter 4.9 (DCGM 4.7's naming standard): base units in the names, ratios 0-1, bytes,
+    /// hertz, joules; labels `hostname` and `DCGM_FI_SYSTEM_DRIVER_VERSION`.
+    #[serde(rename = "4.9")]
+    V49,
+    /// Both sets side by side, for a fleet migrating its dashboards.
+    #[serde(rename = "both")]
+    Both,
+}
+
+impl DcgmNames {
+    pub fn v48(self) -> bool {
+        self != DcgmNames::V49
+    }
+
+    pub fn v49(self) -> bool {
+        self != DcgmNames::V48
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DcgmNames::V48 => "4.8",
+            DcgmNames::V49 => "4.9",
+            DcgmNames::Both => "both",
+        }
+    }
 }
 
 impl Default for MetricsSection {
@@ -93,6 +158,8 @@ impl Default for MetricsSection {
             nvlink_links: false,
             hostname: None,
             hostname_label: toml::Spanned::new(0..0, "Hostname".into()),
+            profile: Profile::default(),
+            dcgm_names: DcgmNames::default(),
         }
     }
 }

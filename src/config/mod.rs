@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use file::{parse_interval, parse_listen, parse_log_level, LogFormat};
+pub use file::{parse_interval, parse_listen, parse_log_level, DcgmNames, LogFormat, Profile};
 
 use file::FileConfig;
 
@@ -84,6 +84,10 @@ pub struct Config {
     /// Overrides the hostname label value; default `NODE_NAME`, else the host name.
     pub hostname: Option<String>,
     pub hostname_label: String,
+    /// `[metrics] profile`: lean (the default, a series budget per GPU) or full.
+    pub metrics_profile: Profile,
+    /// `[metrics] dcgm_names`: dcgm-exporter 4.8's names, 4.9's, or both.
+    pub dcgm_names: DcgmNames,
     /// A `tracing` filter; `None` leaves it to `RUST_LOG` or `info`.
     pub log_level: Option<String>,
     pub log_format: LogFormat,
@@ -169,7 +173,48 @@ fn load_rules(config: &mut Config) -> Result<(), ConfigError> {
         column: e.column,
         message: e.message,
     })?;
+    check_rule_names(&set, config)?;
     config.rules = Arc::new(set);
+    Ok(())
+}
+
+/// The agent's rules read its own page: a rule on a series this profile and name set leave off
+/// the page would never fire. Refused, with the rule's position and what to do.
+fn check_rule_names(set: &RuleSet, c: &Config) -> Result<(), ConfigError> {
+    let absent = crate::metrics::left_out(
+        c.metrics_dcgm,
+        c.metrics_native,
+        c.metrics_profile,
+        c.dcgm_names,
+    );
+    for rule in set.groups.iter().flat_map(|g| &g.rules) {
+        let mut needs = crate::rules::check::Needs::default();
+        // Checked when the file was read; here only for the names it collects.
+        let _ = crate::rules::check::check(&rule.expr, &mut needs);
+        let mut names: Vec<&String> = needs.names.iter().collect();
+        names.sort();
+        if let Some(name) = names.into_iter().find(|n| absent.contains(&n.as_str())) {
+            let mut parts = rule.origin.rsplitn(3, ':');
+            let column = parts.next().and_then(|n| n.parse().ok()).unwrap_or(1);
+            let line = parts.next().and_then(|n| n.parse().ok()).unwrap_or(1);
+            let file = parts.next().unwrap_or(&rule.origin).to_string();
+            return Err(ConfigError::Invalid {
+                file,
+                line,
+                column,
+                message: format!(
+                    "rule '{}' reads '{name}', which this configuration does not serve                      ([metrics] profile = \"{}\", dcgm_names = \"{}\", dcgm = {}, native = {}): \
+                     read the series the page has (docs/metrics.md, \"What lean leaves out\") \
+                     or set profile = \"full\"",
+                    rule.name,
+                    c.metrics_profile.as_str(),
+                    c.dcgm_names.as_str(),
+                    c.metrics_dcgm,
+                    c.metrics_native,
+                ),
+            });
+        }
+    }
     Ok(())
 }
 
@@ -328,6 +373,8 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
         metrics_nvlink_links: f.metrics.nvlink_links,
         hostname: f.metrics.hostname,
         hostname_label: f.metrics.hostname_label.into_inner(),
+        metrics_profile: f.metrics.profile,
+        dcgm_names: f.metrics.dcgm_names,
         log_level: o.log_level.clone().or(f.log.level),
         log_format: o.log_format.or(f.log.format).unwrap_or(LogFormat::Text),
         api_enabled: f.api.enabled,
@@ -388,7 +435,7 @@ impl Config {
              (at most {max_connections} requests at once besides the probes, {header_timeout} to send headers)\n\
              load NVML from '{lib}' and poll every {interval}; slow-moving reads every {slow}, \
              expensive ones every {expensive}\n\
-             metrics: dcgm-compatible {dcgm}, native {native}, per-link NVLink {nvlink_links}, hostname label {hostname_label}\n\
+             metrics: profile {profile}, dcgm-compatible {dcgm} (dcgm-exporter {names} names), native {native}, per-link NVLink {nvlink_links}, hostname label {hostname_label}\n\
              TLS and basic auth: {web}\n\
              mutating API (/api/v1): {api}\n\
              audit log: {audit}\n\
@@ -410,6 +457,8 @@ impl Config {
             slow = humantime::format_duration(self.slow_interval.max(self.interval)),
             expensive = humantime::format_duration(self.expensive_interval.max(self.interval)),
             dcgm = on(self.metrics_dcgm),
+            profile = self.metrics_profile.as_str(),
+            names = self.dcgm_names.as_str(),
             native = on(self.metrics_native),
             nvlink_links = on(self.metrics_nvlink_links),
             api = if self.api_enabled {
@@ -607,6 +656,30 @@ mod tests {
         assert!(e.contains("header_timeout '1h' is out of range"), "{e}");
         let e = err("[metrics]\ndcgm = \"yes\"\n");
         assert!(e.starts_with("c.toml:2:8:"), "{e}");
+    }
+
+    #[test]
+    fn unknown_name_sets_and_profiles_name_their_position_and_the_allowed_values() {
+        let e = err("[metrics]\ndcgm_names = \"4.10\"\n");
+        assert!(e.starts_with("c.toml:2:14:"), "{e}");
+        assert!(e.contains("'4.10'") || e.contains("`4.10`"), "{e}");
+        assert!(
+            e.contains("4.8") && e.contains("4.9") && e.contains("both"),
+            "{e}"
+        );
+        let e = err("[poller]\n[metrics]\nprofile = \"tiny\"\n");
+        assert!(e.starts_with("c.toml:3:11:"), "{e}");
+        assert!(e.contains("lean") && e.contains("full"), "{e}");
+        let c = parse(
+            "c.toml",
+            "[metrics]\ndcgm_names = \"both\"\nprofile = \"full\"\n",
+        )
+        .expect("valid");
+        assert_eq!(c.file.metrics.dcgm_names, DcgmNames::Both);
+        assert_eq!(c.file.metrics.profile, Profile::Full);
+        let d = parse("c.toml", "").expect("valid");
+        assert_eq!(d.file.metrics.dcgm_names, DcgmNames::V48);
+        assert_eq!(d.file.metrics.profile, Profile::Lean);
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub fn fields(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppFie
         hostname: "node-1".into(),
         hostname_label: "Hostname".into(),
         nvlink_links: false,
+        // Everything on the page, as the router and fuzz tests were written against.
+        profile: metrics::Profile::Full,
+        names: metrics::DcgmNames::V48,
     };
     let page = metrics::render(&snapshot, &health, &render, &AgentCounters::new(), &[]);
     let published = Published {

@@ -48,7 +48,7 @@ pub(super) async fn health(State(state): State<AppState>) -> Response {
         "serviceId": "gpu-steward",
         "description": "gpu-steward node GPU agent: agent status, with one check per GPU",
         "output": r.reason,
-        "agent": agent(&p.snapshot, r.snapshot_age.as_secs_f64(), p.interval.as_secs_f64(), &audit),
+        "agent": agent(&p.snapshot, r.snapshot_age.as_secs_f64(), p.interval.as_secs_f64(), &audit, &p.page),
         "checks": checks(&p.snapshot, &p.health),
     });
     if r.status == Status::Pass {
@@ -135,7 +135,13 @@ fn health_json(code: StatusCode, body: &Value) -> Response {
         .into_response()
 }
 
-fn agent(s: &Snapshot, age: f64, interval: f64, audit: &crate::audit::AuditHealth) -> Value {
+fn agent(
+    s: &Snapshot,
+    age: f64,
+    interval: f64,
+    audit: &crate::audit::AuditHealth,
+    page: &crate::publication::Page,
+) -> Value {
     let nvml = match &s.nvml {
         NvmlStatus::Starting => json!({"status": "starting"}),
         NvmlStatus::Up => json!({"status": "up"}),
@@ -159,6 +165,9 @@ fn agent(s: &Snapshot, age: f64, interval: f64, audit: &crate::audit::AuditHealt
         "snapshotTime": rfc3339(s.taken_at),
         "snapshotAgeSeconds": (age * 1000.0).round() / 1000.0,
         "pollIntervalSeconds": interval,
+        // What a scrape costs Prometheus and the network (uncompressed bytes).
+        "pageSeries": page.series,
+        "pageBytes": page.text.len(),
         "audit": match &audit.failing {
             None => json!({"status": "ok"}),
             Some(reason) => json!({"status": "failing", "reason": reason}),

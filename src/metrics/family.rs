@@ -17,6 +17,8 @@ pub struct Family {
     kind: &'static str,
     /// The series lines written so far.
     lines: String,
+    /// How many.
+    count: usize,
 }
 
 impl Family {
@@ -35,11 +37,17 @@ impl Family {
             help,
             kind: if counter { "counter" } else { "gauge" },
             lines: String::new(),
+            count: 0,
         }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
     /// Adds one series. Labels are written in the order given.
     pub fn add<S: AsRef<str>>(&mut self, labels: &[(&str, S)], value: f64) {
+        self.count += 1;
         let out = &mut self.lines;
         out.push_str(self.name);
         for (i, (k, v)) in labels.iter().enumerate() {
@@ -69,6 +77,8 @@ impl Family {
 #[derive(Default)]
 pub struct Families {
     text: String,
+    /// Series written, counted as they are added (the page is never scanned for it).
+    series: usize,
 }
 
 impl Families {
@@ -77,6 +87,7 @@ impl Families {
         if family.lines.is_empty() {
             return;
         }
+        self.series += family.count;
         let out = &mut self.text;
         if out.is_empty() {
             out.reserve(64 * 1024);
@@ -91,6 +102,11 @@ impl Families {
         out.push_str(family.kind);
         out.push('\n');
         out.push_str(&family.lines);
+    }
+
+    /// Series pushed so far.
+    pub fn series(&self) -> usize {
+        self.series
     }
 
     /// Everything, in the Prometheus text format 0.0.4.

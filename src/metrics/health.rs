@@ -2,16 +2,22 @@
 //! `gpu_steward_health_condition` (1 per active condition), `gpu_steward_xid_errors_total` and
 //! `gpu_steward_xid_last_timestamp_seconds`.
 //!
-//! The XID counter exists at 0 for every known GPU and every XID whose catalog verdict is fail
-//! (DCGM's devastating set, RESET_GPU, ...): `increase(...[5m]) > 0` then fires on the first
-//! occurrence instead of needing a second one to see a change. Other XIDs appear when first
-//! seen. The last-seen timestamp exists only for XIDs that were seen (absent, never a made-up 0).
+//! On the full page the XID counter exists at 0 for every known GPU and every XID whose catalog
+//! verdict is fail (DCGM's devastating set, RESET_GPU, ...): `increase(...[5m]) > 0` then fires
+//! on the first occurrence. On the lean page (19 series per GPU saved) a counter appears when its
+//! XID is first seen, at 1; `(x > 0) unless (x offset 10m)` sees that first one (the shipped
+//! GpuStewardXidCritical rule has both arms). The last-seen timestamp exists only for XIDs that were seen (absent, never a made-up 0).
 
 use super::{unix_seconds, Families, Family};
 use crate::health::{catalog, NodeHealth};
 use crate::snapshot::Snapshot;
 
-pub(super) fn render(snapshot: &Snapshot, health: &NodeHealth, out: &mut Families) {
+pub(super) fn render(
+    snapshot: &Snapshot,
+    health: &NodeHealth,
+    view: super::View,
+    out: &mut Families,
+) {
     let mut total = Family::counter(
         "gpu_steward_xid_errors_total",
         "XID errors received from the NVML event stream since the agent started; critical XIDs \
@@ -23,7 +29,13 @@ pub(super) fn render(snapshot: &Snapshot, health: &NodeHealth, out: &mut Familie
     );
     for g in snapshot.gpus.iter().filter(|g| g.identity.is_some()) {
         let (gpu, uuid) = (g.index.to_string(), g.uuid().to_string());
-        let mut xids: Vec<u64> = catalog::critical_xids().to_vec();
+        // Full: every critical XID from 0, so that increase() sees the first one. Lean: the
+        // codes seen, and alerts catch a new series with `unless ... offset` (docs/metrics.md).
+        let mut xids: Vec<u64> = if view.full {
+            catalog::critical_xids().to_vec()
+        } else {
+            Vec::new()
+        };
         xids.extend(g.xids.keys());
         xids.sort_unstable();
         xids.dedup();

@@ -20,7 +20,15 @@ const ACTIVITY: &[(&str, &str, Value)] = &[
     ("gpu_steward_mig_dram_active_ratio", "Fraction of cycles the GPU instance's memory interface was busy (GPM MIG sample, DRAM_BW_UTIL).", |m| m.dram_active),
 ];
 
-pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
+/// The MIG names whose page depends on the profile.
+pub(super) fn names() -> Vec<(&'static str, super::native::Keep)> {
+    use super::native::Keep;
+    let mut out = vec![("gpu_steward_mig_mode", Keep::Full)];
+    out.extend(ACTIVITY.iter().map(|(name, _, _)| (*name, Keep::Dup)));
+    out
+}
+
+pub(super) fn render(snapshot: &Snapshot, view: super::View, out: &mut Families) {
     let mut mode = Family::gauge(
         "gpu_steward_mig_mode",
         "1 if MIG mode is enabled, by state: current (in effect) or pending (after the next GPU reset).",
@@ -60,8 +68,16 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
             }
         }
     }
-    out.push(mode);
+    // MIG mode is read off gpu_steward_mig_instance_info on the lean page (a pending change is
+    // the `mig_mode_pending` health condition).
+    if view.full {
+        out.push(mode);
+    }
     out.push(info);
+    // The same values as the dcgm family's per-instance DCGM_FI_PROF_* series.
+    if !view.duplicates {
+        return;
+    }
     for (name, help, value) in ACTIVITY {
         let mut f = Family::gauge(name, help);
         for g in snapshot.gpus.iter().filter(|g| g.status == GpuStatus::Up) {
@@ -88,8 +104,9 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
     }
 }
 
-/// dcgm-exporter's per-instance framebuffer series on MIG GPUs: for `name`, the extra labels
-/// (`GPU_I_PROFILE`, `GPU_I_ID`) and value (MiB) of each GPU instance of `g`.
+/// dcgm-exporter's per-instance framebuffer series on MIG GPUs: for the field whose 4.8 name is
+/// `name`, the extra labels (`GPU_I_PROFILE`, `GPU_I_ID`) and value (bytes; the caller converts
+/// to the name set's unit) of each GPU instance of `g`.
 pub(super) fn dcgm_instance_series(
     name: &str,
     g: &crate::snapshot::GpuSnapshot,
@@ -104,7 +121,7 @@ pub(super) fn dcgm_instance_series(
         .iter()
         .flatten()
         .filter_map(|gi| {
-            let v = pick(gi)? as f64 / (1024.0 * 1024.0);
+            let v = pick(gi)? as f64;
             Some((
                 [
                     ("GPU_I_PROFILE", gi.profile.clone()),

@@ -25,6 +25,7 @@ mod mig;
 mod native;
 mod nvlink;
 mod processes;
+mod served;
 mod sharing;
 
 use std::sync::Arc;
@@ -37,7 +38,28 @@ use crate::publication::Page;
 use crate::snapshot::Snapshot;
 use crate::AgentCounters;
 
+pub use crate::config::{DcgmNames, Profile};
 pub use family::{Families, Family};
+pub use served::left_out;
+
+/// What a native collector may put on the page, from the profile and the families on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct View {
+    /// The full profile: everything.
+    pub full: bool,
+    /// Values the dcgm family also carries: on the full page, or when that family is off.
+    pub duplicates: bool,
+}
+
+impl RenderConfig {
+    pub(crate) fn view(&self) -> View {
+        let full = self.profile.is_full();
+        View {
+            full,
+            duplicates: full || !self.dcgm,
+        }
+    }
+}
 
 /// `Content-Type` of the Prometheus text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -47,6 +69,10 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub struct RenderConfig {
     pub dcgm: bool,
     pub native: bool,
+    /// `[metrics] profile`: lean (a series budget per GPU) or full (everything).
+    pub profile: Profile,
+    /// `[metrics] dcgm_names`: which of dcgm-exporter's name sets the dcgm family uses.
+    pub names: DcgmNames,
     /// Value of dcgm-exporter's hostname label (`NODE_NAME`, else the host name).
     pub hostname: String,
     /// Name of that label: `Hostname` as dcgm-exporter 4.x, `hostname` as its newer releases;
@@ -95,25 +121,45 @@ pub fn render(
         dcgm::render(snapshot, health, config, &mut families);
     }
     if config.native {
-        native::render(snapshot, &mut families);
-        gpm::render_native(snapshot, &mut families);
+        let view = config.view();
+        native::render(snapshot, view, &mut families);
+        if view.duplicates {
+            gpm::render_native(snapshot, &mut families);
+        }
         nvlink::render_native(snapshot, config.nvlink_links, &mut families);
         nvlink::render_topology(snapshot, &mut families);
-        processes::render(snapshot, &mut families);
-        health::render(snapshot, health, &mut families);
-        mig::render(snapshot, &mut families);
-        sharing::render(snapshot, &mut families);
+        processes::render(snapshot, view, &mut families);
+        health::render(snapshot, health, view, &mut families);
+        mig::render(snapshot, view, &mut families);
+        sharing::render(snapshot, view, &mut families);
     }
-    agent::render(snapshot, counters, &mut families);
+    agent::render(snapshot, counters, config.profile.is_full(), &mut families);
     kubelet::render(snapshot, &mut families);
+    let mut series = families.series();
     let mut text = families.encode();
     // The actors' series are native ones (`gpu_steward_*`): off with the native family.
     if config.native {
         for c in collectors {
+            let at = text.len();
             c.collect(&mut text);
+            // Their text is small (a few families): count its sample lines.
+            series += text[at..]
+                .lines()
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .count();
         }
     }
-    Page::new(Bytes::from(text.into_bytes()))
+    // Last, so that it counts itself.
+    series += 1;
+    let mut own = Families::default();
+    let mut f = Family::gauge(
+        "gpu_steward_page_series",
+        "Series on this page, this one included: what each scrape of this agent adds to Prometheus.",
+    );
+    f.add::<&str>(&[], series as f64);
+    own.push(f);
+    text.push_str(&own.encode());
+    Page::counted(Bytes::from(text.into_bytes()), series)
 }
 
 /// 1 for true, 0 for false: the value of a boolean series.

@@ -8,6 +8,7 @@
 //! profile) also per link its state and error counters (up to 18 × 4 series per GPU) and the
 //! raw fabric health mask.
 
+use super::dcgm::{Labelled, NameSet};
 use super::{flag, Families, Family};
 use crate::snapshot::{GpuSnapshot, GpuStatus, NvLinks, Snapshot};
 
@@ -22,17 +23,23 @@ const DCGM_NVLINK_HELP: &str = "Total number of NVLink bandwidth counters for al
 /// The dcgm-compatible counter: KiB of data transmitted plus received over all links
 /// (INFERRED: DCGM derives field 449 from NVML's NVLink throughput counters, which count KiB;
 /// no capture of a bare-metal dcgm-exporter was at hand).
-pub(super) fn render_dcgm(gpus: &[(Vec<(&str, String)>, &GpuSnapshot)], out: &mut Families) {
-    let mut f = Family::counter(DCGM_NVLINK_TOTAL[0], DCGM_NVLINK_HELP);
-    for (labels, g) in gpus {
-        let total = g
-            .reading
-            .nvlink
-            .as_ref()
-            .and_then(|n| Some((n.tx_bytes? + n.rx_bytes?) / 1024));
-        f.add_opt(labels, total.map(|v| v as f64));
+pub(super) fn render_dcgm(sets: &[(NameSet, Vec<Labelled>)], out: &mut Families) {
+    for (set, gpus) in sets {
+        let name = match set {
+            NameSet::V48 => DCGM_NVLINK_TOTAL[0],
+            NameSet::V49 => DCGM_NVLINK_TOTAL[1],
+        };
+        let mut f = Family::counter(name, DCGM_NVLINK_HELP);
+        for (labels, g) in gpus {
+            let total = g
+                .reading
+                .nvlink
+                .as_ref()
+                .and_then(|n| Some((n.tx_bytes? + n.rx_bytes?) / 1024));
+            f.add_opt(labels, total.map(|v| v as f64));
+        }
+        out.push(f);
     }
-    out.push(f);
 }
 
 type Value = fn(&NvLinks) -> Option<f64>;

@@ -32,7 +32,7 @@ const GAUGES: &[(&str, &str, Value)] = &[
     ),
 ];
 
-pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
+pub(super) fn render(snapshot: &Snapshot, view: super::View, out: &mut Families) {
     let up: Vec<&GpuSnapshot> = snapshot
         .gpus
         .iter()
@@ -65,7 +65,10 @@ pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
             );
         }
     }
-    out.push(dropped);
+    // Counts what max_per_gpu left out; 0 on nearly every node, so the full page only.
+    if view.full {
+        out.push(dropped);
+    }
 }
 
 fn labels<'a>(

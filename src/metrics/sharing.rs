@@ -12,8 +12,12 @@ const MODES: [ComputeMode; 4] = [
     ComputeMode::ExclusiveProcess,
 ];
 
-pub(super) fn render(snapshot: &Snapshot, out: &mut Families) {
-    compute_mode(snapshot, out);
+pub(super) fn render(snapshot: &Snapshot, view: super::View, out: &mut Families) {
+    // Four series per GPU for one enum, which `gpu-steward sharing` and the API also show: the
+    // full page only.
+    if view.full {
+        compute_mode(snapshot, out);
+    }
     let Some(s) = &snapshot.sharing else {
         return;
     };

@@ -118,6 +118,8 @@ pub struct AgentBuilder {
     interval: String,
     nvml_lib: Option<String>,
     prefix: Vec<String>,
+    /// `gpu-steward demo` with the config file as given (no test defaults added).
+    demo: bool,
 }
 
 impl AgentBuilder {
@@ -149,6 +151,13 @@ impl AgentBuilder {
         self.prefix = argv;
         self
     }
+    /// Runs `gpu-steward demo` (its bundled 8×H100 node) with exactly the given config: the
+    /// default configuration when none is given.
+    pub fn demo(mut self) -> Self {
+        self.demo = true;
+        self
+    }
+
     /// Do not wait for `/readyz` to answer 200 (for agents that must not become ready).
     pub fn no_wait_ready(mut self) -> Self {
         self.wait_ready = false;
@@ -160,7 +169,10 @@ impl AgentBuilder {
         let scenario_path = dir.path().join("scenario.toml");
         std::fs::write(&scenario_path, &self.scenario).expect("write scenario");
         let config_path = dir.path().join("config.toml");
-        let config = with_timed_tiers_every_poll(self.config.as_deref().unwrap_or(""));
+        let config = match self.demo {
+            true => self.config.clone().unwrap_or_default(),
+            false => with_test_defaults(self.config.as_deref().unwrap_or("")),
+        };
         std::fs::write(&config_path, config).expect("write config");
         let mut cmd = match self.prefix.split_first() {
             None => Command::new(bin()),
@@ -170,8 +182,9 @@ impl AgentBuilder {
                 c
             }
         };
+        let subcommand = if self.demo { "demo" } else { "run" };
         cmd.args([
-            "run",
+            subcommand,
             "--listen",
             "127.0.0.1:0",
             "--interval",
@@ -194,6 +207,10 @@ impl AgentBuilder {
         .stderr(Stdio::piped());
         for (k, v) in &self.env {
             cmd.env(k, v);
+        }
+        if self.demo {
+            // The demo writes and uses its bundled scenario.
+            cmd.env_remove("NVML_SIM_SCENARIO");
         }
         let mut child = cmd.spawn().expect("spawn gpu-steward");
         let stderr = Arc::new(Mutex::new(String::new()));
@@ -235,6 +252,28 @@ impl AgentBuilder {
     }
 }
 
+/// What the harness adds to a test's config: the timed tiers every poll (below), and the full
+/// metric profile unless the test names a profile. Most tests check series that only the full
+/// page has (the lean default leaves out values the dcgm family carries too); the tests of the
+/// lean page itself (tests/metrics.rs, the series budget) say `profile = "lean"` or run `demo`.
+pub fn with_test_defaults(config: &str) -> String {
+    let config = if config
+        .lines()
+        .any(|l| l.trim_start().starts_with("profile"))
+    {
+        config.to_string()
+    } else {
+        match config.find("[metrics]\n") {
+            Some(at) => {
+                let end = at + "[metrics]\n".len();
+                format!("{}profile = \"full\"\n{}", &config[..end], &config[end..])
+            }
+            None => format!("{config}\n[metrics]\nprofile = \"full\"\n"),
+        }
+    };
+    with_timed_tiers_every_poll(&config)
+}
+
 /// Tests poll every 200 ms and expect a scenario change at the next poll, whatever tier reads
 /// it: unless a test sets a tier's interval itself, the slow and expensive tiers run every poll
 /// too.
@@ -267,6 +306,7 @@ impl Agent {
             interval: "200ms".into(),
             nvml_lib: None,
             prefix: Vec::new(),
+            demo: false,
         }
     }
 
@@ -285,7 +325,7 @@ impl Agent {
 
     pub fn rewrite_config(&self, text: &str) {
         let tmp = self.dir.path().join("config.toml.tmp");
-        std::fs::write(&tmp, with_timed_tiers_every_poll(text)).expect("write config");
+        std::fs::write(&tmp, with_test_defaults(text)).expect("write config");
         std::fs::rename(&tmp, &self.config_path).expect("rename config");
     }
 

@@ -83,7 +83,7 @@ impl Agent {
         Agent(crate::common::Agent::with_scenario(&crate::common::scenario(scenario)).start())
     }
 
-    /// [`Agent::start`] with a configuration file's text.
+    /// With this config (the harness adds `profile = "full"` only where it names no profile).
     pub fn start_with_config(scenario: &str, config: &str) -> Agent {
         Agent(
             crate::common::Agent::with_scenario(&crate::common::scenario(scenario))
