@@ -356,6 +356,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             enabled: config.api_enabled,
             token_file: config.api_token_file.clone(),
             tcp: config.api_tcp,
+            audit_file: Some(config.audit_file.clone()),
         }),
         mig: Some(mig.clone()),
         sharing: Some(sharing.clone()),

@@ -23,7 +23,7 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 /// The components that write the audit log, for metric series that exist from the start.
-pub const COMPONENTS: &[&str] = &["mig", "sharing", "reclaim", "remediation"];
+pub const COMPONENTS: &[&str] = &["api", "mig", "sharing", "reclaim", "remediation"];
 
 /// The default place of the audit log.
 pub const DEFAULT_FILE: &str = "/var/lib/gpu-steward/audit.jsonl";

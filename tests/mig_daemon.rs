@@ -117,6 +117,35 @@ fn the_configured_layout_is_in_place_when_ready_and_the_api_applies_others() {
     );
     let log = std::fs::read_to_string(&audit).expect("audit log");
     assert_eq!(log.matches("\"event\":\"apply.done\"").count(), 2, "{log}");
+    // Who asked: each admitted request is recorded with its peer before it is handled (the
+    // refused ones, 401, are not), and the MIG records say they came through the API.
+    let records: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let requests: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| r["component"] == "api" && r["event"] == "request")
+        .collect();
+    assert_eq!(requests.len(), 5, "{log}");
+    for r in &requests {
+        assert_eq!(
+            (&r["peer"], &r["auth"], &r["path"], &r["trigger"]),
+            (
+                &serde_json::json!("127.0.0.1"),
+                &serde_json::json!("token"),
+                &serde_json::json!("/api/v1/mig/apply"),
+                &serde_json::json!("api")
+            ),
+            "{r}"
+        );
+    }
+    let api_applies = records
+        .iter()
+        .filter(|r| r["component"] == "mig" && r["event"] == "apply.start")
+        .filter(|r| r["trigger"] == "api")
+        .count();
+    assert_eq!(api_applies, 1, "{log}");
 
     // SIGHUP converges to the configured layout again (the API moved the GPU away from it).
     agent.rewrite_config(&config);
@@ -443,9 +472,10 @@ fn the_api_answers_503_while_the_audit_disk_is_full_and_health_says_why() {
     // The page is rendered once per poll.
     wait_for("the audit error counted", Duration::from_secs(10), || {
         let m = agent.metrics();
+        // Refused at the API's own record of the request, before the MIG service.
         (m.get(
             "gpu_steward_audit_write_errors_total",
-            &[("component", "mig")],
+            &[("component", "api")],
         ) == 1.0
             && m.get("gpu_steward_audit_failing", &[]) == 1.0)
             .then_some(())

@@ -71,6 +71,7 @@ pub async fn serve(stream: TcpStream, ticket: Ticket, shared: Arc<Shared>) {
         shared: shared.clone(),
         registry: registry.clone(),
         id: ticket.id(),
+        peer: stream.peer_addr().ok().map(|a| a.ip()),
     };
     let Some(tls) = &shared.tls else {
         if prior_knowledge::is_preface(&first[..n]) {
@@ -184,6 +185,8 @@ struct Gate {
     shared: Arc<Shared>,
     registry: Arc<Registry>,
     id: u64,
+    /// The client's address, for the audit record of a change it asks for.
+    peer: Option<std::net::IpAddr>,
 }
 
 type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
@@ -193,7 +196,10 @@ impl hyper::service::Service<Request<Incoming>> for Gate {
     type Error = Infallible;
     type Future = Answer;
 
-    fn call(&self, req: Request<Incoming>) -> Answer {
+    fn call(&self, mut req: Request<Incoming>) -> Answer {
+        if let Some(ip) = self.peer {
+            req.extensions_mut().insert(super::api::TcpPeer(ip));
+        }
         let serving = self.registry.serving(self.id);
         let permit = if is_probe(req.uri().path()) {
             None
