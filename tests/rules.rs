@@ -1005,7 +1005,10 @@ fn a_webhook_batch_that_cannot_be_recorded_is_refused_at_once_and_runs_when_rese
     );
     wait_for("the refusal counted", Duration::from_secs(10), || {
         let m = agent.metrics();
-        (m.get("gpu_steward_audit_write_errors_total", &[("component", "api")]) >= 1.0)
+        (m.get(
+            "gpu_steward_audit_write_errors_total",
+            &[("component", "api")],
+        ) >= 1.0)
             .then_some(())
     });
     assert_eq!(agent.get("/health").json()["status"], "warn");
