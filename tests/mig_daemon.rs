@@ -146,6 +146,17 @@ fn the_configured_layout_is_in_place_when_ready_and_the_api_applies_others() {
         .filter(|r| r["trigger"] == "api")
         .count();
     assert_eq!(api_applies, 1, "{log}");
+    // Every change is logged once, at INFO, with who asked.
+    let text = agent.log();
+    let made: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("MIG change made"))
+        .collect();
+    assert!(
+        made.iter().any(|l| l.contains("trigger=\"start\""))
+            && made.iter().any(|l| l.contains("trigger=\"api\"")),
+        "{text}"
+    );
 
     // SIGHUP converges to the configured layout again (the API moved the GPU away from it).
     agent.rewrite_config(&config);

@@ -324,6 +324,7 @@ impl Run<'_> {
             json!({"layout": self.layout, "gpu": i, "uuid": g.uuid, "step": step, "result": result}),
         );
         res.map_err(|e| format!("GPU {i} ({}): {step}: {e}", g.uuid))?;
+        tracing::info!(gpu = i, uuid = %g.uuid, layout = self.layout, trigger = self.trigger, "MIG change made: {step}");
         // The disk filled up during the run: stop here, and put back what was found.
         recorded.map_err(|e| format!("GPU {i} ({}): after {step}: {e}", g.uuid))
     }
@@ -372,6 +373,9 @@ impl Run<'_> {
                     "rollback",
                     json!({"gpu": index, "uuid": uuid, "undo": d.to_string(), "result": result}),
                 );
+                if res.is_ok() {
+                    tracing::info!(gpu = index, uuid = %uuid, "MIG change undone: {d}");
+                }
                 if let Err(e) = res {
                     problems.push(format!("GPU {index}: {d}: {e}"));
                 }

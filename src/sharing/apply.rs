@@ -258,11 +258,14 @@ pub fn execute(
             continue;
         }
         let mut r = match node.set(step.gpu, &step.uuid, step.change) {
-            Ok(()) => StepResult {
-                step: step.clone(),
-                outcome: Outcome::Applied,
-                error: None,
-            },
+            Ok(()) => {
+                tracing::info!(gpu = step.gpu, uuid = %step.uuid, "sharing change made: {}", step.change.describe());
+                StepResult {
+                    step: step.clone(),
+                    outcome: Outcome::Applied,
+                    error: None,
+                }
+            }
             Err(e) => {
                 failed = true;
                 StepResult {
@@ -286,7 +289,10 @@ pub fn execute(
             .filter(|r| r.outcome == Outcome::Applied)
         {
             match node.set(r.step.gpu, &r.step.uuid, r.step.change.inverse()) {
-                Ok(()) => r.outcome = Outcome::RolledBack,
+                Ok(()) => {
+                    tracing::info!(gpu = r.step.gpu, uuid = %r.step.uuid, "sharing change undone: {}", r.step.change.inverse().describe());
+                    r.outcome = Outcome::RolledBack;
+                }
                 Err(e) => {
                     consistent = false;
                     r.outcome = Outcome::RollbackFailed;
