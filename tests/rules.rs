@@ -1037,6 +1037,10 @@ fn a_webhook_batch_that_cannot_be_recorded_is_refused_at_once_and_runs_when_rese
     assert_eq!(receipts.len(), 2, "one receipt per accepted batch");
     assert!(receipts.iter().all(|r| r["trigger"] == "webhook"));
     assert!(decisions.iter().all(|r| r["trigger"] == "webhook"));
+    assert!(lines
+        .iter()
+        .filter(|r| r["component"] == "remediation")
+        .all(|r| r["trigger"] == "webhook"));
     assert_eq!(receipts[0]["alerts"], 1);
     assert_eq!(receipts[0]["firing"], 1);
     assert_eq!(s.calls().len(), 1);

@@ -342,7 +342,8 @@ impl Runner {
             let runner = self.clone();
             let alert = a.clone();
             let dry = decision == Decision::DryRun;
-            tokio::spawn(async move { runner.run_hooks(index, hooks, alert, dry).await });
+            let trigger = n.source.trigger();
+            tokio::spawn(async move { runner.run_hooks(index, hooks, alert, dry, trigger).await });
         }
     }
 
@@ -361,7 +362,14 @@ impl Runner {
     /// Waits for the GPU's turn, then runs the steps on a blocking thread. The whole run, its
     /// audit records included, lives on that thread: at shutdown a started hook finishes (up
     /// to its timeout) and its outcome is still recorded.
-    async fn run_hooks(self: Arc<Self>, route: usize, steps: Vec<Step>, alert: Alert, dry: bool) {
+    async fn run_hooks(
+        self: Arc<Self>,
+        route: usize,
+        steps: Vec<Step>,
+        alert: Alert,
+        dry: bool,
+        trigger: &'static str,
+    ) {
         let lock = self
             .gpu_locks
             .lock()
@@ -373,7 +381,7 @@ impl Runner {
         let runner = self.clone();
         let ran = tokio::task::spawn_blocking(move || {
             let _one_at_a_time = turn;
-            runner.run_steps(route, steps, &alert, dry);
+            runner.run_steps(route, steps, &alert, dry, trigger);
         })
         .await;
         if let Err(e) = ran {
@@ -381,8 +389,16 @@ impl Runner {
         }
     }
 
-    fn run_steps(&self, route: usize, steps: Vec<Step>, alert: &Alert, dry: bool) {
+    fn run_steps(
+        &self,
+        route: usize,
+        steps: Vec<Step>,
+        alert: &Alert,
+        dry: bool,
+        trigger: &'static str,
+    ) {
         let base = json!({
+            "trigger": trigger,
             "route": route,
             "alertname": alert.name(),
             "status": alert.status.as_str(),
