@@ -15,7 +15,8 @@
 #                    target/release/gpu-steward of the checkout it sits in, else PATH)
 #   --nvml-lib PATH  NVML library for the agent and the NVML helpers (default: the system's
 #                    libnvidia-ml.so.1); nvidia-smi always uses the system driver
-#   --config FILE    agent config (default: an empty one, so /etc/gpu-steward/config.toml of an
+#   --config FILE    agent config (default: one with only [metrics] profile = "full", so that
+#                    every value is compared and /etc/gpu-steward/config.toml of an
 #                    installed package does not change what is measured)
 #   --out DIR        results (default $OUT, else ./real-check-out): DIR/r and DIR/real.tar.gz
 #   --quick          short windows; skips the torch load, the NVML capture, wrk and the
@@ -87,7 +88,10 @@ ln -s "$NVML_LIB" "$TMP/nvml/libnvidia-ml.so.1"
 NVML_PATH="$TMP/nvml${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ -z "$CONFIG" ]; then
   CONFIG=$R/empty-config.toml
-  echo "# real-check.sh: built-in defaults; flags set listen, interval and the NVML library" > "$CONFIG"
+  # The full metrics profile: the side-by-side compares every value the agent reads with
+  # nvidia-smi, and the lean default serves each value once (native copies left out).
+  printf '%s\n' "# real-check.sh: built-in defaults but the full metrics profile; flags set listen," \
+    "# interval and the NVML library" "[metrics]" 'profile = "full"' > "$CONFIG"
 fi
 if [ "$QUICK" = 1 ]; then
   WARM=2 IDLE_S=4 LOAD=0 FAST_WARM=1 FAST_S=3 FLOOR_S=2  # a smoke run: rough figures
