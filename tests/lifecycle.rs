@@ -509,7 +509,9 @@ fn demo_applies_a_time_slice_through_the_stand_in_nvidia_smi() {
             .lines()
             .map_while(Result::ok)
         {
-            if line.contains("sharing:") {
+            // The apply's summary (`sharing: applied …`), not the per-change lines before it
+            // nor a log target (`gpu_steward::sharing::apply:`).
+            if line.contains(" sharing: ") {
                 let _ = tx.send(line);
             }
         }
