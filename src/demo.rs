@@ -25,18 +25,23 @@ pub fn sim_candidates(exe: &Path) -> Vec<PathBuf> {
 /// Finds `libnvml_sim.so` beside the executable or where the package installs it.
 pub fn find_sim() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate the executable: {e}"))?;
-    let candidates = sim_candidates(&exe);
+    first_file(&sim_candidates(&exe)).map_err(|tried| {
+        format!(
+            "cannot find the simulated NVML library (tried {tried}); build it with `cargo build \
+             --workspace`, or pass --nvml-lib PATH"
+        )
+    })
+}
+
+/// The first of `candidates` that is a file; else the list of what was tried.
+fn first_file(candidates: &[PathBuf]) -> Result<PathBuf, String> {
     candidates
         .iter()
         .find(|p| p.is_file())
         .cloned()
         .ok_or_else(|| {
             let tried: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
-            format!(
-                "cannot find the simulated NVML library (tried {}); build it with `cargo build \
-             --workspace`, or pass --nvml-lib PATH",
-                tried.join(", ")
-            )
+            tried.join(", ")
         })
 }
 
@@ -53,17 +58,8 @@ pub fn find_stand_in(sim: &Path) -> Result<PathBuf, String> {
             .join("nvml-sim")
             .join(STAND_IN),
     );
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .ok_or_else(|| {
-            let tried: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
-            format!(
-                "cannot find the stand-in nvidia-smi (tried {})",
-                tried.join(", ")
-            )
-        })
+    first_file(&candidates)
+        .map_err(|tried| format!("cannot find the stand-in nvidia-smi (tried {tried})"))
 }
 
 /// A one-shot command (`mig`, `sharing`) run on the simulated node of a scenario file.
