@@ -33,6 +33,7 @@
 pub mod app;
 pub mod attribution;
 pub mod audit;
+pub mod bounded;
 pub mod cli;
 pub mod config;
 pub mod demo;
@@ -54,6 +55,7 @@ pub mod rules;
 pub mod sharing;
 pub mod shutdown;
 pub mod snapshot;
+pub mod terminal;
 
 use std::sync::atomic::AtomicU64;
 use std::time::SystemTime;
