@@ -7,6 +7,7 @@
 //! The files the configuration names are read and checked here too: [`web`] (the web config,
 //! TLS and basic auth) and [`token`] (the API token); the HTTP layer serves what they yield.
 
+pub mod dropins;
 mod file;
 pub(crate) mod labels;
 mod sections;
@@ -138,22 +139,13 @@ pub enum ConfigError {
     },
 }
 
-/// Loads `path` (if it exists, or fails if `required`) and applies `overrides`.
+/// Loads `path` (if it exists, or fails if `required`) with its `config.d/*.toml` drop-ins,
+/// and applies `overrides`.
 pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config, ConfigError> {
-    let (file, parsed) = match std::fs::read_to_string(path) {
-        Ok(text) => (
-            Some(path.to_path_buf()),
-            parse(&path.display().to_string(), &text)?,
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
-            (None, Parsed::default())
-        }
-        Err(source) => {
-            return Err(ConfigError::Read {
-                file: path.display().to_string(),
-                source,
-            })
-        }
+    // The file and the drop-ins of `config.d` beside it, merged (dropins.rs).
+    let (file, parsed) = match dropins::read(path, required)? {
+        Some(source) => (Some(path.to_path_buf()), parse(&source.name, &source.text)?),
+        None => (None, Parsed::default()),
     };
     let mut config = merge(file, parsed, overrides);
     load_rules(&mut config)?;
