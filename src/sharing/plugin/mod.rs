@@ -15,8 +15,12 @@
 //! second each resource looks at `kubelet.sock` (its inode) and at its own socket, and serves
 //! and registers again when either changed. A stat a second instead of inotify: no extra
 //! dependency, and a kubelet restart takes seconds anyway.
+//!
+//! The sockets are served by tonic and h2 as they are, with every limit h2 has written out in
+//! [`serve`](Registrar::serve): a local client is bounded by h2 (header list, frame size, streams),
+//! not by code of ours in front of it. The kubelet sends `:authority` `localhost`
+//! (docs/sharing.md says since when, and who else is refused).
 
-pub mod authority;
 pub mod cdi;
 pub mod devices;
 pub mod proto;
@@ -32,7 +36,6 @@ use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tonic::codegen::tokio_stream::wrappers::UnixListenerStream;
-use tonic::codegen::tokio_stream::StreamExt;
 
 use self::devices::{AllocateOptions, GpuState, MigDevice};
 use self::proto::Device;
@@ -45,6 +48,20 @@ use crate::snapshot::{CdiReport, GpuStatus, NvmlStatus, PluginResource};
 
 /// How often the sockets are looked at.
 const CHECK: Duration = Duration::from_secs(1);
+
+/// The largest decoded header list h2 accepts on a plugin socket (SETTINGS_MAX_HEADER_LIST_SIZE,
+/// also the cap on an unfinished header block's buffered bytes); a kubelet request carries a
+/// few hundred bytes of headers. hyper's default, written out.
+const MAX_HEADER_LIST: u32 = 16 << 10;
+/// The largest frame accepted (SETTINGS_MAX_FRAME_SIZE): the protocol's default, written out.
+const MAX_FRAME: u32 = 16 << 10;
+/// Streams open at once on one connection: the kubelet keeps one ListAndWatch open and makes
+/// one unary call at a time.
+const MAX_STREAMS: u32 = 64;
+/// Streams a client may reset before they are accepted (the "rapid reset" bound).
+const MAX_PENDING_RESETS: usize = 20;
+/// A PING after this much silence, and the connection dropped when it goes unanswered.
+const KEEPALIVE: (Duration, Duration) = (Duration::from_secs(60), Duration::from_secs(20));
 
 /// The socket file name of `resource` (`nvidia.com/gpu.shared` → `gpu-steward-gpu.shared.sock`).
 pub fn socket_name(resource: &str) -> String {
@@ -301,7 +318,10 @@ impl Inventory {
         let specs = cdi::load(&self.config.cdi_spec_dirs, &self.config.cdi_kind);
         let report = cdi::report(&self.config.cdi_kind, &specs, &wanted);
         for u in &report.unreadable {
-            tracing::warn!("device plugin: cannot read CDI spec {u}");
+            tracing::warn!(
+                "device plugin: cannot read CDI spec {}",
+                crate::terminal::escape(u)
+            );
         }
         match cdi::problem(&report, &self.config.cdi_spec_dirs) {
             Some(p) => tracing::error!("device plugin: {p}"),
@@ -467,9 +487,15 @@ impl Registrar {
         let resource = self.resource.clone();
         tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
+                .http2_max_header_list_size(MAX_HEADER_LIST)
+                .max_frame_size(MAX_FRAME)
+                .max_concurrent_streams(MAX_STREAMS)
+                .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+                .http2_keepalive_interval(Some(KEEPALIVE.0))
+                .http2_keepalive_timeout(Some(KEEPALIVE.1))
                 .add_service(PluginService(state))
                 .serve_with_incoming_shutdown(
-                    UnixListenerStream::new(listener).map(|c| c.map(authority::Relaxed::new)),
+                    UnixListenerStream::new(listener),
                     async move {
                         let _ = shutdown.wait_for(|s| *s).await;
                     },

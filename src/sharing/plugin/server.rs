@@ -18,6 +18,10 @@ use tonic::Status;
 use super::devices;
 use super::proto::{self, *};
 
+/// The largest request message decoded: tonic's default (grpc-go's too), written out; a
+/// kubelet's largest request, GetPreferredAllocation on a node of many replicas, is a few KiB.
+const MAX_REQUEST: usize = 4 << 20;
+
 /// What one resource's service reads and counts.
 #[derive(Debug)]
 pub struct ResourceState {
@@ -61,7 +65,7 @@ where
     Resp: prost::Message + Send + 'static,
 {
     let codec: ProstCodec<Resp, Req> = ProstCodec::default();
-    let mut grpc = tonic::server::Grpc::new(codec);
+    let mut grpc = tonic::server::Grpc::new(codec).max_decoding_message_size(MAX_REQUEST);
     let mut f = Some(f);
     let svc = tower::service_fn(move |r: tonic::Request<Req>| {
         let result = match f.take() {
@@ -167,7 +171,7 @@ async fn list_and_watch(
     req: http::Request<tonic::body::Body>,
 ) -> http::Response<tonic::body::Body> {
     let codec: ProstCodec<ListAndWatchResponse, Empty> = ProstCodec::default();
-    let mut grpc = tonic::server::Grpc::new(codec);
+    let mut grpc = tonic::server::Grpc::new(codec).max_decoding_message_size(MAX_REQUEST);
     let svc = tower::service_fn(move |_: tonic::Request<Empty>| {
         let (tx, rx) = mpsc::channel::<Result<ListAndWatchResponse, Status>>(4);
         let mut devices = state.devices.clone();
