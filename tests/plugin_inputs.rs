@@ -119,11 +119,8 @@ impl Plugin {
     fn survives(&self, what: &str, attack: impl FnOnce(&Path)) {
         let before = self.memory_kib("VmRSS");
         // Writing 5 to clear_refs resets VmHWM to the current RSS (Linux ≥ 4.0).
-        std::fs::write(
-            format!("/proc/{}/clear_refs", self.agent.child.id()),
-            b"5",
-        )
-        .expect("reset the agent's peak RSS");
+        std::fs::write(format!("/proc/{}/clear_refs", self.agent.child.id()), b"5")
+            .expect("reset the agent's peak RSS");
         attack(&self.socket);
         let peak = self.memory_kib("VmHWM");
         assert!(
@@ -272,7 +269,11 @@ fn write_header_block(s: &mut UnixStream, block: &[u8]) -> std::io::Result<()> {
     let mut out = Vec::new();
     for (i, chunk) in chunks.iter().enumerate() {
         let kind = if i == 0 { HEADERS } else { CONTINUATION };
-        let flags = if i + 1 == chunks.len() { END_HEADERS } else { 0 };
+        let flags = if i + 1 == chunks.len() {
+            END_HEADERS
+        } else {
+            0
+        };
         out.extend(frame(kind, flags, 1, chunk));
     }
     s.write_all(&out)
@@ -325,7 +326,10 @@ fn an_hpack_bomb_is_refused_without_the_memory_it_asks_for() {
         let written = write_header_block(&mut s, &block);
         let end = outcome(&mut s);
         assert!(
-            matches!(end, Outcome::GoAway(_) | Outcome::Reset(_) | Outcome::Closed),
+            matches!(
+                end,
+                Outcome::GoAway(_) | Outcome::Reset(_) | Outcome::Closed
+            ),
             "the bomb was answered: {end:?} (write: {written:?})"
         );
     });
@@ -375,11 +379,7 @@ fn a_16_mib_frame_is_refused_with_frame_size_error() {
         block.resize(size, b'a');
         let written = s.write_all(&frame(HEADERS, END_HEADERS, 1, &block));
         let end = outcome(&mut s);
-        assert_eq!(
-            end,
-            Outcome::GoAway(FRAME_SIZE_ERROR),
-            "write: {written:?}"
-        );
+        assert_eq!(end, Outcome::GoAway(FRAME_SIZE_ERROR), "write: {written:?}");
     });
 }
 
@@ -424,8 +424,14 @@ fn cdi_specs_that_are_no_specs_are_refused_by_name_and_the_plugin_serves() {
     for (file, why) in [
         ("zero.yaml", "is a character device, not a regular file"),
         ("fifo.json", "is a FIFO, not a regular file"),
-        ("huge.yaml", "is 2097152 bytes, over the limit of 1048576 bytes"),
-        ("nested.yaml", "nests '[' and '{' 200000 deep, over the limit of 64"),
+        (
+            "huge.yaml",
+            "is 2097152 bytes, over the limit of 1048576 bytes",
+        ),
+        (
+            "nested.yaml",
+            "nests '[' and '{' 200000 deep, over the limit of 64",
+        ),
     ] {
         let said = format!("{}: {why}", cdi.join(file).display());
         assert!(unreadable.contains(&said), "{said} not in {unreadable}");

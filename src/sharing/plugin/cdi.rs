@@ -13,7 +13,8 @@
 //! most [`MAX_SPEC_BYTES`] per file and [`MAX_SPECS_PER_DIR`] files per directory, and a nesting
 //! depth checked before parsing ([`MAX_DEPTH`]): libyaml's scanner pays for every token once
 //! per open flow level, so 200 KB of `[[[[…` cost seconds of CPU. A JSON spec (or JSON in a
-//! `.yaml` file) is parsed by serde_json, linear, whose own recursion limit is 128. Each refusal
+//! `.yaml` file) goes to serde_json first: linear, it skips unknown keys without recursing and
+//! stops at 128 levels where it does recurse. Each refusal
 //! names the file, the limit and what to do, in the log and in `/api/v1/sharing`
 //! (`cdi.unreadable`); the other specs are still read and the plugin keeps serving.
 
@@ -287,7 +288,8 @@ mod tests {
         std::fs::write(dir.join(name), text).expect("write");
     }
 
-    const GOOD: &str = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: GPU-a\n  containerEdits: {}\n";
+    const GOOD: &str =
+        "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: GPU-a\n  containerEdits: {}\n";
 
     /// The unreadable entry that names `file`.
     fn refusal<'a>(specs: &'a Specs, file: &str) -> &'a str {
@@ -318,7 +320,10 @@ mod tests {
         assert!(refusal(&specs, "zero.json").contains("is a character device"));
         let big = refusal(&specs, "huge.yaml");
         assert!(
-            big.contains(&format!("is {} bytes, over the limit of {MAX_SPEC_BYTES} bytes", huge.len())),
+            big.contains(&format!(
+                "is {} bytes, over the limit of {MAX_SPEC_BYTES} bytes",
+                huge.len()
+            )),
             "{big}"
         );
     }
@@ -331,7 +336,7 @@ mod tests {
         write(dir.path(), "seq.yaml", &"[".repeat(n));
         write(dir.path(), "obj.json", &r#"{"a":"#.repeat(n / 5));
         write(dir.path(), "map.yaml", &"{a: ".repeat(n / 4));
-        // JSON in a YAML file goes to the JSON parser too.
+        // JSON in a YAML file goes to the JSON parser first.
         write(dir.path(), "obj.yaml", &r#"{"a":"#.repeat(n / 5));
         let started = std::time::Instant::now();
         let specs = load(&[dir.path().to_path_buf()], "nvidia.com/gpu");
@@ -340,25 +345,34 @@ mod tests {
         eprintln!("four 200 KB nested specs refused in {took:?}");
         assert!(specs.files.is_empty());
         assert_eq!(specs.unreadable.len(), 4, "{:?}", specs.unreadable);
-        for f in ["seq.yaml", "map.yaml"] {
+        // YAML, and JSON the JSON parser refused, by the depth guard.
+        for f in ["seq.yaml", "map.yaml", "obj.yaml"] {
             let r = refusal(&specs, f);
-            assert!(r.contains("over the limit of 64"), "{r}");
+            assert!(r.contains("deep, over the limit of 64"), "{r}");
         }
-        for f in ["obj.json", "obj.yaml"] {
-            let r = refusal(&specs, f);
-            assert!(r.contains("recursion limit exceeded"), "{r}");
-        }
+        // serde_json skips the unknown key `a` without recursing and finds the end missing.
+        let r = refusal(&specs, "obj.json");
+        assert!(
+            r.contains("is not a valid CDI spec: EOF while parsing"),
+            "{r}"
+        );
     }
 
     #[test]
     fn the_depth_guard_skips_quotes_and_comments_as_yaml_does() {
         assert_eq!(flow_depth(GOOD), 1);
-        assert_eq!(flow_depth("args: [\"[[[\", '{{{', it's, a]  # [[[[\nx: [[1]]\n"), 2);
+        assert_eq!(
+            flow_depth("args: [\"[[[\", '{{{', it's, a]  # [[[[\nx: [[1]]\n"),
+            2
+        );
         assert_eq!(flow_depth("a: \"\\\"[[\"\nb: 'it''s [['\n"), 0);
         // A spec of realistic shape, JSON or YAML, parses.
         let json = r#"{"cdiVersion":"0.6.0","kind":"nvidia.com/gpu","devices":[{"name":"0","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}}],"containerEdits":{"hooks":[{"hookName":"createContainer","path":"/usr/bin/nvidia-cdi-hook","args":["nvidia-cdi-hook","update-ldcache"]}]}}"#;
         assert_eq!(parse(json, true).expect("json").devices[0].name, "0");
-        assert_eq!(parse(json, false).expect("json in yaml").kind, "nvidia.com/gpu");
+        assert_eq!(
+            parse(json, false).expect("json in yaml").kind,
+            "nvidia.com/gpu"
+        );
         assert_eq!(parse(GOOD, false).expect("yaml").devices[0].name, "GPU-a");
     }
 
@@ -371,7 +385,9 @@ mod tests {
         }
         let specs = load(&[dir.path().to_path_buf()], "nvidia.com/gpu");
         assert_eq!(specs.files.len(), MAX_SPECS_PER_DIR);
-        assert!(!specs.names.contains(&format!("nvidia.com/gpu=GPU-{MAX_SPECS_PER_DIR:03}")));
+        assert!(!specs
+            .names
+            .contains(&format!("nvidia.com/gpu=GPU-{MAX_SPECS_PER_DIR:03}")));
         assert_eq!(specs.unreadable.len(), 1, "{:?}", specs.unreadable);
         assert!(specs.unreadable[0].contains("more than 64 spec files"));
     }

@@ -494,12 +494,9 @@ impl Registrar {
                 .http2_keepalive_interval(Some(KEEPALIVE.0))
                 .http2_keepalive_timeout(Some(KEEPALIVE.1))
                 .add_service(PluginService(state))
-                .serve_with_incoming_shutdown(
-                    UnixListenerStream::new(listener),
-                    async move {
-                        let _ = shutdown.wait_for(|s| *s).await;
-                    },
-                )
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
+                    let _ = shutdown.wait_for(|s| *s).await;
+                })
                 .await;
             if let Err(e) = result {
                 tracing::error!(resource = %resource, "device plugin: server stopped: {e}");
