@@ -16,10 +16,8 @@
 //! and registers again when either changed. A stat a second instead of inotify: no extra
 //! dependency, and a kubelet restart takes seconds anyway.
 //!
-//! The sockets are served by tonic and h2 as they are, with every limit h2 has written out in
-//! [`serve`](Registrar::serve): a local client is bounded by h2 (header list, frame size, streams),
-//! not by code of ours in front of it. The kubelet sends `:authority` `localhost`
-//! (docs/sharing.md says since when, and who else is refused).
+//! The sockets are served by tonic and h2 as they are, with h2's limits ([`server::limited`]);
+//! the kubelet sends `:authority` `localhost` (docs/sharing.md: since when, who else is refused).
 
 pub mod cdi;
 pub mod devices;
@@ -48,20 +46,6 @@ use crate::snapshot::{CdiReport, GpuStatus, NvmlStatus, PluginResource};
 
 /// How often the sockets are looked at.
 const CHECK: Duration = Duration::from_secs(1);
-
-/// The largest decoded header list h2 accepts on a plugin socket (SETTINGS_MAX_HEADER_LIST_SIZE,
-/// also the cap on an unfinished header block's buffered bytes); a kubelet request carries a
-/// few hundred bytes of headers. hyper's default, written out.
-const MAX_HEADER_LIST: u32 = 16 << 10;
-/// The largest frame accepted (SETTINGS_MAX_FRAME_SIZE): the protocol's default, written out.
-const MAX_FRAME: u32 = 16 << 10;
-/// Streams open at once on one connection: the kubelet keeps one ListAndWatch open and makes
-/// one unary call at a time.
-const MAX_STREAMS: u32 = 64;
-/// Streams a client may reset before they are accepted (the "rapid reset" bound).
-const MAX_PENDING_RESETS: usize = 20;
-/// A PING after this much silence, and the connection dropped when it goes unanswered.
-const KEEPALIVE: (Duration, Duration) = (Duration::from_secs(60), Duration::from_secs(20));
 
 /// The socket file name of `resource` (`nvidia.com/gpu.shared` → `gpu-steward-gpu.shared.sock`).
 pub fn socket_name(resource: &str) -> String {
@@ -486,13 +470,7 @@ impl Registrar {
         let mut shutdown = stop_rx;
         let resource = self.resource.clone();
         tokio::spawn(async move {
-            let result = tonic::transport::Server::builder()
-                .http2_max_header_list_size(MAX_HEADER_LIST)
-                .max_frame_size(MAX_FRAME)
-                .max_concurrent_streams(MAX_STREAMS)
-                .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
-                .http2_keepalive_interval(Some(KEEPALIVE.0))
-                .http2_keepalive_timeout(Some(KEEPALIVE.1))
+            let result = server::limited()
                 .add_service(PluginService(state))
                 .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
                     let _ = shutdown.wait_for(|s| *s).await;
