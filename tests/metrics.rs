@@ -707,7 +707,7 @@ fn both_name_sets_carry_the_same_values_in_their_units_and_labels() {
                 ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO", 0.01),
                 (
                     "DCGM_FI_DEV_MEM_COPY_UTIL",
-                    "DCGM_FI_DEV_MEMORY_COPY_UTIL_RATIO",
+                    "DCGM_FI_DEV_MEMORY_UTIL_RATIO",
                     0.01,
                 ),
                 ("DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_ENC_UTIL_RATIO", 0.01),
