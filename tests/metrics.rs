@@ -557,6 +557,8 @@ fn the_default_page_keeps_the_series_budget_and_answers_what_fleets_ask() {
         "gpu_steward_gpu_health",
         "gpu_steward_gpu_processes",
         "gpu_steward_gpu_idle_seconds",
+        // the identity join docs/metrics.md names (model, UUID, versions)
+        "gpu_steward_gpu_info",
     ] {
         assert_eq!(m.find(name, &[]).len(), 8, "{name} on every GPU");
     }
