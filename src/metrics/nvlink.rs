@@ -249,10 +249,7 @@ mod tests {
         // DCGM: (sum now - sum before) / seconds / 1000, whatever the counters' level.
         let expected = ((tx + rx) as f64 / 1000.0).trunc();
         assert_eq!(dcgm_mb_per_second(&window(3, 0)), Some(expected));
-        assert_eq!(
-            dcgm_mb_per_second(&window(3, 300_137_537)),
-            Some(expected)
-        );
+        assert_eq!(dcgm_mb_per_second(&window(3, 300_137_537)), Some(expected));
         // Truncated like DCGM's (long long) cast: 1999 KiB in 1 s is 1 "MB/s".
         let w = ThroughputWindow {
             kib_before: 0,

@@ -54,7 +54,9 @@ impl Format {
                 precision = Some(digits.parse::<usize>().unwrap_or(0).min(30));
             }
             match chars.next() {
-                Some(v @ ('f' | 'e')) => parts.push((String::new(), Some((v, precision.unwrap_or(6))))),
+                Some(v @ ('f' | 'e')) => {
+                    parts.push((String::new(), Some((v, precision.unwrap_or(6)))))
+                }
                 other => {
                     return Err(format!(
                         "printf format {quoted}: verb '%{}' is not supported (use %f or %e, \

@@ -296,7 +296,9 @@ fn shipped_alerting_files() -> Vec<std::path::PathBuf> {
         .filter(|p| p.to_string_lossy().ends_with(".rules.yml"))
         .filter(|p| {
             let text = std::fs::read_to_string(p).expect("a rules file");
-            !text.lines().any(|l| l.trim_start().starts_with("- record:"))
+            !text
+                .lines()
+                .any(|l| l.trim_start().starts_with("- record:"))
         })
         .collect();
     files.sort();

@@ -107,7 +107,9 @@ fn parse_action(action: &str) -> Result<Part, String> {
             .strip_suffix("$value")
             .or_else(|| args.strip_suffix(".Value"))
             .ok_or_else(unsupported)?;
-        return Ok(Part::Value(Some(Func::Printf(Format::parse(format.trim())?))));
+        return Ok(Part::Value(Some(Func::Printf(Format::parse(
+            format.trim(),
+        )?))));
     }
     let stages = split_pipeline(action);
     let mut pipeline = stages.iter().map(|s| s.trim());
@@ -346,7 +348,10 @@ mod tests {
         assert_eq!(h("{{ $value | humanizePercentage }}", 0.1234), "12.34%");
         // The shipped NVLink rules file's form, and Go's other spelling of it.
         assert_eq!(h("{{ $value | printf \"%.1f\" }}", 2.25), "2.2");
-        assert_eq!(h("{{ printf \"%.1f\" $value }} per min", 12.34), "12.3 per min");
+        assert_eq!(
+            h("{{ printf \"%.1f\" $value }} per min", 12.34),
+            "12.3 per min"
+        );
         assert_eq!(h("{{ $value | printf \"a|%.0f\" }}", 3.0), "a|3");
     }
 
