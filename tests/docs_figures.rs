@@ -87,13 +87,18 @@ fn the_series_figures_in_the_docs_are_the_agents() {
         ),
         8.0,
     );
-    eprintln!("per GPU: lean {lean}, lean 4.9 {lean49}, both {both}, full {full}, full both {full_both}");
+    eprintln!(
+        "per GPU: lean {lean}, lean 4.9 {lean49}, both {both}, full {full}, full both {full_both}"
+    );
     assert_eq!(lean, lean49, "the two name sets cost the same");
     assert_eq!(number_after(&docs, "| lean, 4.8 or 4.9 |"), lean);
     assert_eq!(number_after(&docs, "| lean, both |"), both);
     assert_eq!(number_after(&docs, "| full, 4.8 |"), full);
     assert_eq!(number_after(&docs, "(both: "), full_both);
-    assert_eq!(number_after(&readme, "default **lean** profile serves each"), lean);
+    assert_eq!(
+        number_after(&readme, "default **lean** profile serves each"),
+        lean
+    );
 
     // An NVLink GPU: its NVLink, fabric and topology series (HGX scenario, lean), once field
     // 449 has its second poll.
