@@ -281,6 +281,12 @@ fn check_table(
     dashboards: &[&str],
     failures: &mut Vec<String>,
 ) {
+    // An expectation no dashboard query has: a renamed panel would otherwise go unchecked.
+    for origin in table.keys() {
+        if !queries.iter().any(|q| q.origin == *origin) {
+            failures.push(format!("{origin}: expected, but no dashboard has it"));
+        }
+    }
     for q in queries {
         let want = match table.get(&q.origin) {
             // A variable over every agent (no $instance in it): the presence test's.

@@ -369,16 +369,55 @@ pub fn mig_node(scenario: &str) -> Table {
         }
     }
     let mut t = Table::new();
+    let o = "gpu-steward-operations.json";
+    // The instances, by GPU and profile, and the process memory placed in each.
+    let info: Vec<(Vec<String>, f64)> = series.iter().map(|(k, _)| (k.clone(), 1.0)).collect();
+    let mut per_gpu: BTreeMap<String, f64> = BTreeMap::new();
+    let mut per_profile: BTreeMap<(String, String), f64> = BTreeMap::new();
+    for (k, _) in &series {
+        *per_gpu.entry(k[0].clone()).or_default() += 1.0;
+        *per_profile.entry((k[0].clone(), k[1].clone())).or_default() += 1.0;
+    }
+    let held: Vec<(Vec<String>, f64)> = series
+        .iter()
+        .filter(|(_, mib)| *mib > 0.0)
+        .map(|(k, mib)| (vec![k[0].clone()], mib * MIB))
+        .collect();
+    let keyed = |key: Vec<&'static str>, series: Vec<(Vec<String>, f64)>| Expect::Series {
+        key,
+        series,
+        tol: 0.0,
+    };
     panel(
         &mut t,
-        "gpu-steward-operations.json",
-        "Framebuffer used per MIG instance",
+        o,
+        "MIG instances",
         "A",
-        Expect::Series {
-            key: vec!["gpu", "GPU_I_PROFILE"],
-            series,
-            tol: 0.0,
-        },
+        keyed(vec!["gpu", "profile"], info),
     );
+    let counts = per_gpu.into_iter().map(|(g, n)| (vec![g], n)).collect();
+    let title = "MIG: instances per GPU, and mode changes pending";
+    panel(&mut t, o, title, "A", keyed(vec!["gpu"], counts));
+    panel(&mut t, o, title, "B", one(0.0));
+    let profiles = per_profile
+        .into_iter()
+        .map(|((g, p), n)| (vec![g, p], n))
+        .collect();
+    panel(
+        &mut t,
+        o,
+        "Instances per profile",
+        "A",
+        keyed(vec!["gpu", "profile"], profiles),
+    );
+    panel(
+        &mut t,
+        o,
+        "Process memory per MIG instance",
+        "A",
+        keyed(vec!["gpu"], held),
+    );
+    let fb = keyed(vec!["gpu", "GPU_I_PROFILE"], series);
+    panel(&mut t, o, "Framebuffer used per MIG instance", "A", fb);
     t
 }
