@@ -13,7 +13,8 @@ mod e2e_support;
 
 use std::time::{Duration, Instant};
 
-use e2e_support::{dashboards, expected, has_data, repo, truth, wait_for, Agent, Prometheus};
+use e2e_support::truth::{alerts_of, check_table, firing};
+use e2e_support::{dashboards, expected, has_data, repo, wait_for, Agent, Prometheus};
 
 /// The shipped rules (the main file, with the NVLink and operations files' groups appended)
 /// with every `for:` set to 0s, so that the test sees them fire within seconds while the
@@ -269,66 +270,6 @@ const NAME_SETS: [(&str, &str); 3] = [
         "[metrics]\nprofile = \"lean\"\ndcgm_names = \"both\"\n",
     ),
 ];
-
-/// Runs every query of `queries` that `table` knows against the agent at `target`, at `time`;
-/// `dashboards`: the files whose every query `table` must know.
-fn check_table(
-    prom: &Prometheus,
-    queries: &[dashboards::DashboardQuery],
-    table: &expected::Table,
-    (name, target): (&str, &str),
-    time: f64,
-    dashboards: &[&str],
-    failures: &mut Vec<String>,
-) {
-    // An expectation no dashboard query has: a renamed panel would otherwise go unchecked.
-    for origin in table.keys() {
-        if !queries.iter().any(|q| q.origin == *origin) {
-            failures.push(format!("{origin}: expected, but no dashboard has it"));
-        }
-    }
-    for q in queries {
-        let want = match table.get(&q.origin) {
-            // A variable over every agent (no $instance in it): the presence test's.
-            _ if !q.raw.contains("$instance") && q.origin.contains(" variable ") => continue,
-            Some(w) => w,
-            None if dashboards.iter().any(|d| q.origin.starts_with(d)) => {
-                failures.push(format!("{}: no expected value (add one)", q.origin));
-                continue;
-            }
-            None => continue,
-        };
-        let expr = truth::substitute_for(&q.raw, target);
-        if let Err(e) = truth::check(prom, &expr, time, want) {
-            failures.push(format!("[{name}] {}: {e}\n    {expr}", q.origin));
-        }
-    }
-}
-
-/// The (alertname, gpu, xid) of the firing alerts of one instance, sorted.
-fn firing(prom: &Prometheus, target: &str) -> Vec<(String, String, String)> {
-    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-    let mut out: Vec<_> = prom
-        .alerts()
-        .iter()
-        .filter(|a| a["labels"]["instance"] == target && a["state"] == "firing")
-        .map(|a| {
-            let l = &a["labels"];
-            (s(&l["alertname"]), s(&l["gpu"]), s(&l["xid"]))
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-fn alerts_of(list: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
-    let mut v: Vec<_> = list
-        .iter()
-        .map(|(a, g, x)| (a.to_string(), g.to_string(), x.to_string()))
-        .collect();
-    v.sort();
-    v
-}
 
 /// Every panel shows what the scenario says, on each name set: utilization, memory, power,
 /// clocks, PCIe, health and states of a node with a busy, an idle-but-held and a lost GPU; XIDs
