@@ -22,7 +22,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::config::{self, Config, Overrides};
-use crate::health::{Journal, NodeHealth};
+use crate::health::NodeHealth;
 use crate::kubernetes::{self, KubeletFeed};
 use crate::logging::LogHandle;
 use crate::metrics::{self, Collector, RenderConfig};
@@ -328,7 +328,9 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let pconfig = poller_config(&config, &feeds, &sharing);
     let first = Snapshot::starting(SystemTime::now());
     let health = Arc::new(NodeHealth::default());
-    let journal = Arc::new(Mutex::new(Journal::default()));
+    let journal = Arc::new(Mutex::new(crate::health::journal_file::open(
+        crate::health::journal_file::state_dir().as_deref(),
+    )));
     let initial = Published {
         page: metrics::render(&first, &health, &pconfig.render, &counters, &[]),
         snapshot: Arc::new(first),

@@ -56,6 +56,7 @@ pub mod sharing;
 pub mod shutdown;
 pub mod snapshot;
 pub mod terminal;
+pub mod warnings;
 
 use std::sync::atomic::AtomicU64;
 use std::time::SystemTime;
