@@ -230,6 +230,33 @@ fn start_actors(
     })
 }
 
+/// Starts the fleet engines' actors that are configured: the Slurm drain and the NVSentinel
+/// connector (`[slurm]`, `[nvsentinel]`; both change only on restart).
+fn start_fleet(
+    config: &Config,
+    published: &watch::Receiver<Arc<Published>>,
+    stop: &watch::Receiver<bool>,
+    collectors: &mut Vec<Arc<dyn Collector>>,
+) {
+    if config.slurm.drain {
+        collectors.push(crate::slurm::task::spawn(
+            &config.slurm,
+            &config.audit_file,
+            published.clone(),
+            stop.clone(),
+        ));
+    }
+    if let Some(socket) = &config.nvsentinel.socket {
+        let node = render_config(config).hostname;
+        collectors.push(crate::nvsentinel::task::spawn(
+            socket.clone(),
+            node,
+            published.clone(),
+            stop.clone(),
+        ));
+    }
+}
+
 /// TLS or basic auth asked for and unusable: serving without them would expose what the
 /// operator meant to protect, so the agent does not start.
 fn load_web_config(config: &Config) -> Result<Option<http::web_config::WebConfig>, AppError> {
@@ -351,7 +378,8 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         }
     }
     let mig = Arc::new(MigService::new(&config));
-    let actors = start_actors(&config, &feeds, &published, &stop)?;
+    let mut actors = start_actors(&config, &feeds, &published, &stop)?;
+    start_fleet(&config, &published, &stop, &mut actors.for_poller.collectors);
     let state = http::AppState::new(http::AppFields {
         published: published.clone(),
         api: Arc::new(http::api::ApiConfig {
