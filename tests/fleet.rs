@@ -30,8 +30,12 @@ fn our_reason() -> String {
 }
 
 fn slurm_config(dir: &std::path::Path, node: &str, scontrol: &str) -> String {
+    slurm_config_window(dir, node, scontrol, "3s")
+}
+
+fn slurm_config_window(dir: &std::path::Path, node: &str, scontrol: &str, window: &str) -> String {
     format!(
-        "[health]\nxid_window = \"3s\"\n[audit]\nfile = \"{}/audit.jsonl\"\n\
+        "[health]\nxid_window = \"{window}\"\n[audit]\nfile = \"{}/audit.jsonl\"\n\
          [slurm]\ndrain = true\nnode_name = \"{node}\"\nscontrol = \"{scontrol}\"\n",
         dir.display()
     )
@@ -92,8 +96,14 @@ fn an_xid_79_drains_the_slurm_node_and_the_recovery_resumes_it() {
         audit.contains("\"component\":\"slurm\",\"event\":\"resume\""),
         "{audit}"
     );
-    assert_eq!(requests(&agent, "drain", "changed"), 1.0);
-    assert_eq!(requests(&agent, "resume", "changed"), 1.0);
+    // Counted once the call returned (the node changes during it).
+    wait_for("one drain and one resume counted", Duration::from_secs(10), || {
+        let counted = (
+            requests(&agent, "drain", "changed"),
+            requests(&agent, "resume", "changed"),
+        );
+        (counted == (1.0, 1.0)).then_some(())
+    });
 }
 
 #[test]
@@ -111,22 +121,21 @@ fn an_admins_drain_is_kept_through_a_gpu_failure_and_recovery() {
         .config(&slurm_config(cluster.dir.path(), NODE, "scontrol"))
         .env("SLURM_CONF", &cluster.conf.display().to_string())
         .start();
+    // Each failure and each recovery is a request the agent makes and finds not its own.
+    let step = |what: &str, request: &str, scenario: &str| {
+        let before = requests(&agent, request, "not_ours");
+        agent.rewrite_scenario(scenario);
+        wait_for(what, Duration::from_secs(30), || {
+            (requests(&agent, request, "not_ours") > before).then_some(())
+        });
+    };
     wait_for("the agent to find the admin's drain", Duration::from_secs(30), || {
         (requests(&agent, "drain", "not_ours") >= 1.0).then_some(())
     });
-    agent.rewrite_scenario(&healthy);
-    wait_for("the recovery seen", Duration::from_secs(30), || {
-        (requests(&agent, "resume", "not_ours") >= 1.0).then_some(())
-    });
-    // A second failure and recovery.
-    agent.rewrite_scenario(&with_event(&healthy, 1, "[[gpu.event]]\nid = 2\nxid = 79\n"));
-    wait_for("the second failure seen", Duration::from_secs(30), || {
-        (requests(&agent, "drain", "not_ours") >= 2.0).then_some(())
-    });
-    agent.rewrite_scenario(&healthy);
-    wait_for("the second recovery seen", Duration::from_secs(30), || {
-        (requests(&agent, "resume", "not_ours") >= 2.0).then_some(())
-    });
+    step("the recovery seen", "resume", &healthy);
+    let again = with_event(&healthy, 1, "[[gpu.event]]\nid = 2\nxid = 79\n");
+    step("the second failure seen", "drain", &again);
+    step("the second recovery seen", "resume", &healthy);
     let (state, reason) = cluster.node_state().expect("node");
     assert!(state.contains("DRAIN"), "{state}");
     assert_eq!(reason, "admin: fan 3 replaced");
@@ -176,7 +185,7 @@ fn fails_visibly(config: String, env: Option<&str>, results: &[&str], words: &[&
 fn a_missing_scontrol_is_logged_counted_and_warned_and_the_poller_goes_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     fails_visibly(
-        slurm_config(dir.path(), NODE, "/nonexistent/bin/scontrol"),
+        slurm_config_window(dir.path(), NODE, "/nonexistent/bin/scontrol", "1h"),
         None,
         &["error"],
         &["set [slurm] scontrol"],
@@ -205,7 +214,8 @@ fn a_controller_that_does_not_answer_is_logged_counted_and_warned() {
     )
     .expect("conf");
     fails_visibly(
-        slurm_config(dir.path(), NODE, "scontrol"),
+        // The XID stays for the whole test: each call takes up to 10 s here.
+        slurm_config_window(dir.path(), NODE, "scontrol", "1h"),
         Some(&conf.display().to_string()),
         &["failure", "timeout"],
         &["Unable to contact slurm controller", "is slurmctld up"],
@@ -219,7 +229,7 @@ fn an_unknown_node_name_is_logged_counted_and_warned() {
     }
     let cluster = Cluster::start();
     fails_visibly(
-        slurm_config(cluster.dir.path(), "no-such-node", "scontrol"),
+        slurm_config_window(cluster.dir.path(), "no-such-node", "scontrol", "1h"),
         Some(&cluster.conf.display().to_string()),
         &["failure"],
         &["set [slurm] node_name"],

@@ -60,7 +60,12 @@ impl Scontrol {
         if out.outcome.success() {
             return Ok(out.stdout);
         }
-        let stderr = crate::terminal::escape(out.stderr.trim());
+        // scontrol says some failures on stdout ("Node x not found"), others on stderr.
+        let said = match out.stderr.trim() {
+            "" => out.stdout.trim(),
+            e => e,
+        };
+        let stderr = crate::terminal::escape(said);
         let hint = match &out.outcome {
             Outcome::SpawnFailed(_) => format!(
                 "; install Slurm's client or set [slurm] scontrol to its path (now '{}')",

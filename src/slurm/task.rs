@@ -154,6 +154,9 @@ async fn run(
     let mut want: Option<Request> = None;
     let mut attempt = 0u32;
     let mut retry_at: Option<Instant> = None;
+    // The kind of the request that failed last: the backoff holds back only its retries, a
+    // new decision (the GPU recovered meanwhile) is tried at once.
+    let mut failed: Option<&'static str> = None;
     loop {
         {
             let p = published.borrow_and_update();
@@ -165,7 +168,7 @@ async fn run(
             }
         }
         if let Some(request) = want.clone().filter(|w| Some(name(w)) != applied) {
-            if retry_at.is_none_or(|t| Instant::now() >= t) {
+            if failed != Some(name(&request)) || retry_at.is_none_or(|t| Instant::now() >= t) {
                 let d = drainer.clone();
                 let r = request.clone();
                 let handled =
@@ -176,12 +179,14 @@ async fn run(
                         applied = Some(name(&request));
                         attempt = 0;
                         retry_at = None;
+                        failed = None;
                         crate::warnings::set(COMPONENT, None);
                     }
                     Ok(Err(e)) => {
                         attempt += 1;
                         let wait = backoff(attempt);
                         retry_at = Some(Instant::now() + wait);
+                        failed = Some(name(&request));
                         metrics.count(name(&request), e.result());
                         tracing::warn!(node = %drainer.node, request = name(&request), attempt, retry_in = ?wait, "slurm: {e}");
                         crate::warnings::set(
