@@ -437,3 +437,55 @@ fn a_hanging_connector_and_a_path_that_is_not_a_socket_cost_a_timeout_not_the_po
         });
     }
 }
+
+/// A GPU process of a running `sbatch` job on a node without Slurm cgroups
+/// (`proctrack/linuxproc`): its job id comes from the process's environment.
+#[test]
+fn a_gpu_process_of_an_sbatch_job_is_labelled_with_its_job() {
+    if !slurm::available("a_gpu_process_of_an_sbatch_job_is_labelled_with_its_job") {
+        return;
+    }
+    let cluster = Cluster::start();
+    let out = cluster
+        .command("sbatch")
+        .arg("--parsable")
+        .arg("-o")
+        .arg(cluster.dir.path().join("job.out"))
+        .args(["--wrap", "exec sleep 300"])
+        .output()
+        .expect("sbatch");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let job = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    // Slurm's own answer: the job's processes on this node.
+    let pid = wait_for("the job's sleep process", Duration::from_secs(30), || {
+        let list = cluster.scontrol(&["listpids", &job])?;
+        list.lines().skip(1).find_map(|l| {
+            let pid: u32 = l.split_whitespace().next()?.parse().ok()?;
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+            (comm.trim() == "sleep").then_some(pid)
+        })
+    });
+    let text = format!(
+        "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\n[[gpu.process]]\npid = {pid}\nused_memory_mib = 1000\n"
+    );
+    let agent = Agent::with_scenario(&text).start();
+    let pid_s = pid.to_string();
+    let labels = wait_for("the job's GPU process", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        m.find("gpu_steward_process_memory_used_bytes", &[("pid", &pid_s)])
+            .first()
+            .map(|s| s.labels.clone())
+    });
+    let _ = cluster.command("scancel").arg(&job).status();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert_eq!(labels.get("slurm_job"), Some(&job), "{labels:?}");
+    assert_eq!(labels.get("process").map(String::as_str), Some("sleep"));
+}
