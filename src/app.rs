@@ -379,7 +379,12 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     }
     let mig = Arc::new(MigService::new(&config));
     let mut actors = start_actors(&config, &feeds, &published, &stop)?;
-    start_fleet(&config, &published, &stop, &mut actors.for_poller.collectors);
+    start_fleet(
+        &config,
+        &published,
+        &stop,
+        &mut actors.for_poller.collectors,
+    );
     let state = http::AppState::new(http::AppFields {
         published: published.clone(),
         api: Arc::new(http::api::ApiConfig {

@@ -20,7 +20,11 @@ const XID79: &str = "[[gpu.event]]\nid = 1\nxid = 79\n";
 
 /// Two GPUs of the DGX scenario, GPU 1 with a known UUID.
 fn two_gpus() -> String {
-    with_gpu(first(&scenario("dgx-h100.toml"), 2), 1, &format!("uuid = \"{UUID}\"\n"))
+    with_gpu(
+        first(&scenario("dgx-h100.toml"), 2),
+        1,
+        &format!("uuid = \"{UUID}\"\n"),
+    )
 }
 
 /// The reason the agent writes for XID 79 on GPU 1: the catalog's XID 79 is RESTART_BM, which
@@ -66,23 +70,29 @@ fn an_xid_79_drains_the_slurm_node_and_the_recovery_resumes_it() {
         .config(&slurm_config(cluster.dir.path(), NODE, "scontrol"))
         .env("SLURM_CONF", &cluster.conf.display().to_string())
         .start();
-    wait_for("the node drained by the agent", Duration::from_secs(30), || {
-        let (state, reason) = cluster.node_state()?;
-        (state.contains("DRAIN") && reason == our_reason()).then_some(())
-    });
+    wait_for(
+        "the node drained by the agent",
+        Duration::from_secs(30),
+        || {
+            let (state, reason) = cluster.node_state()?;
+            (state.contains("DRAIN") && reason == our_reason()).then_some(())
+        },
+    );
     let listed = cluster.sinfo_reasons();
     assert!(
         listed.contains(&format!("{}|{NODE}", our_reason())),
         "sinfo -R: {listed}"
     );
     // Audited before it was done.
-    let audit =
-        std::fs::read_to_string(cluster.dir.path().join("audit.jsonl")).expect("audit log");
+    let audit = std::fs::read_to_string(cluster.dir.path().join("audit.jsonl")).expect("audit log");
     let drain = audit
         .lines()
         .find(|l| l.contains("\"component\":\"slurm\"") && l.contains("\"event\":\"drain\""))
         .unwrap_or_else(|| panic!("no drain record: {audit}"));
-    assert!(drain.contains(&our_reason()) && drain.contains(NODE), "{drain}");
+    assert!(
+        drain.contains(&our_reason()) && drain.contains(NODE),
+        "{drain}"
+    );
 
     // The XID ages out of the 3 s window: every GPU passes again, the node is resumed.
     agent.rewrite_scenario(&healthy);
@@ -90,20 +100,23 @@ fn an_xid_79_drains_the_slurm_node_and_the_recovery_resumes_it() {
         let (state, _) = cluster.node_state()?;
         (!state.contains("DRAIN")).then_some(())
     });
-    let audit =
-        std::fs::read_to_string(cluster.dir.path().join("audit.jsonl")).expect("audit log");
+    let audit = std::fs::read_to_string(cluster.dir.path().join("audit.jsonl")).expect("audit log");
     assert!(
         audit.contains("\"component\":\"slurm\",\"event\":\"resume\""),
         "{audit}"
     );
     // Counted once the call returned (the node changes during it).
-    wait_for("one drain and one resume counted", Duration::from_secs(10), || {
-        let counted = (
-            requests(&agent, "drain", "changed"),
-            requests(&agent, "resume", "changed"),
-        );
-        (counted == (1.0, 1.0)).then_some(())
-    });
+    wait_for(
+        "one drain and one resume counted",
+        Duration::from_secs(10),
+        || {
+            let counted = (
+                requests(&agent, "drain", "changed"),
+                requests(&agent, "resume", "changed"),
+            );
+            (counted == (1.0, 1.0)).then_some(())
+        },
+    );
 }
 
 #[test]
@@ -114,7 +127,12 @@ fn an_admins_drain_is_kept_through_a_gpu_failure_and_recovery() {
     let cluster = Cluster::start();
     let name = format!("NodeName={NODE}");
     cluster
-        .scontrol(&["update", &name, "State=DRAIN", "Reason=admin: fan 3 replaced"])
+        .scontrol(&[
+            "update",
+            &name,
+            "State=DRAIN",
+            "Reason=admin: fan 3 replaced",
+        ])
         .expect("admin drain");
     let healthy = two_gpus();
     let agent = Agent::with_scenario(&with_event(&healthy, 1, XID79))
@@ -129,9 +147,11 @@ fn an_admins_drain_is_kept_through_a_gpu_failure_and_recovery() {
             (requests(&agent, request, "not_ours") > before).then_some(())
         });
     };
-    wait_for("the agent to find the admin's drain", Duration::from_secs(30), || {
-        (requests(&agent, "drain", "not_ours") >= 1.0).then_some(())
-    });
+    wait_for(
+        "the agent to find the admin's drain",
+        Duration::from_secs(30),
+        || (requests(&agent, "drain", "not_ours") >= 1.0).then_some(()),
+    );
     step("the recovery seen", "resume", &healthy);
     let again = with_event(&healthy, 1, "[[gpu.event]]\nid = 2\nxid = 79\n");
     step("the second failure seen", "drain", &again);
@@ -142,7 +162,10 @@ fn an_admins_drain_is_kept_through_a_gpu_failure_and_recovery() {
     assert_eq!(requests(&agent, "drain", "changed"), 0.0);
     assert_eq!(requests(&agent, "resume", "changed"), 0.0);
     let audit = std::fs::read_to_string(cluster.dir.path().join("audit.jsonl")).unwrap_or_default();
-    assert!(!audit.contains("\"component\":\"slurm\""), "nothing changed, nothing audited: {audit}");
+    assert!(
+        !audit.contains("\"component\":\"slurm\""),
+        "nothing changed, nothing audited: {audit}"
+    );
 }
 
 /// Starts an agent whose Slurm side fails, and checks the failure is a log line, a series and
@@ -156,10 +179,14 @@ fn fails_visibly(config: String, env: Option<&str>, results: &[&str], words: &[&
     let agent = builder.start();
     // Each call ends within its 10 s timeout: a controller that does not answer is a failure
     // (scontrol gives up after its own retries, ~9 s) or a timeout.
-    wait_for("a failed Slurm request counted", Duration::from_secs(40), || {
-        let n: f64 = results.iter().map(|r| requests(&agent, "drain", r)).sum();
-        (n >= 1.0).then_some(())
-    });
+    wait_for(
+        "a failed Slurm request counted",
+        Duration::from_secs(40),
+        || {
+            let n: f64 = results.iter().map(|r| requests(&agent, "drain", r)).sum();
+            (n >= 1.0).then_some(())
+        },
+    );
     let log = agent.log();
     let said = |l: &str| words.iter().any(|w| l.contains(w));
     let line = log
@@ -169,12 +196,11 @@ fn fails_visibly(config: String, env: Option<&str>, results: &[&str], words: &[&
     assert!(line.contains("WARN"), "{line}");
     let health = agent.get("/health").json();
     assert_eq!(health["status"], "warn", "{health}");
-    let warning = health["agent"]["warnings"]["slurm"].as_str().unwrap_or_default();
+    let warning = health["agent"]["warnings"]["slurm"]
+        .as_str()
+        .unwrap_or_default();
     assert!(said(warning), "{health}");
-    assert_eq!(
-        agent.metrics().get("gpu_steward_slurm_up", &[]),
-        0.0
-    );
+    assert_eq!(agent.metrics().get("gpu_steward_slurm_up", &[]), 0.0);
     let before = polls(&agent);
     wait_for("the poller going on", Duration::from_secs(10), || {
         (polls(&agent) >= before + 3.0).then_some(())
@@ -299,7 +325,10 @@ fn the_journal_outlives_a_restart_and_a_damaged_one_is_set_aside() {
         "{health}"
     );
     let events = third.get("/api/v1/events").json();
-    assert!(xid_79(&events).is_some(), "the readable events are kept: {events}");
+    assert!(
+        xid_79(&events).is_some(),
+        "the readable events are kept: {events}"
+    );
 }
 
 fn nvsentinel_series(agent: &Agent, name: &str) -> f64 {
@@ -330,7 +359,9 @@ fn verdict_changes_reach_nvsentinel_in_order_through_a_connector_down_and_up() {
             .is_some_and(|w| w.contains(&socket.display().to_string())),
         "{health}"
     );
-    assert!(agent.log().contains("nvsentinel: cannot reach the platform connector"));
+    assert!(agent
+        .log()
+        .contains("nvsentinel: cannot reach the platform connector"));
 
     // Up: the current state (XID 79 on GPU 1) arrives once the retry finds it.
     let mut connector = connector::Connector::new(&socket);
@@ -386,7 +417,9 @@ fn verdict_changes_reach_nvsentinel_in_order_through_a_connector_down_and_up() {
     connector.start();
     wait_for("the recovery sent", Duration::from_secs(40), || {
         let events = connector.events();
-        let fatal_at = events.iter().position(|e| e.check_name == "xid_79" && e.is_fatal)?;
+        let fatal_at = events
+            .iter()
+            .position(|e| e.check_name == "xid_79" && e.is_fatal)?;
         let healthy_at = events
             .iter()
             .position(|e| e.check_name == "xid_79" && e.is_healthy)?;
@@ -415,7 +448,10 @@ fn a_hanging_connector_and_a_path_that_is_not_a_socket_cost_a_timeout_not_the_po
         (&file, "is not a socket"),
     ] {
         let agent = Agent::with_scenario(&with_event(&two_gpus(), 1, XID79))
-            .config(&format!("[nvsentinel]\nsocket = \"{}\"\n", socket.display()))
+            .config(&format!(
+                "[nvsentinel]\nsocket = \"{}\"\n",
+                socket.display()
+            ))
             .start();
         wait_for("a failed send", Duration::from_secs(20), || {
             (nvsentinel_series(&agent, "gpu_steward_nvsentinel_send_failures_total") >= 1.0)
@@ -454,7 +490,11 @@ fn a_gpu_process_of_an_sbatch_job_is_labelled_with_its_job() {
         .args(["--wrap", "exec sleep 300"])
         .output()
         .expect("sbatch");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let job = String::from_utf8_lossy(&out.stdout)
         .trim()
         .split(';')

@@ -61,7 +61,10 @@ pub fn open(dir: Option<&Path>) -> Journal {
     for p in &problems {
         tracing::warn!("{p}");
     }
-    crate::warnings::set(COMPONENT, (!problems.is_empty()).then(|| problems.join("; ")));
+    crate::warnings::set(
+        COMPONENT,
+        (!problems.is_empty()).then(|| problems.join("; ")),
+    );
     journal
 }
 

@@ -40,7 +40,9 @@ fn events_come_back_after_a_restart_marked_as_before_it() {
     let json = serde_json::to_value(&back[0]).expect("json");
     assert_eq!(json["before_restart"], true);
     assert_eq!(
-        serde_json::to_value(event(1)).expect("json").get("before_restart"),
+        serde_json::to_value(event(1))
+            .expect("json")
+            .get("before_restart"),
         None,
         "this run's events carry no mark"
     );

@@ -159,10 +159,7 @@ fn event(
         .name
         .strip_prefix("xid_")
         .filter(|n| n.parse::<u64>().is_ok());
-    let mut entities = vec![
-        entity("GPU", &index.to_string()),
-        entity("GPU_UUID", uuid),
-    ];
+    let mut entities = vec![entity("GPU", &index.to_string()), entity("GPU_UUID", uuid)];
     if !pci.is_empty() {
         entities.insert(1, entity("PCI", pci));
     }

@@ -156,7 +156,11 @@ mod tests {
         assert!(PROTO.contains(
             "rpc HealthEventOccurredV1(HealthEvents) returns (google.protobuf.Empty) {}"
         ));
-        for (name, n) in [("RESTART_BM", 24), ("COMPONENT_RESET", 2), ("RESTART_APP", 39)] {
+        for (name, n) in [
+            ("RESTART_BM", 24),
+            ("COMPONENT_RESET", 2),
+            ("RESTART_APP", 39),
+        ] {
             assert!(PROTO.contains(&format!("  {name} = {n};")), "{name}");
         }
         assert_eq!(RecommendedAction::RestartBm as i32, 24);

@@ -223,7 +223,12 @@ async fn send(socket: &Path, events: Vec<proto::HealthEvent>) -> Result<(), Stri
         crate::grpc::call::<HealthEvents, Empty>(channel, proto::METHOD, request, Some(4096))
             .await
             .map(drop)
-            .map_err(|e| format!("the platform connector at '{}' refused the events: {e}", socket.display()))
+            .map_err(|e| {
+                format!(
+                    "the platform connector at '{}' refused the events: {e}",
+                    socket.display()
+                )
+            })
     };
     match tokio::time::timeout(CALL_TIMEOUT, call).await {
         Ok(r) => r,

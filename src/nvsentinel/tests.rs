@@ -15,7 +15,10 @@ fn condition(name: &str, severity: Status, action: Action, reason: &str) -> Cond
 
 fn seen(conditions: Vec<Condition>) -> Seen {
     let mut s = Seen::default();
-    let map = conditions.into_iter().map(|c| (c.name.clone(), c)).collect();
+    let map = conditions
+        .into_iter()
+        .map(|c| (c.name.clone(), c))
+        .collect();
     s.0.insert((2, "GPU-2".into()), ("00000000:3B:00.0".into(), map));
     s
 }
@@ -29,11 +32,19 @@ fn stamp() -> Stamp<'static> {
 
 #[test]
 fn an_xid_79_becomes_a_fatal_event_with_nvsentinels_fields() {
-    let xid = condition("xid_79", Status::Fail, Action::RebootNode, "XID 79: GPU has fallen off the bus");
+    let xid = condition(
+        "xid_79",
+        Status::Fail,
+        Action::RebootNode,
+        "XID 79: GPU has fallen off the bus",
+    );
     let events = changes(&Seen::default(), &seen(vec![xid]), &stamp());
     assert_eq!(events.len(), 1);
     let e = &events[0];
-    assert_eq!((e.agent.as_str(), e.component_class.as_str()), ("gpu-steward", "GPU"));
+    assert_eq!(
+        (e.agent.as_str(), e.component_class.as_str()),
+        ("gpu-steward", "GPU")
+    );
     assert_eq!(e.check_name, "xid_79");
     assert!(e.is_fatal && !e.is_healthy);
     assert_eq!(e.message, "XID 79: GPU has fallen off the bus");
@@ -46,7 +57,11 @@ fn an_xid_79_becomes_a_fatal_event_with_nvsentinels_fields() {
         .collect();
     assert_eq!(
         entities,
-        [("GPU", "2"), ("PCI", "00000000:3B:00.0"), ("GPU_UUID", "GPU-2")]
+        [
+            ("GPU", "2"),
+            ("PCI", "00000000:3B:00.0"),
+            ("GPU_UUID", "GPU-2")
+        ]
     );
     assert_eq!(e.node_name, "node-a");
     let t = e.generated_timestamp.as_ref().expect("timestamp");

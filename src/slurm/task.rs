@@ -191,7 +191,11 @@ async fn run(
                         tracing::warn!(node = %drainer.node, request = name(&request), attempt, retry_in = ?wait, "slurm: {e}");
                         crate::warnings::set(
                             COMPONENT,
-                            Some(format!("slurm {} of node '{}' failed: {e}", name(&request), drainer.node)),
+                            Some(format!(
+                                "slurm {} of node '{}' failed: {e}",
+                                name(&request),
+                                drainer.node
+                            )),
                         );
                     }
                     Err(e) => tracing::error!(error = %e, "slurm: the scontrol task failed"),
@@ -221,7 +225,10 @@ fn report_done(node: &str, request: &Request, done: &Done, metrics: &SlurmMetric
             metrics.hold(true);
         }
         (Done::Changed, Request::Resume) => {
-            tracing::info!(node, "slurm: node resumed (every GPU passes or warns again)");
+            tracing::info!(
+                node,
+                "slurm: node resumed (every GPU passes or warns again)"
+            );
             metrics.count(what, "changed");
             metrics.hold(false);
         }

@@ -42,7 +42,8 @@ fn condition(name: &str, severity: Status, action: Action) -> Condition {
 #[test]
 fn the_reason_names_the_first_failing_gpu_and_its_most_drastic_failing_condition() {
     let mut h = NodeHealth::default();
-    h.gpus.push(gpu(0, vec![condition("temp", Status::Warn, Action::None)]));
+    h.gpus
+        .push(gpu(0, vec![condition("temp", Status::Warn, Action::None)]));
     assert_eq!(failing_reason(&h), None, "warn does not drain");
     h.gpus.push(gpu(
         3,
@@ -69,8 +70,15 @@ fn the_section_defaults_to_off_and_scontrol_on_the_path() {
     let c: SlurmSection = toml::from_str("drain = true\nnode_name = \"gpu-07\"\n").expect("toml");
     let c = c.into_config();
     assert!(c.drain);
-    assert_eq!((c.node(), c.scontrol.as_str()), ("gpu-07".into(), "scontrol"));
-    assert!(c.describe().contains("drain node 'gpu-07'"), "{}", c.describe());
+    assert_eq!(
+        (c.node(), c.scontrol.as_str()),
+        ("gpu-07".into(), "scontrol")
+    );
+    assert!(
+        c.describe().contains("drain node 'gpu-07'"),
+        "{}",
+        c.describe()
+    );
     assert_eq!(SlurmConfig::default().describe(), "slurm: off\n");
     let e = toml::from_str::<SlurmSection>("drian = true\n").expect_err("typo");
     assert!(e.to_string().contains("drian"), "{e}");
