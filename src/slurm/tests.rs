@@ -83,3 +83,63 @@ fn the_section_defaults_to_off_and_scontrol_on_the_path() {
     let e = toml::from_str::<SlurmSection>("drian = true\n").expect_err("typo");
     assert!(e.to_string().contains("drian"), "{e}");
 }
+
+/// A stand-in `scontrol` (a real program, run as the agent runs it) that records its
+/// arguments and answers `show node` with an idle node.
+fn fake_scontrol(dir: &std::path::Path) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("scontrol");
+    let calls = dir.join("calls");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\n[ \"$1\" = show ] && echo 'NodeName=n1 Arch=x86_64 State=IDLE ThreadsPerCore=1'\nexit 0\n",
+            calls.display()
+        ),
+    )
+    .expect("script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    script.display().to_string()
+}
+
+#[test]
+fn a_drain_whose_audit_record_cannot_be_written_is_not_made() {
+    use super::drain::{Done, Drainer, Request};
+    use super::scontrol::Scontrol;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut d = Drainer {
+        scontrol: Scontrol {
+            program: fake_scontrol(dir.path()),
+            timeout: std::time::Duration::from_secs(5),
+        },
+        node: "n1".into(),
+        audit: None,
+    };
+    let reason = "gpu-steward: GPU 0 GPU-0 xid_79 (reboot_node)".to_string();
+    let drain = Request::Drain {
+        reason: reason.clone(),
+    };
+    let e = d.handle(&drain, "test").expect_err("refused");
+    assert_eq!(e.result(), "audit_failed");
+    let calls = std::fs::read_to_string(dir.path().join("calls")).expect("calls");
+    assert_eq!(calls, "show node -o n1\n", "read, never updated");
+
+    let audit_path = dir.path().join("audit.jsonl");
+    d.audit = Some(crate::audit::AuditLog::open(&audit_path).expect("audit"));
+    assert_eq!(d.handle(&drain, "test").expect("drained"), Done::Changed);
+    let calls = std::fs::read_to_string(dir.path().join("calls")).expect("calls");
+    assert_eq!(
+        calls.lines().last(),
+        Some(format!("update NodeName=n1 State=DRAIN Reason={reason}").as_str())
+    );
+    let audit = std::fs::read_to_string(&audit_path).expect("audit");
+    assert!(
+        audit.contains("\"component\":\"slurm\",\"event\":\"drain\"") && audit.contains(&reason),
+        "{audit}"
+    );
+    // An idle node is not ours to resume: nothing to do.
+    assert_eq!(
+        d.handle(&Request::Resume, "test").expect("read"),
+        Done::AlreadyThere
+    );
+}
