@@ -119,6 +119,10 @@ pub struct Config {
     pub accounting: crate::reclaim::AccountingConfig,
     /// `[sharing]`: compute mode, time-slice, shared resources and the device plugin.
     pub sharing: SharingConfig,
+    /// `[slurm]`: drain this node when a GPU fails (docs/slurm.md).
+    pub slurm: crate::slurm::SlurmConfig,
+    /// `[nvsentinel]`: health events to NVSentinel's platform connector.
+    pub nvsentinel: crate::nvsentinel::NvsentinelConfig,
 }
 
 /// A configuration that cannot be used.
@@ -385,6 +389,8 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
         reclaim: f.reclaim.into_config(),
         accounting: f.accounting.into_config(),
         sharing,
+        slurm: f.slurm.into_config(),
+        nvsentinel: f.nvsentinel.into_config(),
     }
 }
 
@@ -440,7 +446,9 @@ impl Config {
              {reclaim}\
              {accounting}\
              {sharing}\
-             {mig}",
+             {mig}\
+             {slurm}\
+             {nvsentinel}",
             listen = self.listen,
             max_connections = self.max_connections,
             header_timeout = humantime::format_duration(self.header_timeout),
@@ -506,6 +514,8 @@ impl Config {
             reclaim = self.reclaim.describe(),
             accounting = self.accounting.describe(),
             sharing = self.sharing.describe(),
+            slurm = self.slurm.describe(),
+            nvsentinel = self.nvsentinel.describe(),
         )
     }
 }
