@@ -335,7 +335,9 @@ def report(runs, args, cost_honoured, host):
     notes = []
     if absent:
         notes.append("`gpu_steward_nvml_call_seconds_total` is absent from this agent's /metrics "
-                     "(it predates the per-function NVML counters): no NVML breakdown.")
+                     "(the lean profile leaves it to `profile = \"full\"`, and agents before "
+                     "the per-function counters lack it): no NVML breakdown; the cost-table "
+                     "figures above come from the simulator's call counts.")
     if any(not r["poll_log_seen"] for r in runs):
         notes.append("this agent logs no `poll complete` debug lines (it predates them): poll "
                      "wall times and the 25 ms target are n/a; `gpu_steward_poll_duration_seconds` "

@@ -235,6 +235,9 @@ fn a_gpu_whose_gpm_fails_keeps_its_other_series_and_gets_gpm_back() {
         m.value("DCGM_FI_PROF_SM_ACTIVE", &[("gpu", "0")])
             .map(|_| m)
     });
-    assert!(close(m.get("DCGM_FI_PROF_SM_ACTIVE", &[("gpu", "0")]), 0.85));
+    assert!(close(
+        m.get("DCGM_FI_PROF_SM_ACTIVE", &[("gpu", "0")]),
+        0.85
+    ));
     assert_eq!(m.get("gpu_steward_poll_failing_sources", &[]), 0.0);
 }

@@ -550,7 +550,11 @@ fn the_default_page_keeps_the_series_budget_and_answers_what_fleets_ask() {
         .filter(|s| !s.labels.contains_key("gpu") && !s.labels.contains_key("pid"))
         .map(|s| s.name.as_str())
         .collect();
-    assert!(node.len() <= LEAN_NODE_SERIES, "{} node series: {node:?}", node.len());
+    assert!(
+        node.len() <= LEAN_NODE_SERIES,
+        "{} node series: {node:?}",
+        node.len()
+    );
     assert!(m.find("gpu_steward_poll_source_success", &[]).is_empty());
     assert_eq!(m.get("gpu_steward_poll_failing_sources", &[]), 0.0);
     assert!(m.value("gpu_steward_poll_duration_seconds", &[]).is_some());

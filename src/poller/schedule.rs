@@ -175,7 +175,11 @@ mod tests {
             .filter(|(_, d)| d.profiling)
             .map(|(t, _)| t)
             .collect();
-        assert_eq!(windows, vec![7, 12, 17, 22, 27, 32], "a window of 5 s from 2 s");
+        assert_eq!(
+            windows,
+            vec![7, 12, 17, 22, 27, 32],
+            "a window of 5 s from 2 s"
+        );
     }
 
     /// The polls at which a GPM sample is taken (the edges of the profiling windows).
