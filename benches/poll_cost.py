@@ -41,6 +41,7 @@ Options:
   --cost FILE           NVML_SIM_COST table (default nvml-sim/costs/h100-driver-580.json;
                         the format of ../shared/reference/real-h100/nvml-cost-table.json)
   --scenario FILE       simulator scenario (default: the demo's bundled 8xH100 node)
+  --config FILE         config file for the demo (default: none, the default configuration)
   --profile NAME        cargo profile whose target/NAME/gpu-steward runs (default release)
   --top N               NVML functions listed per run (default 8)
   --json OUT            raw results (every poll record, all three CPU measures) as JSON
@@ -107,7 +108,7 @@ class Agent:
     """gpu-steward demo as a child process, its stderr parsed as it comes; stop() always ends it
     (SIGTERM, then SIGKILL after 10 s) and reaps it."""
 
-    def __init__(self, exe, interval, scenario, cost, stats):
+    def __init__(self, exe, interval, scenario, cost, stats, config=None):
         env = dict(os.environ)
         env.pop("NVML_SIM_COST", None)
         env.pop("RUST_LOG", None)
@@ -118,6 +119,8 @@ class Agent:
                "--log-format", "json", "--log-level", "warn,gpu_steward=debug"]
         if scenario:
             cmd += ["--scenario", scenario]
+        if config:
+            cmd += ["--config", config]
         self.cmd = cmd
         self.log = am.PollLog()
         self.port = None
@@ -179,10 +182,10 @@ class Agent:
         return self.proc.returncode
 
 
-def measure_run(exe, interval, cost, scenario, seconds, warmup):
+def measure_run(exe, interval, cost, scenario, seconds, warmup, config=None):
     """One run; returns its results dict. Raises HarnessError when it cannot measure."""
     stats = os.path.join(tempfile.mkdtemp(prefix="poll-cost-"), "stats.json")
-    agent = Agent(exe, interval, scenario, cost, stats)
+    agent = Agent(exe, interval, scenario, cost, stats, config)
     try:
         ready_s = agent.wait_ready()
         time.sleep(warmup)
@@ -424,6 +427,7 @@ def main():
     ap.add_argument("--cost")
     ap.add_argument("--scenario")
     ap.add_argument("--profile", default="release")
+    ap.add_argument("--config")
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -474,7 +478,8 @@ def main():
             print(f"poll_cost: run {i}/{len(plan)}: interval {am.fmt_duration(iv)}, cost model "
                   f"{'on' if on else 'off'}: {warmup:g} s warm-up, {seconds:g} s window",
                   file=sys.stderr)
-            r = measure_run(exe, iv, cost if on else None, args.scenario, seconds, warmup)
+            r = measure_run(exe, iv, cost if on else None, args.scenario, seconds, warmup,
+                            args.config)
             runs.append(r)
             print(f"poll_cost:   {r['polls']:.0f} polls, {r['cpu_per_poll_ms']:.2f} ms CPU per "
                   f"poll, max wall {ms(r['poll_log'].get('wall_max_ms'))}", file=sys.stderr)
