@@ -385,7 +385,10 @@ stop_agent
 # Issue [18/22]: at most 0.7 ms of CPU per poll per Hopper GPU at a 100 ms poll (GPM on its own
 # 5 s window; it was 2.7-2.9 ms with nvmlGpmMetricsGet at every poll). Also at 1 s, for the record.
 GPUS=1
-[ "$HAVE_SMI" = 1 ] && GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || echo 1)
+if [ "$HAVE_SMI" = 1 ]; then
+  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+  if [ "${n:-0}" -gt 0 ] 2>/dev/null; then GPUS=$n; fi
+fi
 python3 - "$R/cost-100ms.json" "$R/cost-1s.json" "$GPUS" <<'PY' | tee -a "$R/summary.txt"
 import json, sys
 gpus = max(1, int(sys.argv[3] or 1))
