@@ -116,6 +116,7 @@ fn poller_config(c: &Config, feeds: &Feeds, sharing: &Sharing) -> PollerConfig {
         interval: c.interval,
         slow_interval: c.slow_interval,
         expensive_interval: c.expensive_interval,
+        profiling_interval: c.profiling_interval,
         render: render_config(c),
         health: c.health.clone(),
         processes: c.processes.clone(),

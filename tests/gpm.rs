@@ -144,3 +144,100 @@ fn defaults_follow_utilization_and_support_is_asked_once() {
         "{metrics} vs {sample}"
     );
 }
+
+/// Calls counted by the simulator so far (`NVML_SIM_STATS`, rewritten once a second).
+fn counts(stats: &std::path::Path) -> Option<(u64, u64, u64)> {
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(stats).ok()?).ok()?;
+    let get = |f: &str| v.get(f).and_then(serde_json::Value::as_u64).unwrap_or(0);
+    Some((
+        get("nvmlDeviceGetCount_v2"),
+        get("nvmlGpmSampleGet"),
+        get("nvmlGpmMetricsGet"),
+    ))
+}
+
+#[test]
+fn gpm_is_computed_once_per_profiling_window_not_per_poll() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stats = dir.path().join("stats.json");
+    // One H100 polled every 200 ms with a 1 s window: one sample and one comparison every
+    // 5 polls (one nvmlDeviceGetCount_v2 per poll).
+    let agent = Agent::with_scenario(SCENARIO)
+        .config("[poller]\nprofiling_interval = \"1s\"\n")
+        .env("NVML_SIM_STATS", &stats.display().to_string())
+        .start();
+    let m = wait_for("GPM metrics", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        m.value("DCGM_FI_PROF_SM_ACTIVE", &[("gpu", "0")])
+            .map(|_| m)
+    });
+    // Between the windows the last window's values are served, equal to the scenario's.
+    for (dcgm, native, want) in PAIRS {
+        let d = m.get(dcgm, &[("gpu", "0")]);
+        assert!(close(d, *want), "{dcgm} = {d}, want {want}");
+        let n = m.get(native, &[("gpu", "0")]);
+        assert!(close(n, *want), "{native} = {n}, want {want}");
+    }
+    let start = wait_for("counts", Duration::from_secs(10), || counts(&stats));
+    let end = wait_for("40 more polls", Duration::from_secs(30), || {
+        counts(&stats).filter(|c| c.0 >= start.0 + 40)
+    });
+    let polls = end.0 - start.0;
+    let (samples, compared) = (end.1 - start.1, end.2 - start.2);
+    // Windows of 5 polls; either end of the span may cut a window.
+    let windows = polls / 5;
+    assert!(
+        (windows.saturating_sub(1)..=windows + 1).contains(&compared),
+        "{compared} nvmlGpmMetricsGet in {polls} polls, want {windows} ± 1 (one per 1 s window)"
+    );
+    assert!(
+        (windows.saturating_sub(1)..=windows + 1).contains(&samples),
+        "{samples} nvmlGpmSampleGet in {polls} polls, want {windows} ± 1"
+    );
+    // Still served every poll from the last window.
+    let m = agent.metrics();
+    assert!(close(
+        m.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &[("gpu", "0")]),
+        0.91
+    ));
+}
+
+#[test]
+fn a_gpu_whose_gpm_fails_keeps_its_other_series_and_gets_gpm_back() {
+    let agent = Agent::with_scenario(SCENARIO).start();
+    wait_for("GPM metrics", Duration::from_secs(20), || {
+        agent
+            .metrics()
+            .value("DCGM_FI_PROF_SM_ACTIVE", &[("gpu", "0")])
+    });
+    let failing = SCENARIO.replacen(
+        "gpu_util_percent = 90\n",
+        "gpu_util_percent = 90\nerrors = { nvmlGpmSampleGet = \"UNKNOWN\" }\n",
+        1,
+    );
+    agent.rewrite_scenario(&failing);
+    let m = wait_for("GPM absent on GPU 0", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        m.value("DCGM_FI_PROF_SM_ACTIVE", &[("gpu", "0")])
+            .is_none()
+            .then_some(m)
+    });
+    for (dcgm, native, _) in PAIRS {
+        assert!(m.value(dcgm, &[("gpu", "0")]).is_none(), "{dcgm}");
+        assert!(m.value(native, &[("gpu", "0")]).is_none(), "{native}");
+    }
+    assert_eq!(m.get("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "0")]), 90.0);
+    assert_eq!(m.get("gpu_steward_gpu_up", &[("gpu", "0")]), 1.0);
+    assert_eq!(m.get("gpu_steward_poll_failing_sources", &[]), 1.0);
+    agent.rewrite_scenario(SCENARIO);
+    let m = wait_for("GPM back on GPU 0", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        m.value("DCGM_FI_PROF_SM_ACTIVE", &[("gpu", "0")])
+            .map(|_| m)
+    });
+    assert!(close(
+        m.get("DCGM_FI_PROF_SM_ACTIVE", &[("gpu", "0")]),
+        0.85
+    ));
+    assert_eq!(m.get("gpu_steward_poll_failing_sources", &[]), 0.0);
+}

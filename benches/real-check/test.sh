@@ -55,6 +55,8 @@ grep -q '^idle side-by-side: [0-9]* agree, 0 disagree, 0 not compared$' "$R/summ
   fail "side by side: $(grep 'side-by-side' "$R/summary.txt" || echo 'no comparison ran')"
 grep -q 'gpu-steward, 1s poll, idle: CPU' "$R/summary.txt" || fail "no CPU figure at 1s"
 grep -q 'gpu-steward, 100ms poll, idle: CPU' "$R/summary.txt" || fail "no CPU figure at 100ms"
+grep -q '^per-poll CPU at 100ms: [0-9.]* ms, [0-9.]* ms per GPU over [0-9]* GPU(s) (target <= 0.7 ms per Hopper GPU: \(PASS\|FAIL\))$' "$R/summary.txt" ||
+  fail "no per-poll CPU against the 0.7 ms target at 100ms"
 grep -q 'nvml_min .*VmRSS' "$R/summary.txt" || fail "no NVML memory floor"
 [ "$(grep -c 'agent exit code on SIGTERM: 0' "$R/summary.txt")" = 2 ] || fail "the agent did not exit 0 twice"
 [ -s "$TMP/out/real.tar.gz" ] || fail "no real.tar.gz"

@@ -72,6 +72,11 @@ pub struct PollerSection {
     /// Cadence of the expensive tier: reads of milliseconds.
     #[serde(deserialize_with = "expensive_interval")]
     pub expensive_interval: Option<Duration>,
+    /// The GPM window: profiling metrics are computed between two samples this far apart.
+    /// Spanned: whether it is shorter than the poll interval is known only once the command
+    /// line is merged, and that error must still point here.
+    #[serde(deserialize_with = "profiling_interval")]
+    pub profiling_interval: Option<toml::Spanned<Duration>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -399,6 +404,22 @@ fn slow_interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D:
 
 fn expensive_interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     tier_interval(d, "expensive_interval")
+}
+
+fn profiling_interval<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<toml::Spanned<Duration>>, D::Error> {
+    let s = toml::Spanned::<String>::deserialize(d)?;
+    let span = s.span();
+    parse_interval(s.get_ref())
+        .map(|d| Some(toml::Spanned::new(span, d)))
+        .map_err(|e| {
+            let e = match e.strip_prefix("interval ") {
+                Some(rest) => format!("profiling_interval {rest}"),
+                None => format!("profiling_interval: {e}"),
+            };
+            serde::de::Error::custom(e)
+        })
 }
 
 fn tier_interval<'de, D: Deserializer<'de>>(d: D, key: &str) -> Result<Option<Duration>, D::Error> {

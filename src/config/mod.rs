@@ -10,6 +10,8 @@
 pub mod dropins;
 mod file;
 pub(crate) mod labels;
+#[cfg(test)]
+mod profiling_tests;
 mod sections;
 pub mod token;
 pub mod web;
@@ -40,6 +42,11 @@ pub const DEFAULT_SLOW_INTERVAL: Duration = Duration::from_secs(10);
 /// The expensive tier: every 30 s the energy counter (3.0 ms of CPU on an H100) and
 /// per-process utilization (2.8 ms): as often as dcgm-exporter samples anything.
 pub const DEFAULT_EXPENSIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// The GPM window: `nvmlGpmMetricsGet` costs 1.0-1.45 ms of CPU per call on a real H200
+/// (`shared/reference/real-h200/README.md`) whatever the window, and its ratios are averages
+/// over the window, so a window of 5 s costs a twentieth of one at a 100 ms poll and answers
+/// the same average (docs/performance.md, "Profiling cadence"). Never shorter than the poll.
+pub const DEFAULT_PROFILING_INTERVAL: Duration = Duration::from_secs(5);
 /// Prometheus, a probe or two and an operator's curl: 64 is plenty, and bounds what a
 /// misbehaving client can hold.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
@@ -78,6 +85,8 @@ pub struct Config {
     pub slow_interval: Duration,
     /// Cadence of the expensive tier (energy counter, per-process utilization).
     pub expensive_interval: Duration,
+    /// The GPM window (profiling metrics); never shorter than `interval`.
+    pub profiling_interval: Duration,
     pub metrics_dcgm: bool,
     pub metrics_native: bool,
     /// `[metrics] nvlink_links`: per-link NVLink series (the fuller profile).
@@ -151,9 +160,55 @@ pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config
         Some(source) => (Some(path.to_path_buf()), parse(&source.name, &source.text)?),
         None => (None, Parsed::default()),
     };
+    finish(file, parsed, overrides)
+}
+
+/// Merges the overrides over the parsed file, then checks what needs both and reads the rule
+/// files.
+fn finish(
+    file: Option<PathBuf>,
+    parsed: Parsed,
+    overrides: &Overrides,
+) -> Result<Config, ConfigError> {
+    let profiling_at = parsed.profiling_at;
+    let name = file.as_ref().map(|f| f.display().to_string());
     let mut config = merge(file, parsed, overrides);
+    check_profiling(&config, name, profiling_at, overrides)?;
     load_rules(&mut config)?;
     Ok(config)
+}
+
+/// `[poller] profiling_interval` shorter than the poll interval (from the file or the command
+/// line): a window shorter than a poll cannot have a sample at each edge.
+fn check_profiling(
+    c: &Config,
+    file: Option<String>,
+    at: Option<(usize, usize)>,
+    o: &Overrides,
+) -> Result<(), ConfigError> {
+    let (Some(file), Some((line, column))) = (file, at) else {
+        return Ok(());
+    };
+    if c.profiling_interval >= c.interval {
+        return Ok(());
+    }
+    let from = if o.interval.is_some() {
+        "--interval (or GPU_STEWARD_INTERVAL)"
+    } else {
+        "[poller] interval"
+    };
+    Err(ConfigError::Invalid {
+        file,
+        line,
+        column,
+        message: format!(
+            "profiling_interval '{}' is shorter than the poll interval '{}' ({from}); \
+             GPM samples are taken at polls, so use '{}' or more (default 5s)",
+            humantime::format_duration(c.profiling_interval),
+            humantime::format_duration(c.interval),
+            humantime::format_duration(c.interval),
+        ),
+    })
 }
 
 /// Loads the rule files the configuration names; relative patterns are relative to the
@@ -217,9 +272,7 @@ fn check_rule_names(set: &RuleSet, c: &Config) -> Result<(), ConfigError> {
 /// A configuration from `text` (as the file `name`) with `overrides` applied: what `load`
 /// does once it has read the file. Public so that fuzzing can reach it without a file.
 pub fn from_text(name: &str, text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
-    let mut config = merge(Some(PathBuf::from(name)), parse(name, text)?, overrides);
-    load_rules(&mut config)?;
-    Ok(config)
+    finish(Some(PathBuf::from(name)), parse(name, text)?, overrides)
 }
 
 /// The file's sections, and those that needed more than the TOML parser (`[sharing]` may
@@ -228,6 +281,8 @@ pub fn from_text(name: &str, text: &str, overrides: &Overrides) -> Result<Config
 struct Parsed {
     file: FileConfig,
     sharing: SharingConfig,
+    /// Line and column of `[poller] profiling_interval`, checked once the command line is known.
+    profiling_at: Option<(usize, usize)>,
 }
 
 /// Parses config text; `name` is used in error messages.
@@ -285,7 +340,16 @@ fn parse(name: &str, text: &str) -> Result<Parsed, ConfigError> {
     let sharing = section
         .into_config(yaml)
         .map_err(|m| invalid(m.span.start, m.message))?;
-    Ok(Parsed { file: f, sharing })
+    let profiling_at = f
+        .poller
+        .profiling_interval
+        .as_ref()
+        .map(|p| line_col(text, p.span().start));
+    Ok(Parsed {
+        file: f,
+        sharing,
+        profiling_at,
+    })
 }
 
 /// The TOML parser's message, or, where it has none (a control character in a comment, found by
@@ -330,6 +394,7 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
     let Parsed {
         file: f,
         mut sharing,
+        profiling_at: _,
     } = parsed;
     if let Some(n) = &o.nvidia_smi {
         sharing.nvidia_smi = n.clone();
@@ -340,6 +405,7 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
             .clone()
             .map(|p| beside(file.as_deref(), p))
     });
+    let interval = o.interval.or(f.poller.interval).unwrap_or(DEFAULT_INTERVAL);
     let default_listen: SocketAddr = DEFAULT_LISTEN
         .parse()
         .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 9400)));
@@ -358,7 +424,12 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
             .clone()
             .or(f.nvml.library)
             .unwrap_or_else(|| DEFAULT_NVML_LIB.to_string()),
-        interval: o.interval.or(f.poller.interval).unwrap_or(DEFAULT_INTERVAL),
+        interval,
+        profiling_interval: f
+            .poller
+            .profiling_interval
+            .map(toml::Spanned::into_inner)
+            .unwrap_or(DEFAULT_PROFILING_INTERVAL.max(interval)),
         slow_interval: f.poller.slow_interval.unwrap_or(DEFAULT_SLOW_INTERVAL),
         expensive_interval: f
             .poller
@@ -432,7 +503,7 @@ impl Config {
              serve HTTP on {listen}: /metrics, /health, /health/gpus, /livez, /readyz \
              (at most {max_connections} requests at once besides the probes, {header_timeout} to send headers)\n\
              load NVML from '{lib}' and poll every {interval}; slow-moving reads every {slow}, \
-             expensive ones every {expensive}\n\
+             expensive ones every {expensive}, profiling (GPM) windows of {profiling}\n\
              metrics: profile {profile}, dcgm-compatible {dcgm} (dcgm-exporter {names} names), native {native}, per-link NVLink {nvlink_links}, hostname label {hostname_label}\n\
              TLS and basic auth: {web}\n\
              mutating API (/api/v1): {api}\n\
@@ -456,6 +527,7 @@ impl Config {
             interval = humantime::format_duration(self.interval),
             slow = humantime::format_duration(self.slow_interval.max(self.interval)),
             expensive = humantime::format_duration(self.expensive_interval.max(self.interval)),
+            profiling = humantime::format_duration(self.profiling_interval),
             dcgm = on(self.metrics_dcgm),
             profile = self.metrics_profile.as_str(),
             names = self.dcgm_names.as_str(),

@@ -1,5 +1,11 @@
-//! The agent's own metrics: build, NVML state, poll duration and success per source, errors by
-//! NVML function, snapshot timestamp, config reloads. Always rendered, whatever the families.
+//! The agent's own metrics: build, NVML state, poll duration, failing sources, errors by NVML
+//! function, snapshot timestamp, config reloads. Always rendered, whatever the families.
+//!
+//! The lean page folds the per-source detail (two series for each of 14 sources, 28 of a
+//! node's series) into one count of failing sources; which source, and why, is in
+//! `gpu_steward_nvml_errors_total{function,error}`, always on, and the full page keeps the
+//! per-source series. This module must not put a series per NVML function or per source on
+//! the lean page: it is the fleet's budget (CONTRACT §4).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,7 +21,7 @@ pub(super) fn render(
 ) {
     process(counters, out);
     nvml(snapshot, full, out);
-    polls(snapshot, out);
+    polls(snapshot, full, out);
     reloads(counters, out);
     audit(&crate::audit::health(), out);
 }
@@ -139,8 +145,9 @@ fn nvml(snapshot: &Snapshot, full: bool, out: &mut Families) {
     }
 }
 
-/// Polls: how many, how long, by source, and the snapshot's time.
-fn polls(snapshot: &Snapshot, out: &mut Families) {
+/// Polls: how many, how long, which sources fail (by source on the full page), and the
+/// snapshot's time.
+fn polls(snapshot: &Snapshot, full: bool, out: &mut Families) {
     let mut polls = Family::counter("gpu_steward_polls_total", "Polls completed.");
     polls.add::<&str>(&[], snapshot.polls as f64);
     out.push(polls);
@@ -160,12 +167,22 @@ fn polls(snapshot: &Snapshot, out: &mut Families) {
         "gpu_steward_poll_source_success",
         "1 if, in the last run of each read of the source on every GPU, every call succeeded or was not supported.",
     );
+    let mut failing = Family::gauge(
+        "gpu_steward_poll_failing_sources",
+        "Sources (groups of NVML calls) whose last run failed on some GPU; 0 when every call succeeded or was not supported. Which: gpu_steward_nvml_errors_total, or gpu_steward_poll_source_success on the full profile.",
+    );
+    let failed = snapshot.sources.values().filter(|s| !s.success).count();
+    failing.add::<&str>(&[], failed as f64);
+    out.push(failing);
     for (source, status) in &snapshot.sources {
         source_duration.add(&[("source", *source)], status.duration.as_secs_f64());
         source_success.add(&[("source", *source)], flag(status.success));
     }
-    out.push(source_duration);
-    out.push(source_success);
+    // Two series per source (28 on a node): the full page only (see the module's doc).
+    if full {
+        out.push(source_duration);
+        out.push(source_success);
+    }
 
     let mut taken = Family::gauge(
         "gpu_steward_snapshot_timestamp_seconds",

@@ -61,10 +61,12 @@ pub fn left_out(dcgm: bool, native: bool, profile: Profile, names: DcgmNames) ->
             served.push(name);
         }
     }
-    // Agent self-metrics are on whatever the families; these two only on the full page.
+    // Agent self-metrics are on whatever the families; these only on the full page.
     for name in [
         "gpu_steward_nvml_calls_total",
         "gpu_steward_nvml_call_seconds_total",
+        "gpu_steward_poll_source_duration_seconds",
+        "gpu_steward_poll_source_success",
     ] {
         all.push(name);
         if view.full {
@@ -91,6 +93,8 @@ mod tests {
             "gpu_steward_sm_active_ratio",
             "DCGM_FI_DEV_GPU_UTIL_RATIO",
             "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+            "gpu_steward_poll_source_success",
+            "gpu_steward_poll_source_duration_seconds",
         ] {
             assert!(out.contains(&name), "{name}");
         }

@@ -58,6 +58,9 @@ pub struct PollerConfig {
     pub slow_interval: Duration,
     /// The cadence of the expensive tier (reads of milliseconds); at most every poll.
     pub expensive_interval: Duration,
+    /// The GPM window: profiling samples are taken this far apart; never shorter than
+    /// `interval` (the configuration refuses it).
+    pub profiling_interval: Duration,
     pub render: RenderConfig,
     pub health: HealthConfig,
     pub processes: ProcessesConfig,

@@ -211,6 +211,7 @@ impl Observer {
             interval: config.interval,
             slow_interval: config.slow_interval,
             expensive_interval: config.expensive_interval,
+            profiling_interval: config.profiling_interval,
             index: 0,
             gpus: 0,
         };

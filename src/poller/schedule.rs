@@ -6,6 +6,12 @@
 //! process-utilization reads in the same poll: the cost is spread flat, and no single poll
 //! carries it all. Everything is read at the first poll, and again at the first poll after a
 //! GPU comes back.
+//!
+//! The profiling (GPM) tier is timed the same way, every `profiling_interval`: a GPM sample is
+//! taken at each due poll, so the due polls are the edges of the profiling window and the
+//! metrics between two of them are the average over it (nvml.h: GPM metrics are computed
+//! "between two samples"). `nvmlGpmMetricsGet` costs 1.0-1.45 ms of CPU per call whatever the
+//! window, so a wider window costs proportionally less and answers the same average.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +20,7 @@ use std::time::{Duration, Instant};
 pub(super) struct Schedule {
     slow: Timer,
     expensive: Timer,
+    profiling: Timer,
 }
 
 /// Where one GPU stands among the GPUs polled and how often each tier runs.
@@ -22,6 +29,8 @@ pub(super) struct Cadence {
     pub interval: Duration,
     pub slow_interval: Duration,
     pub expensive_interval: Duration,
+    /// The GPM window; the configuration keeps it at least `interval`.
+    pub profiling_interval: Duration,
     pub index: u32,
     pub gpus: u32,
 }
@@ -31,6 +40,8 @@ pub(super) struct Cadence {
 pub(super) struct Due {
     pub slow: bool,
     pub expensive: bool,
+    /// A GPM sample is due: the edge of a profiling window.
+    pub profiling: bool,
 }
 
 impl Schedule {
@@ -39,6 +50,7 @@ impl Schedule {
         Due {
             slow: self.slow.due(now, c, c.slow_interval),
             expensive: self.expensive.due(now, c, c.expensive_interval),
+            profiling: self.profiling.due(now, c, c.profiling_interval),
         }
     }
 
@@ -90,6 +102,7 @@ mod tests {
             interval: Duration::from_millis(interval_ms),
             slow_interval: Duration::from_millis(slow_ms),
             expensive_interval: Duration::from_millis(slow_ms * 3),
+            profiling_interval: Duration::from_millis(interval_ms),
             index,
             gpus,
         };
@@ -137,6 +150,7 @@ mod tests {
             interval: Duration::from_secs(1),
             slow_interval: Duration::from_secs(10),
             expensive_interval: Duration::from_secs(30),
+            profiling_interval: Duration::from_secs(5),
             index: 0,
             gpus: 1,
         };
@@ -145,6 +159,7 @@ mod tests {
         let all = Due {
             slow: true,
             expensive: true,
+            profiling: true,
         };
         assert_eq!(s.due(t0, c), all);
         assert_eq!(s.due(t0 + Duration::from_secs(1), c), Due::default());
@@ -155,5 +170,68 @@ mod tests {
             .collect();
         assert_eq!(dues.iter().filter(|d| d.slow).count(), 3, "at 12, 22, 32 s");
         assert_eq!(dues.iter().filter(|d| d.expensive).count(), 1, "at 32 s");
+        let windows: Vec<u64> = (3..=33)
+            .zip(&dues)
+            .filter(|(_, d)| d.profiling)
+            .map(|(t, _)| t)
+            .collect();
+        assert_eq!(
+            windows,
+            vec![7, 12, 17, 22, 27, 32],
+            "a window of 5 s from 2 s"
+        );
+    }
+
+    /// The polls at which a GPM sample is taken (the edges of the profiling windows).
+    fn edges(index: u32, gpus: u32, interval_ms: u64, window_ms: u64, polls: u32) -> Vec<u32> {
+        let c = Cadence {
+            interval: Duration::from_millis(interval_ms),
+            slow_interval: Duration::from_secs(10),
+            expensive_interval: Duration::from_secs(30),
+            profiling_interval: Duration::from_millis(window_ms),
+            index,
+            gpus,
+        };
+        let t0 = Instant::now();
+        let mut s = Schedule::default();
+        (0..polls)
+            .filter(|&p| {
+                let jitter = Duration::from_micros(u64::from(p % 5) * 900);
+                s.due(t0 + c.interval * p + jitter, c).profiling
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_profiling_window_as_long_as_the_poll_samples_every_poll() {
+        assert_eq!(edges(0, 1, 1000, 1000, 6), vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(edges(3, 8, 100, 100, 4), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn profiling_samples_are_a_window_apart_whatever_the_poll() {
+        // 5 s windows: every 50 polls at 100 ms, every 5 at 1 s, every poll at 5 s, after the
+        // first sample (poll 0), which opens the first window.
+        assert_eq!(edges(0, 1, 100, 5000, 201), vec![0, 50, 100, 150, 200]);
+        assert_eq!(edges(0, 1, 1000, 5000, 21), vec![0, 5, 10, 15, 20]);
+        assert_eq!(edges(0, 1, 5000, 5000, 4), vec![0, 1, 2, 3]);
+        // A window that is not a whole number of polls is rounded to the nearest.
+        assert_eq!(edges(0, 1, 2000, 5000, 8), vec![0, 3, 6]);
+    }
+
+    #[test]
+    fn eight_gpus_take_their_profiling_samples_in_different_polls() {
+        // 8×H100 at 100 ms with 5 s windows: each GPU samples once per 50 polls, and no poll
+        // pays two GPUs' 1.3 ms nvmlGpmMetricsGet.
+        let due: Vec<Vec<u32>> = (0..8).map(|i| edges(i, 8, 100, 5000, 500)).collect();
+        for (i, d) in due.iter().enumerate() {
+            let gaps: Vec<u32> = d.windows(2).skip(1).map(|w| w[1] - w[0]).collect();
+            assert!(gaps.iter().all(|&g| g == 50), "GPU {i}: {d:?}");
+            assert!((9..=10).contains(&d.len()), "GPU {i}: {d:?}");
+        }
+        for poll in 1..500 {
+            let n = due.iter().filter(|d| d.contains(&poll)).count();
+            assert!(n <= 1, "poll {poll}: {n} GPUs");
+        }
     }
 }

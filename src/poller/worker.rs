@@ -173,6 +173,7 @@ impl Worker {
                     Tier::Fast => true,
                     Tier::Slow => due.slow,
                     Tier::Expensive => due.expensive,
+                    Tier::Profiling => due.profiling,
                     // Inline only the first time, so that the first publication is whole.
                     Tier::Background => w.records[i].last.is_none(),
                 };

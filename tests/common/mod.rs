@@ -171,7 +171,10 @@ impl AgentBuilder {
         let config_path = dir.path().join("config.toml");
         let config = match self.demo {
             true => self.config.clone().unwrap_or_default(),
-            false => with_test_defaults(self.config.as_deref().unwrap_or("")),
+            false => with_profiling_every_poll(
+                &with_test_defaults(self.config.as_deref().unwrap_or("")),
+                &self.interval,
+            ),
         };
         std::fs::write(&config_path, config).expect("write config");
         let mut cmd = match self.prefix.split_first() {
@@ -292,6 +295,22 @@ pub fn with_timed_tiers_every_poll(config: &str) -> String {
             format!("{}{missing}{}", &config[..end], &config[end..])
         }
         None => format!("{config}\n[poller]\n{missing}"),
+    }
+}
+
+/// Tests expect GPM values after two polls: unless a test sets `profiling_interval` itself, the
+/// profiling window is one poll (`interval`, the shortest the agent accepts).
+pub fn with_profiling_every_poll(config: &str, interval: &str) -> String {
+    if config.contains("profiling_interval") {
+        return config.to_string();
+    }
+    let line = format!("profiling_interval = \"{interval}\"\n");
+    match config.find("[poller]\n") {
+        Some(at) => {
+            let end = at + "[poller]\n".len();
+            format!("{}{line}{}", &config[..end], &config[end..])
+        }
+        None => format!("{config}\n[poller]\n{line}"),
     }
 }
 
