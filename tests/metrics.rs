@@ -540,7 +540,8 @@ fn the_default_page_keeps_the_series_budget_and_answers_what_fleets_ask() {
     );
     // CONTRACT §4 says at most 32. gpu_steward_gpu_info on the lean page (issue 30) adds one per
     // GPU: 30 per GPU plus the accounting owner series (3 per GPU holding processes, 6 of 8
-    // here) make 258 / 8 = 32.25 until h6-cost's cuts land; then this goes back to 32.
+    // here) make 258 / 8 = 32.25, a quarter series over; the budget's owner says so in the notes
+    // of issues 30 and 31 (no per-GPU answer was taken off the page to get under it).
     assert!(
         per_gpu <= 32.25,
         "{per_gpu} series per GPU on the default page"
@@ -561,13 +562,14 @@ fn the_default_page_keeps_the_series_budget_and_answers_what_fleets_ask() {
     assert!(m.find("gpu_steward_poll_source_success", &[]).is_empty());
     assert_eq!(m.get("gpu_steward_poll_failing_sources", &[]), 0.0);
     assert!(m.value("gpu_steward_poll_duration_seconds", &[]).is_some());
-    // The per-GPU budget (32) plus the node's 18: 34.25 per GPU all in on 8 GPUs (33.5 on
-    // this page). CONTRACT §4's 30 all in is not met: the 23 dcgm default fields and the 4
-    // native series above are 27 per GPU on their own, and accounting's owners 2.25 more.
+    // The per-GPU figure (32.25) plus the node's 18 at most: 34.5 per GPU all in on 8 GPUs.
+    // CONTRACT §4's 30 all in is not met: the 23 dcgm default fields and the 6 native series
+    // (up, health, processes, idle) are 29 per GPU on their own, gpu_info 1 and accounting's
+    // owners 2.25 more (issue 31's note).
     let all_in = all_in_series(&m) as f64 / 8.0;
     eprintln!("default page all in: {all_in} series per GPU");
     assert!(
-        all_in <= 32.0 + LEAN_NODE_SERIES as f64 / 8.0,
+        all_in <= 32.25 + LEAN_NODE_SERIES as f64 / 8.0,
         "{all_in} series per GPU all in"
     );
     // dcgm-exporter's default fields (4.8 names; NVLink and vGPU have no source on this node).
@@ -852,8 +854,8 @@ fn both_name_sets_carry_the_same_values_in_their_units_and_labels() {
     let m = agent.metrics();
     assert_eq!(m.find("DCGM_FI_DEV_GPU_UTIL_RATIO", &[]).len(), 8);
     assert!(
-        per_gpu_series(&m) as f64 / 8.0 <= 32.0,
-        "lean 4.9 keeps the budget"
+        per_gpu_series(&m) as f64 / 8.0 <= 32.25,
+        "lean 4.9 keeps the default page's figure"
     );
     assert!(m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty());
     assert!(m.find("DCGM_FI_DEV_FB_TOTAL", &[]).is_empty());
