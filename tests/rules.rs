@@ -689,6 +689,65 @@ fn a_rule_too_deep_to_evaluate_is_refused_by_check_config_and_at_start() {
 }
 
 #[test]
+fn runs_of_unary_operators_are_refused_by_check_config_and_at_start_and_the_limit_evaluates() {
+    // The defect: 3,000 unary minus signs counted as one operator, passed check-config and
+    // overflowed the daemon's stack. Each form nests once per operator or bracket.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("r.yml");
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, "[rules]\nfiles = [\"r.yml\"]\n").expect("config");
+    let deep = [
+        format!("{}up", "-".repeat(3000)),
+        format!("{}up{}", "-(".repeat(3000), ")".repeat(3000)),
+        format!("{}up{}", "abs(".repeat(3000), ")".repeat(3000)),
+        format!("{}up{}", "(".repeat(3000), ")".repeat(3000)),
+    ];
+    let want = format!("{}:5:9: rule 'Deep': the expression", rules.display());
+    for (i, expr) in deep.iter().enumerate() {
+        std::fs::write(
+            &rules,
+            format!("groups:\n  - name: g\n    rules:\n      - alert: Deep\n        expr: '{expr} > 0'\n"),
+        )
+        .expect("rules");
+        let out = Command::new(common::bin())
+            .arg("check-config")
+            .arg(&config)
+            .output()
+            .expect("check-config");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "form {i}: {err}");
+        assert!(
+            err.contains(&want) && err.contains("nesting limit of 128"),
+            "form {i}: {err}"
+        );
+        if i == 0 {
+            let out = Command::new(common::bin())
+                .args(["run", "--listen", "127.0.0.1:0", "--config"])
+                .arg(&config)
+                .output()
+                .expect("run");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{err}");
+            assert!(err.contains(&want), "{err}");
+        }
+    }
+    // At the limit the daemon parses and evaluates it on its own threads: 126 minus signs (an
+    // even count, so the value keeps its sign) and one comparison. The scenario's 60 °C is
+    // over 50, so the alert fires.
+    let expr = format!("{}gpu_steward_temperature_celsius > 50", "-".repeat(126));
+    let text = format!(
+        "groups:\n  - name: g\n    rules:\n      - alert: AtLimit\n        expr: '{expr}'\n"
+    );
+    std::fs::write(&rules, &text).expect("rules");
+    let agent = Agent::with_scenario(SCENARIO)
+        .config(&format!("[rules]\nfiles = [\"{}\"]\n", rules.display()))
+        .start();
+    wait_for("the alert at the limit fires", Duration::from_secs(20), || {
+        (alerts(&agent, "AtLimit", "firing") == Some(1.0)).then_some(())
+    });
+}
+
+#[test]
 fn a_hook_still_running_at_sigterm_is_killed_with_its_group_within_the_grace() {
     let s = Setup::new(UP_RULE);
     let slow = format!(
