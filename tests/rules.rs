@@ -742,9 +742,11 @@ fn runs_of_unary_operators_are_refused_by_check_config_and_at_start_and_the_limi
     let agent = Agent::with_scenario(SCENARIO)
         .config(&format!("[rules]\nfiles = [\"{}\"]\n", rules.display()))
         .start();
-    wait_for("the alert at the limit fires", Duration::from_secs(20), || {
-        (alerts(&agent, "AtLimit", "firing") == Some(1.0)).then_some(())
-    });
+    wait_for(
+        "the alert at the limit fires",
+        Duration::from_secs(20),
+        || (alerts(&agent, "AtLimit", "firing") == Some(1.0)).then_some(()),
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@
 #![no_main]
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use gpu_steward::rules::Engine;

@@ -35,18 +35,21 @@ fn urls_are_checked_and_bodies_read_every_way() {
         Target::new(Some("http://127.0.0.1:9400/ignored"), None),
         Ok(Target::Tcp("127.0.0.1:9400".into()))
     );
-    assert!(Target::new(Some("https://x:1"), None)
-        .is_err_and(|e| e.contains("https is not supported")));
+    assert!(
+        Target::new(Some("https://x:1"), None).is_err_and(|e| e.contains("https is not supported"))
+    );
     assert!(Target::new(Some("127.0.0.1:9400"), None).is_err_and(|e| e.contains("http://")));
     assert!(Target::new(Some("http://"), None).is_err());
     // Nothing but a host reaches the request's head.
     assert!(Target::new(Some("http://a\r\nX-Evil: 1"), None).is_err());
     assert!(ask(b"SSH-2.0-OpenSSH\r\n").is_err());
-    let a = ask(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2\r\n\r\nok")
-        .expect("length");
+    let a =
+        ask(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2\r\n\r\nok").expect("length");
     assert_eq!((a.status, a.body.as_slice()), (503, &b"ok"[..]));
-    let a = ask(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
-        .expect("chunked");
+    let a = ask(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+    )
+    .expect("chunked");
     assert_eq!(a.body, b"abcde");
     let a = ask(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nto the end").expect("close");
     assert_eq!(a.body, b"to the end");
@@ -66,8 +69,11 @@ fn a_chunk_size_of_u64_max_is_an_error_not_a_panic() {
 
 #[test]
 fn a_body_over_the_limit_is_refused_at_the_limit() {
-    let mut answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", MAX_BODY + 1)
-        .into_bytes();
+    let mut answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
+        MAX_BODY + 1
+    )
+    .into_bytes();
     answer.resize(answer.len() + MAX_BODY + 1, b'x');
     let e = ask(&answer).expect_err("too big");
     assert!(e.contains("over the limit of 64 MiB"), "{e}");
