@@ -441,6 +441,30 @@ fn a_fifo_or_a_link_to_dev_zero_as_config_rules_web_config_or_token_is_refused_a
         "{err}"
     );
 
+    // The API token: the API stays off (as for any unusable token), and check-config says why
+    // instead of waiting on the FIFO.
+    let config = write(
+        &dir,
+        "api.toml",
+        &format!(
+            "[api]\nenabled = true\ntoken_file = \"{}\"\n",
+            fifo.display()
+        ),
+    );
+    let out = Command::new(bin())
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .expect("check-config");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "the token is unusable: API token file {}: {fifo_is}",
+            fifo.display()
+        )),
+        "{text}"
+    );
+
     // A rule file over the limit of 16 MiB.
     let big = dir.path().join("big.yml");
     let mut text = b"groups: []\n".to_vec();

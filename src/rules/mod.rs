@@ -91,17 +91,11 @@ impl RuleSet {
         let mut set = RuleSet::default();
         for f in files {
             let limits = crate::bounded::Limits::provided(MAX_RULE_FILE);
-            let text = crate::bounded::read_to_string(&f, limits).map_err(|e| {
-                let file = f.display().to_string();
-                let text = e.to_string();
-                // The reason without the path, which the error's own display puts in front.
-                let reason = text.strip_prefix(&format!("{file}: ")).unwrap_or(&text);
-                RuleError {
-                    line: 1,
-                    column: 1,
-                    message: format!("cannot read: {reason}"),
-                    file,
-                }
+            let text = crate::bounded::read_to_string(&f, limits).map_err(|e| RuleError {
+                file: f.display().to_string(),
+                line: 1,
+                column: 1,
+                message: format!("cannot read: {}", e.problem),
             })?;
             set.add(&f, text)?;
         }
