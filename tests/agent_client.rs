@@ -164,3 +164,25 @@ fn a_unix_socket_whose_accept_queue_is_full_costs_the_timeout() {
     ));
     assert!(text.contains("no answer within 5s"), "{text}");
 }
+
+/// Deliver 5: what the agent (or whatever answers in its place) says reaches the terminal with
+/// no control character and on one line.
+#[test]
+fn check_health_prints_a_hostile_answer_without_control_characters() {
+    let body = "\u{1b}]0;owned\u{7}\u{1b}[31mno GPU\u{9b}\nFORGED";
+    let url = serve(
+        format!(
+            "HTTP/1.1 404 Not Found\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+    );
+    let out = run(&["check-health", "--url", &url, "--gpu", "0"], LIMIT);
+    let text = refused(&out);
+    let line = text.strip_suffix('\n').unwrap_or(&text);
+    assert!(!line.chars().any(|c| c.is_control()), "{line:?}");
+    assert!(
+        line.contains("]0;owned") && line.contains("FORGED"),
+        "{line}"
+    );
+}

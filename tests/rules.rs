@@ -615,6 +615,51 @@ fn a_hook_running_at_sigterm_finishes_and_is_recorded() {
     assert_eq!(end[0]["stdout"], "done\n");
 }
 
+/// Deliver 5: a hook's output is outside text. One that prints `ESC ] 0 ; … BEL`, `ESC [ 31 m`
+/// and a newline followed by a forged log line reaches the agent's text log escaped: no raw
+/// control character, no second line.
+#[test]
+fn a_hooks_terminal_escapes_and_forged_lines_reach_the_log_escaped() {
+    let s = Setup::new(UP_RULE);
+    write_script(
+        &s.path("hostile.sh"),
+        "#!/bin/sh\nprintf '\\033]0;owned\\007\\033[31mred\\nFORGED ERROR gpu_steward: fake line\\n'\n",
+    );
+    let config = s.config(&format!(
+        "[[remediation.hooks]]\nname = \"hostile\"\ncommand = [\"{}\"]\n\
+         [[remediation.routes]]\nmatchers = ['alertname=\"GpuUp\"']\nhooks = [\"hostile\"]\n",
+        s.path("hostile.sh").display()
+    ));
+    let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    let end = wait_for("the hook's record", Duration::from_secs(15), || {
+        s.audit_events("hook.end").into_iter().next()
+    });
+    // The answer, known before asking: what the script prints.
+    assert_eq!(
+        end["stdout"],
+        "\u{1b}]0;owned\u{7}\u{1b}[31mred\nFORGED ERROR gpu_steward: fake line\n"
+    );
+    let log = wait_for("the hook's log line", Duration::from_secs(10), || {
+        let log = agent.log();
+        log.contains("hook succeeded").then_some(log)
+    });
+    let line = log
+        .lines()
+        .find(|l| l.contains("hook succeeded"))
+        .expect("the line");
+    assert!(
+        line.contains(
+            r"stdout=\u{1b}]0;owned\u{7}\u{1b}[31mred\nFORGED ERROR gpu_steward: fake line\n"
+        ),
+        "{line}"
+    );
+    assert!(!log.contains('\u{1b}') && !log.contains('\u{7}'), "{log:?}");
+    assert!(
+        !log.lines().any(|l| l.starts_with("FORGED")),
+        "a forged line: {log}"
+    );
+}
+
 #[test]
 fn power_limit_and_fence_are_written_to_the_gpu_and_undone_on_resolution() {
     let s = Setup::new(HOT_RULE);
