@@ -161,7 +161,10 @@ pub fn open(path: &Path, limits: Limits) -> Result<File, Error> {
         })?;
     let meta = file.metadata().map_err(|e| err(Problem::Io(e)))?;
     let ft = meta.file_type();
-    if !ft.is_file() {
+    // `/dev/null` reads as empty at once and holds nothing: `--config /dev/null` ("no file,
+    // built-in defaults") was valid before files were bounded and stays valid.
+    let dev_null = ft.is_char_device() && meta.rdev() == nix::libc::makedev(1, 3);
+    if !ft.is_file() && !dev_null {
         let kind = if ft.is_fifo() {
             "FIFO"
         } else if ft.is_socket() {
@@ -264,6 +267,19 @@ mod tests {
         let e = read(&link, Limits::own(1 << 20)).expect_err("symlink");
         assert!(matches!(e.problem, Problem::Symlink), "{e}");
         let e = read(&link, Limits::provided(1 << 20)).expect_err("device");
+        assert!(
+            matches!(e.problem, Problem::NotRegular("character device")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn dev_null_reads_as_empty_and_other_devices_are_refused() {
+        assert_eq!(
+            read(Path::new("/dev/null"), Limits::provided(10)).expect("null"),
+            b""
+        );
+        let e = read(Path::new("/dev/zero"), Limits::provided(10)).expect_err("zero");
         assert!(
             matches!(e.problem, Problem::NotRegular("character device")),
             "{e}"

@@ -7,9 +7,18 @@
 //! A text log line is one event: a newline inside a field (a hook's output, a multi-line
 //! report) is written as `\n` ([`OneLine`]), so grep, journald and log shippers see one record
 //! per line. JSON escapes newlines itself.
+//!
+//! Text fields are terminal-safe ([`safe_fields`]): a process name, pod name, hook output,
+//! alert label or HTTP peer can carry `ESC ] 0 ; … BEL` or `ESC [ 31 m`, and tracing-subscriber
+//! 0.3.23 escapes only the message and error values (ESC, BEL, BS, FF, DEL and C1; not `\r`, VT
+//! or NUL), never a `%value` field. Every field is written through [`crate::terminal::escape`]
+//! instead, so no call site has to remember. JSON escapes C0 controls itself (serde_json);
+//! DEL and C1 stay as their UTF-8 encoding, which a JSON reader does not execute.
 
 use std::io::{self, IsTerminal, Write};
 
+use tracing_subscriber::field::MakeExt;
+use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Registry};
@@ -57,6 +66,7 @@ pub fn init(
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_ansi(std::io::stderr().is_terminal())
+                    .fmt_fields(safe_fields())
                     .with_writer(|| OneLine(std::io::stderr())),
             )
             .try_init(),
@@ -72,6 +82,20 @@ pub fn init(
         eprintln!("gpu-steward: logging was already initialised: {e}");
     }
     LogHandle { handle, flag_level }
+}
+
+/// The text layer's field formatter: `name=value` (the message bare), separated by spaces as
+/// tracing-subscriber's own, every value with its control characters made visible.
+pub fn safe_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        let safe = crate::terminal::escape(&text);
+        match field.name() {
+            "message" => write!(w, "{safe}"),
+            name => write!(w, "{}={safe}", name.strip_prefix("r#").unwrap_or(name)),
+        }
+    })
+    .delimited(" ")
 }
 
 /// A writer that keeps each event on one line: the formatter hands it one whole event per
@@ -124,7 +148,7 @@ impl LogHandle {
 
 #[cfg(test)]
 mod tests {
-    use super::{directive, OneLine};
+    use super::{directive, safe_fields, OneLine};
     use std::sync::{Arc, Mutex};
 
     #[derive(Clone, Default)]
@@ -161,6 +185,42 @@ mod tests {
             "{text}"
         );
         assert!(lines[1].ends_with("next event"), "{text}");
+    }
+
+    /// Deliver 5: outside text in any field (`%`, `?`, plain, the message, an error) reaches a
+    /// text log with no raw control character, and cannot forge a second line.
+    #[test]
+    fn control_characters_in_every_kind_of_field_are_made_visible() {
+        let buf = Buf::default();
+        let w = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .fmt_fields(safe_fields())
+            .with_writer(move || OneLine(w.clone()))
+            .finish();
+        let hostile = "\u{1b}]0;x\u{7}\u{1b}[31mred\u{b}\u{0}\u{9b}\nFORGED line";
+        let error = std::io::Error::other(hostile);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(
+                process = %hostile,
+                pod = ?hostile,
+                label = hostile,
+                error = &error as &dyn std::error::Error,
+                "hook said {hostile}"
+            );
+        });
+        let text = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf-8");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            !text.trim_end_matches('\n').chars().any(|c| c.is_control()),
+            "{text:?}"
+        );
+        let seen = r"\u{1b}]0;x\u{7}\u{1b}[31mred\u{b}\u{0}\u{9b}\nFORGED line";
+        assert!(text.contains(&format!("hook said {seen}")), "{text}");
+        assert!(text.contains(&format!("process={seen}")), "{text}");
+        assert!(text.contains(&format!("error={seen}")), "{text}");
+        // `?` and plain string fields are Debug-quoted, as tracing-subscriber writes them.
+        assert!(text.contains(r#"pod="\u{1b}]0;x\u{7}"#), "{text}");
     }
 
     #[test]

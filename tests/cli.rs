@@ -354,3 +354,124 @@ fn mig_and_sharing_run_on_a_scenario_and_keep_its_state_between_commands() {
         "{text}"
     );
 }
+
+/// Runs `check-config PATH`, killed if it outlives 20 s (a hang fails the test, it does not
+/// stall it): (exit status, stderr).
+fn check_config_bounded(config: &std::path::Path) -> (Option<i32>, String) {
+    let child = Command::new(bin())
+        .arg("check-config")
+        .arg(config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+        Ok(out) => {
+            let out = out.expect("output");
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+        Err(_) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            panic!("check-config {} hangs", config.display());
+        }
+    }
+}
+
+#[test]
+fn a_fifo_or_a_link_to_dev_zero_as_config_rules_web_config_or_token_is_refused_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let zero = dir.path().join("zero");
+    std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink");
+    let fifo_is = "is a FIFO, not a regular file; replace it with a regular file";
+    let zero_is = "is a character device, not a regular file";
+
+    // The config file itself.
+    let (code, err) = check_config_bounded(&fifo);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("{}: cannot read: {fifo_is}", fifo.display())),
+        "{err}"
+    );
+    let (code, err) = check_config_bounded(&zero);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("{}: cannot read: {zero_is}", zero.display())),
+        "{err}"
+    );
+
+    // A rule file, with the position check-config gives every rule file error.
+    for (name, is) in [("fifo", fifo_is), ("zero", zero_is)] {
+        let config = write(
+            &dir,
+            "rules.toml",
+            &format!("[rules]\nfiles = [\"{name}\"]\n"),
+        );
+        let (code, err) = check_config_bounded(&config);
+        assert_eq!(code, Some(2), "{err}");
+        let path = dir.path().join(name);
+        assert!(
+            err.contains(&format!("{}:1:1: cannot read: {is}", path.display())),
+            "{err}"
+        );
+    }
+
+    // The web config.
+    let config = write(
+        &dir,
+        "web.toml",
+        &format!("[server]\nweb_config_file = \"{}\"\n", fifo.display()),
+    );
+    let (code, err) = check_config_bounded(&config);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("web config {}: {fifo_is}", fifo.display())),
+        "{err}"
+    );
+
+    // The API token: the API stays off (as for any unusable token), and check-config says why
+    // instead of waiting on the FIFO.
+    let config = write(
+        &dir,
+        "api.toml",
+        &format!(
+            "[api]\nenabled = true\ntoken_file = \"{}\"\n",
+            fifo.display()
+        ),
+    );
+    let out = Command::new(bin())
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .expect("check-config");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "the token is unusable: API token file {}: {fifo_is}",
+            fifo.display()
+        )),
+        "{text}"
+    );
+
+    // A rule file over the limit of 16 MiB.
+    let big = dir.path().join("big.yml");
+    let mut text = b"groups: []\n".to_vec();
+    text.resize((16 << 20) + 1, b'#');
+    std::fs::write(&big, text).expect("write");
+    let config = write(&dir, "big.toml", "[rules]\nfiles = [\"big.yml\"]\n");
+    let (code, err) = check_config_bounded(&config);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("over the limit of 16777216 bytes"), "{err}");
+}

@@ -615,6 +615,51 @@ fn a_hook_running_at_sigterm_finishes_and_is_recorded() {
     assert_eq!(end[0]["stdout"], "done\n");
 }
 
+/// Deliver 5: a hook's output is outside text. One that prints `ESC ] 0 ; … BEL`, `ESC [ 31 m`
+/// and a newline followed by a forged log line reaches the agent's text log escaped: no raw
+/// control character, no second line.
+#[test]
+fn a_hooks_terminal_escapes_and_forged_lines_reach_the_log_escaped() {
+    let s = Setup::new(UP_RULE);
+    write_script(
+        &s.path("hostile.sh"),
+        "#!/bin/sh\nprintf '\\033]0;owned\\007\\033[31mred\\nFORGED ERROR gpu_steward: fake line\\n'\n",
+    );
+    let config = s.config(&format!(
+        "[[remediation.hooks]]\nname = \"hostile\"\ncommand = [\"{}\"]\n\
+         [[remediation.routes]]\nmatchers = ['alertname=\"GpuUp\"']\nhooks = [\"hostile\"]\n",
+        s.path("hostile.sh").display()
+    ));
+    let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    let end = wait_for("the hook's record", Duration::from_secs(15), || {
+        s.audit_events("hook.end").into_iter().next()
+    });
+    // The answer, known before asking: what the script prints.
+    assert_eq!(
+        end["stdout"],
+        "\u{1b}]0;owned\u{7}\u{1b}[31mred\nFORGED ERROR gpu_steward: fake line\n"
+    );
+    let log = wait_for("the hook's log line", Duration::from_secs(10), || {
+        let log = agent.log();
+        log.contains("hook succeeded").then_some(log)
+    });
+    let line = log
+        .lines()
+        .find(|l| l.contains("hook succeeded"))
+        .expect("the line");
+    assert!(
+        line.contains(
+            r"stdout=\u{1b}]0;owned\u{7}\u{1b}[31mred\nFORGED ERROR gpu_steward: fake line\n"
+        ),
+        "{line}"
+    );
+    assert!(!log.contains('\u{1b}') && !log.contains('\u{7}'), "{log:?}");
+    assert!(
+        !log.lines().any(|l| l.starts_with("FORGED")),
+        "a forged line: {log}"
+    );
+}
+
 #[test]
 fn power_limit_and_fence_are_written_to_the_gpu_and_undone_on_resolution() {
     let s = Setup::new(HOT_RULE);
@@ -686,6 +731,67 @@ fn a_rule_too_deep_to_evaluate_is_refused_by_check_config_and_at_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains(&want), "{err}");
+}
+
+#[test]
+fn runs_of_unary_operators_are_refused_by_check_config_and_at_start_and_the_limit_evaluates() {
+    // The defect: 3,000 unary minus signs counted as one operator, passed check-config and
+    // overflowed the daemon's stack. Each form nests once per operator or bracket.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("r.yml");
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, "[rules]\nfiles = [\"r.yml\"]\n").expect("config");
+    let deep = [
+        format!("{}up", "-".repeat(3000)),
+        format!("{}up{}", "-(".repeat(3000), ")".repeat(3000)),
+        format!("{}up{}", "abs(".repeat(3000), ")".repeat(3000)),
+        format!("{}up{}", "(".repeat(3000), ")".repeat(3000)),
+    ];
+    let want = format!("{}:5:9: rule 'Deep': the expression", rules.display());
+    for (i, expr) in deep.iter().enumerate() {
+        std::fs::write(
+            &rules,
+            format!("groups:\n  - name: g\n    rules:\n      - alert: Deep\n        expr: '{expr} > 0'\n"),
+        )
+        .expect("rules");
+        let out = Command::new(common::bin())
+            .arg("check-config")
+            .arg(&config)
+            .output()
+            .expect("check-config");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "form {i}: {err}");
+        assert!(
+            err.contains(&want) && err.contains("nesting limit of 128"),
+            "form {i}: {err}"
+        );
+        if i == 0 {
+            let out = Command::new(common::bin())
+                .args(["run", "--listen", "127.0.0.1:0", "--config"])
+                .arg(&config)
+                .output()
+                .expect("run");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{err}");
+            assert!(err.contains(&want), "{err}");
+        }
+    }
+    // At the limit the daemon parses and evaluates it on its own threads: 126 minus signs (an
+    // even count, so the value keeps its sign) and one comparison. The scenario's 60 °C is
+    // over 50, so the alert fires.
+    let expr = format!("{}gpu_steward_temperature_celsius > 50", "-".repeat(126));
+    let text = format!(
+        "groups:\n  - name: g\n    rules:\n      - alert: AtLimit\n        expr: '{expr}'\n"
+    );
+    std::fs::write(&rules, &text).expect("rules");
+    let agent = Agent::with_scenario(SCENARIO)
+        .config(&format!("[rules]\nfiles = [\"{}\"]\n", rules.display()))
+        .start();
+    wait_for(
+        "the alert at the limit fires",
+        Duration::from_secs(20),
+        || (alerts(&agent, "AtLimit", "firing") == Some(1.0)).then_some(()),
+    );
 }
 
 #[test]

@@ -1,15 +1,23 @@
-//! A small blocking HTTP/1.1 GET for the commands that ask the local agent (`status`,
-//! `check-health`): over TCP (`http://HOST[:PORT]`) or the API's Unix socket. One request per
-//! connection (`Connection: close`), the whole exchange bounded by one deadline (a hanging agent
-//! costs the caller its timeout, no more), bodies by `Content-Length`, chunked or until the
-//! connection closes. No TLS: the agent's TLS port is for Prometheus; a local tool uses the
-//! plain port on loopback or the socket.
+//! The HTTP/1.1 GET of the commands that ask the local agent (`status`, `check-health`): over
+//! TCP (`http://HOST[:PORT]`) or the API's Unix socket, with hyper's client on a one-thread
+//! runtime of its own.
+//!
+//! The agent may be hung, busy or not the agent at all, so everything is bounded: one deadline
+//! over the whole exchange (resolve, connect, send, head and body: a full accept queue, a
+//! server that accepts and never answers or one that trickles costs the caller its `--timeout`,
+//! no more), a response head of at most [`MAX_HEAD`] bytes and a body of at most [`MAX_BODY`].
+//! No TLS: the agent's TLS port is for Prometheus; a local tool uses the plain port on loopback
+//! or the socket.
+//!
+//! This module must not be called from inside a tokio runtime (it starts its own), and must not
+//! parse HTTP itself: hyper does, with the limits above.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::rt::TokioIo;
 
 /// Where the agent is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,25 +80,41 @@ pub struct Answer {
 }
 
 /// More than any page the agent serves (a 16-GPU /metrics page is a few MB).
-const MAX_BODY: usize = 64 << 20;
+pub const MAX_BODY: usize = 64 << 20;
+
+/// The most bytes hyper buffers for the status line and headers (the agent sends a few hundred).
+pub const MAX_HEAD: usize = 64 << 10;
+
+/// How often a connect to a Unix socket whose accept queue is full is tried again.
+const FULL_QUEUE_RETRY: Duration = Duration::from_millis(20);
 
 /// `GET path`, all of it within `timeout`; an error in words when the agent cannot be asked.
+/// The error starts with the agent's address and the path.
 pub fn get(target: &Target, path: &str, timeout: Duration) -> Result<Answer, String> {
-    let deadline = Instant::now() + timeout;
-    let left = || {
-        deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| format!("no answer within {}", humantime::format_duration(timeout)))
-    };
-    let host = match target {
-        Target::Tcp(h) => h.as_str(),
-        Target::Socket(_) => "localhost",
-    };
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: gpu-steward\r\nConnection: close\r\n\r\n"
-    );
-    let raw = match target {
+    let whence = || format!("{}{path}", target.describe());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("{}: cannot start the HTTP client: {e}", whence()))?;
+    let answer = runtime.block_on(async {
+        tokio::time::timeout(timeout, exchange(target, path))
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "no answer within {}; is the agent busy or hung? give it more with --timeout",
+                    humantime::format_duration(timeout)
+                ))
+            })
+    });
+    // A name lookup still running on the blocking pool must not hold the command past its
+    // deadline: leave it behind.
+    runtime.shutdown_background();
+    answer.map_err(|e| format!("{}: {e}", whence()))
+}
+
+/// Connect, send and read the whole answer; bounded in time by the caller.
+async fn exchange(target: &Target, path: &str) -> Result<Answer, String> {
+    match target {
         Target::Tcp(host) => {
             let with_port = if host
                 .rsplit_once(':')
@@ -100,142 +124,92 @@ pub fn get(target: &Target, path: &str, timeout: Duration) -> Result<Answer, Str
             } else {
                 format!("{host}:80")
             };
-            let addr = with_port
-                .to_socket_addrs()
+            let addr = tokio::net::lookup_host(&with_port)
+                .await
                 .map_err(|e| format!("cannot resolve '{host}': {e}"))?
                 .next()
                 .ok_or_else(|| format!("'{host}' has no address"))?;
-            TcpStream::connect_timeout(&addr, left()?)
-                .map_err(|e| format!("cannot connect to {addr}: {e}"))
-                .and_then(|s| {
-                    exchange(s, &request, &left, |s, t| {
-                        s.set_read_timeout(Some(t))?;
-                        s.set_write_timeout(Some(t))
-                    })
-                })
+            let stream = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+            request(TokioIo::new(stream), host, path).await
         }
-        Target::Socket(p) => UnixStream::connect(p)
-            .map_err(|e| format!("cannot connect: {e}"))
-            .and_then(|s| {
-                exchange(s, &request, &left, |s, t| {
-                    s.set_read_timeout(Some(t))?;
-                    s.set_write_timeout(Some(t))
-                })
-            }),
+        Target::Socket(p) => {
+            let stream = connect_unix(p).await?;
+            request(TokioIo::new(stream), "localhost", path).await
+        }
     }
-    .map_err(|e| format!("{}{path}: {e}", target.describe()))?;
-    parse(&raw).map_err(|e| format!("{}{path}: {e}", target.describe()))
 }
 
-/// Writes the request and reads to EOF, each step within what is left of the deadline.
-fn exchange<S: Read + Write>(
-    mut s: S,
-    request: &str,
-    left: &dyn Fn() -> Result<Duration, String>,
-    set_timeout: impl Fn(&S, Duration) -> std::io::Result<()>,
-) -> Result<Vec<u8>, String> {
-    set_timeout(&s, left()?).map_err(|e| e.to_string())?;
-    s.write_all(request.as_bytes())
-        .map_err(|e| format!("cannot send the request: {e}"))?;
-    let mut raw = Vec::new();
-    let mut chunk = [0u8; 8192];
+/// Connects to a Unix socket. A non-blocking connect to a socket whose accept queue is full
+/// fails at once with `EAGAIN` (a blocking one would wait without limit): tried again until the
+/// caller's deadline, as a busy agent may accept soon.
+async fn connect_unix(p: &std::path::Path) -> Result<tokio::net::UnixStream, String> {
     loop {
-        set_timeout(&s, left()?).map_err(|e| e.to_string())?;
-        match s.read(&mut chunk) {
-            Ok(0) => return Ok(raw),
-            Ok(n) => raw.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) =>
-            {
-                left()?;
+        match tokio::net::UnixStream::connect(p).await {
+            Ok(s) => return Ok(s),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                tokio::time::sleep(FULL_QUEUE_RETRY).await;
             }
-            Err(e) => return Err(format!("no complete answer: {e}")),
-        }
-        if raw.len() > MAX_BODY {
-            return Err(format!("the answer is over {} MiB", MAX_BODY >> 20));
+            Err(e) => return Err(format!("cannot connect: {e}")),
         }
     }
 }
 
-fn parse(raw: &[u8]) -> Result<Answer, String> {
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut res = httparse::Response::new(&mut headers);
-    let head = match res.parse(raw) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Err("the answer ended in its headers".into()),
-        Err(e) => return Err(format!("not an HTTP answer: {e}")),
-    };
-    let status = res.code.unwrap_or(0);
-    let header = |name: &str| {
-        res.headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .and_then(|h| std::str::from_utf8(h.value).ok())
-    };
-    let rest = &raw[head..];
-    let body = if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
-        dechunk(rest)?
-    } else if let Some(n) = header("content-length").and_then(|v| v.trim().parse::<usize>().ok()) {
-        if rest.len() < n {
-            return Err(format!("the body ended after {} of {n} bytes", rest.len()));
-        }
-        rest[..n].to_vec()
-    } else {
-        rest.to_vec()
-    };
+/// One request on a fresh connection, the answer's body read up to [`MAX_BODY`].
+async fn request<I>(io: I, host: &str, path: &str) -> Result<Answer, String>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(MAX_HEAD.max(8192))
+        .handshake::<_, Empty<Bytes>>(io)
+        .await
+        .map_err(|e| format!("cannot start HTTP: {}", chain(&e)))?;
+    // The connection is driven beside the request; its errors reach the request's future.
+    let driver = tokio::spawn(connection);
+    let req = hyper::Request::get(path)
+        .header(hyper::header::HOST, host)
+        .header(hyper::header::USER_AGENT, "gpu-steward")
+        .header(hyper::header::CONNECTION, "close")
+        .body(Empty::new())
+        .map_err(|e| format!("cannot build the request: {e}"))?;
+    let response = sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("no complete answer: {}", chain(&e)))?;
+    let status = response.status().as_u16();
+    let body = Limited::new(response.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                format!(
+                    "the answer's body is over the limit of {} MiB; is this the agent?",
+                    MAX_BODY >> 20
+                )
+            } else {
+                format!("no complete answer: {}", chain(e.as_ref()))
+            }
+        })?
+        .to_bytes()
+        .to_vec();
+    driver.abort();
     Ok(Answer { status, body })
 }
 
-fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = rest
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or("a chunk size line has no end")?;
-        let size_text = std::str::from_utf8(&rest[..line_end]).map_err(|e| e.to_string())?;
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| format!("bad chunk size '{size_text}'"))?;
-        rest = &rest[line_end + 2..];
-        if size == 0 {
-            return Ok(out);
-        }
-        if rest.len() < size + 2 {
-            return Err("a chunk ended early".into());
-        }
-        out.extend_from_slice(&rest[..size]);
-        rest = &rest[size + 2..];
+/// An error with its causes, as hyper's own words are short ("error reading a body").
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
     }
+    crate::terminal::escape(&out).into_owned()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_are_checked_and_bodies_read_every_way() {
-        assert_eq!(
-            Target::new(Some("http://127.0.0.1:9400/ignored"), None),
-            Ok(Target::Tcp("127.0.0.1:9400".into()))
-        );
-        assert!(Target::new(Some("https://x:1"), None)
-            .is_err_and(|e| e.contains("https is not supported")));
-        assert!(Target::new(Some("127.0.0.1:9400"), None).is_err_and(|e| e.contains("http://")));
-        assert!(Target::new(Some("http://"), None).is_err());
-        // Nothing but a host reaches the request's head.
-        assert!(Target::new(Some("http://a\r\nX-Evil: 1"), None).is_err());
-        assert!(parse(b"SSH-2.0-OpenSSH\r\n").is_err());
-        let a = parse(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2\r\n\r\nokEXTRA")
-            .expect("parse");
-        assert_eq!((a.status, a.body.as_slice()), (503, &b"ok"[..]));
-        let a = parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
-            .expect("parse");
-        assert_eq!(a.body, b"abcde");
-        assert!(parse(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nabc").is_err());
-    }
-}
+#[path = "agent_client_tests.rs"]
+mod tests;

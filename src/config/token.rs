@@ -2,20 +2,30 @@
 //! mutating request (`http/api.rs`) and for `check-config`. Reading only; it must not import
 //! `http/`.
 
+use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 /// The longest token file read; a token is a line of text, not a document.
-const MAX_TOKEN_FILE: u64 = 4096;
+pub const MAX_TOKEN_FILE: u64 = 4096;
 
 /// Reads and checks the token file: readable by the agent alone (no permission for other users;
 /// group read only for the agent's own group), one non-empty line.
 pub fn load_token(path: &Path) -> Result<Vec<u8>, String> {
-    let meta =
-        std::fs::metadata(path).map_err(|e| format!("API token file {}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("API token file {} is not a file", path.display()));
-    }
+    // Opened once, and every check made on what was opened: a FIFO or device is refused before
+    // anything waits on it, and the file cannot be swapped between the checks and the read.
+    let file = crate::bounded::open(path, crate::bounded::Limits::provided(MAX_TOKEN_FILE))
+        .map_err(|e| match e.problem {
+            crate::bounded::Problem::TooLarge { size, .. } => format!(
+                "API token file {} is {size} bytes; a token is one line (at most \
+                 {MAX_TOKEN_FILE} bytes)",
+                path.display()
+            ),
+            _ => format!("API token file {e}"),
+        })?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("API token file {}: {e}", path.display()))?;
     // Whoever owns the file can rewrite the token (and its mode): only root and the agent's
     // own user may.
     let euid = nix::unistd::geteuid().as_raw();
@@ -42,15 +52,18 @@ pub fn load_token(path: &Path) -> Result<Vec<u8>, String> {
             path.display()
         ));
     }
-    if meta.len() > MAX_TOKEN_FILE {
+    // A regular file (checked at open): the read does not block. One byte over the limit is
+    // enough to see a file that grew after the open.
+    let mut text = Vec::new();
+    file.take(MAX_TOKEN_FILE + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| format!("API token file {}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_TOKEN_FILE {
         return Err(format!(
-            "API token file {} is {} bytes; a token is one line (at most {MAX_TOKEN_FILE} bytes)",
-            path.display(),
-            meta.len()
+            "API token file {} is over {MAX_TOKEN_FILE} bytes; a token is one line",
+            path.display()
         ));
     }
-    let text =
-        std::fs::read(path).map_err(|e| format!("API token file {}: {e}", path.display()))?;
     let token = text.trim_ascii();
     if token.is_empty() {
         return Err(format!(
@@ -89,6 +102,31 @@ mod tests {
         assert!(load_token(&path).expect_err("empty").contains("empty"));
         let e = load_token(&dir.path().join("missing")).expect_err("missing");
         assert!(e.contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn a_fifo_or_a_link_to_dev_zero_as_token_file_is_refused_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .expect("mkfifo");
+        let e = load_token(&fifo).expect_err("fifo");
+        assert!(e.contains("is a FIFO, not a regular file"), "{e}");
+        let zero = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink");
+        let e = load_token(&zero).expect_err("device");
+        assert!(
+            e.contains("is a character device, not a regular file"),
+            "{e}"
+        );
+        let big = dir.path().join("big");
+        fs::write(&big, vec![b'x'; 4097]).expect("write");
+        fs::set_permissions(&big, fs::Permissions::from_mode(0o600)).expect("chmod");
+        let e = load_token(&big).expect_err("big");
+        assert!(
+            e.contains("4097 bytes") && e.contains("at most 4096"),
+            "{e}"
+        );
     }
 
     #[test]

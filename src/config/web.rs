@@ -125,9 +125,13 @@ pub fn describe(tls: bool, users: usize) -> String {
 /// Reads and checks the file: every error names the file, and YAML errors the line and column.
 pub fn load(path: &Path) -> Result<WebSettings, String> {
     let text =
-        std::fs::read_to_string(path).map_err(|e| format!("web config {}: {e}", path.display()))?;
+        crate::bounded::read_to_string(path, crate::bounded::Limits::provided(MAX_WEB_CONFIG))
+            .map_err(|e| format!("web config {e}"))?;
     parse(path, &text)
 }
+
+/// The largest web config read (docs/configuration.md): a few users and paths, not a document.
+pub const MAX_WEB_CONFIG: u64 = 1 << 20;
 
 /// [`load`] on text already read (`path` names it in errors and anchors relative paths).
 pub fn parse(path: &Path, text: &str) -> Result<WebSettings, String> {

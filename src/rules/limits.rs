@@ -34,16 +34,20 @@ pub fn check(query: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Operators (a run of operator characters, or `and`/`or`/`unless`/`atan2`) and the deepest
-/// nesting of `()` and `[]`, outside quoted strings and label matchers (`{…}`), which nest
-/// nothing.
+/// Operators and the deepest nesting of `()` and `[]`, outside quoted strings, `#` comments and
+/// label matchers (`{…}`), which nest nothing.
+///
+/// Every operator counts on its own: `---x` is three unary minus nodes nested in each other, not
+/// one, and `a >= -1` is a comparison and a unary minus. Only the two-character comparisons
+/// (`==`, `!=`, `<=`, `>=`) are one token each. A word operator (`and`, `or`, `unless`,
+/// `atan2`) counts once; function calls and aggregations nest through their brackets.
 fn measure(query: &str) -> (usize, usize) {
     let mut operators = 0;
     let (mut depth, mut deepest) = (0usize, 0usize);
     let mut braces = 0usize;
     let mut quote: Option<char> = None;
+    let mut comment = false;
     let mut escaped = false;
-    let mut in_operator = false;
     let mut word = String::new();
     fn end_word(word: &mut String, operators: &mut usize) {
         if matches!(
@@ -54,7 +58,13 @@ fn measure(query: &str) -> (usize, usize) {
         }
         word.clear();
     }
-    for c in query.chars() {
+    let mut chars = query.chars().peekable();
+    while let Some(c) = chars.next() {
+        if comment {
+            // A comment runs to the end of the line: a quote inside it opens nothing.
+            comment = c != '\n';
+            continue;
+        }
         if let Some(q) = quote {
             if escaped {
                 escaped = false;
@@ -67,12 +77,12 @@ fn measure(query: &str) -> (usize, usize) {
         }
         if c.is_alphanumeric() || c == '_' || c == ':' {
             word.push(c);
-            in_operator = false;
             continue;
         }
         end_word(&mut word, &mut operators);
         match c {
             '"' | '\'' | '`' => quote = Some(c),
+            '#' => comment = true,
             '{' => braces += 1,
             '}' => braces = braces.saturating_sub(1),
             _ if braces > 0 => {}
@@ -81,16 +91,16 @@ fn measure(query: &str) -> (usize, usize) {
                 deepest = deepest.max(depth);
             }
             ')' | ']' => depth = depth.saturating_sub(1),
-            '+' | '-' | '*' | '/' | '%' | '^' | '=' | '!' | '<' | '>' => {
-                if !in_operator {
-                    operators += 1;
+            '=' | '!' | '<' | '>' => {
+                // `==`, `!=`, `<=`, `>=` are one operator; `=`, `<`, `>` alone are one too.
+                if chars.peek() == Some(&'=') {
+                    chars.next();
                 }
-                in_operator = true;
-                continue;
+                operators += 1;
             }
+            '+' | '-' | '*' | '/' | '%' | '^' => operators += 1,
             _ => {}
         }
-        in_operator = false;
     }
     end_word(&mut word, &mut operators);
     (operators, deepest)
@@ -110,6 +120,30 @@ mod tests {
         );
         assert_eq!(measure(r#"x{a="}(((("}"#), (0, 0));
         assert_eq!(measure("a >= -1"), (2, 0));
+        assert_eq!(measure("---up"), (3, 0));
+        assert_eq!(measure("a != b <= c == d"), (3, 0));
+        assert_eq!(measure("abs(abs(up))"), (0, 2));
+        assert_eq!(measure("# a \"quote\n-up"), (1, 0));
+    }
+
+    #[test]
+    fn runs_of_unary_operators_count_one_level_each() {
+        // The defect: 3,000 unary minus signs counted as one operator passed the check and
+        // overflowed the daemon's stack.
+        for q in [
+            format!("{}up", "-".repeat(3000)),
+            format!("{}up", "+".repeat(3000)),
+            format!("{}up{}", "-(".repeat(3000), ")".repeat(3000)),
+            format!("{}up{}", "abs(".repeat(3000), ")".repeat(3000)),
+            format!("{}up{}", "(".repeat(3000), ")".repeat(3000)),
+            // A quote inside a comment must not hide the operators after it.
+            format!("# \"\n{}up\n# \"", "-".repeat(3000)),
+        ] {
+            let e = check(&q).expect_err("too deep");
+            assert!(e.contains("nesting limit of 128"), "{e}");
+        }
+        assert!(check(&format!("{}up", "-".repeat(MAX_EXPR_NESTING))).is_ok());
+        assert!(check(&format!("{}up", "-".repeat(MAX_EXPR_NESTING + 1))).is_err());
     }
 
     #[test]

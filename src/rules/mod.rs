@@ -39,6 +39,10 @@ use check::Needs;
 use file::{Group, RuleError};
 use history::History;
 
+/// The largest rule file read (docs/configuration.md): thousands of rules, each expression at
+/// most [`limits::MAX_EXPR_BYTES`].
+pub const MAX_RULE_FILE: u64 = 16 << 20;
+
 /// Every group of every configured rule file, checked.
 #[derive(Debug, Clone, Default)]
 pub struct RuleSet {
@@ -87,11 +91,12 @@ impl RuleSet {
         }
         let mut set = RuleSet::default();
         for f in files {
-            let text = std::fs::read_to_string(&f).map_err(|e| RuleError {
+            let limits = crate::bounded::Limits::provided(MAX_RULE_FILE);
+            let text = crate::bounded::read_to_string(&f, limits).map_err(|e| RuleError {
                 file: f.display().to_string(),
                 line: 1,
                 column: 1,
-                message: format!("cannot read: {e}"),
+                message: format!("cannot read: {}", e.problem),
             })?;
             set.add(&f, text)?;
         }
