@@ -83,7 +83,7 @@ pub(super) async fn apply(State(state): State<AppState>, body: Bytes) -> Respons
         "pending_reset" => StatusCode::ACCEPTED,
         "bad_request" => StatusCode::BAD_REQUEST,
         "infeasible" => StatusCode::UNPROCESSABLE_ENTITY,
-        "refused" => StatusCode::CONFLICT,
+        "refused" | "busy" => StatusCode::CONFLICT,
         // The agent's disk, not the request: retry once the audit log can be written.
         "audit_failed" => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,

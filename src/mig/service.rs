@@ -3,9 +3,11 @@
 //! layouts asked for through `POST /api/v1/mig/apply`. One apply at a time, in a blocking
 //! thread, on an NVML session of its own opened at the first apply and kept. Reads for `GET /api/v1/mig` come from the published snapshot, never from here.
 //!
-//! Each apply writes an intent record (`mig-apply.intent`, beside the audit log) before its
-//! first change and removes it when the layout is settled (applied, or rolled back): a record
-//! found at start means an apply was killed half-way.
+//! Each apply holds the node lock and writes an intent record (`mig-apply.lock`,
+//! `mig-apply.intent`, beside the audit log: [`super::intent`]) before its first change and
+//! removes the record when the layout is settled (applied, or rolled back): a record found at
+//! start means an apply was killed half-way. An API apply that finds another applier (the CLI)
+//! is refused (`busy`, 409); the start-time and reload applies wait for it, bounded.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -14,6 +16,7 @@ use serde::Serialize;
 
 use super::apply::{self, ApplyError, Outcome, PendingReset, Request};
 use super::config::MigConfig;
+pub use super::intent::{intent_path, read_intent, with_intent, Interrupted};
 use super::plan::Plan;
 use crate::audit::AuditLog;
 use crate::config::Config;
@@ -24,7 +27,7 @@ use crate::gpu::Session;
 pub struct Report {
     pub layout: String,
     /// `nothing_to_do`, `dry_run`, `applied`, `pending_reset`, `infeasible`, `refused`,
-    /// `failed`, `bad_request`.
+    /// `busy` (another applier holds the node lock), `failed`, `bad_request`.
     pub outcome: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<Plan>,
@@ -149,7 +152,17 @@ impl MigService {
         let r = if dry_run {
             run()
         } else {
-            with_intent(&lock(&self.audit_file).clone(), layout, run)
+            // The API answers at once (409, naming the holder); the configured layout waits
+            // for a `gpu-steward mig apply` in progress, as an operator would.
+            let wait = if trigger == "api" {
+                std::time::Duration::ZERO
+            } else {
+                super::intent::LOCK_WAIT
+            };
+            let on_wait = |pid: Option<u32>| {
+                tracing::warn!(pid = ?pid, layout, trigger, "waiting for the MIG apply of another process (at most {} s)", super::intent::LOCK_WAIT.as_secs());
+            };
+            with_intent(&lock(&self.audit_file).clone(), layout, wait, on_wait, run)
         };
         report(layout, r)
     }
@@ -167,73 +180,6 @@ impl MigService {
     pub fn interrupted(&self) -> Option<Interrupted> {
         read_intent(&intent_path(&lock(&self.audit_file)))
     }
-}
-
-/// An apply that left its intent record behind.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, Serialize)]
-pub struct Interrupted {
-    pub layout: String,
-    pub pid: u32,
-    /// Seconds since the Unix epoch.
-    pub started: u64,
-}
-
-/// Runs `apply` (a real one, not a dry run) with its intent record written before: the record
-/// outlives a kill -9 (or power loss) in the middle of the apply, so that the next start knows
-/// the layout may be half-made. It is removed once the apply has settled (done, or rolled
-/// back), and kept when the rollback failed too: the node is not in a known layout. For the
-/// daemon's applies and `gpu-steward mig apply` alike.
-pub fn with_intent(
-    audit_file: &std::path::Path,
-    layout: &str,
-    apply: impl FnOnce() -> Result<Outcome, ApplyError>,
-) -> Result<Outcome, ApplyError> {
-    let path = intent_path(audit_file);
-    if let Err(e) = write_intent(&path, layout) {
-        tracing::warn!(file = %path.display(), error = %e, "cannot write the MIG apply intent record");
-    }
-    let r = apply();
-    if !matches!(r, Err(ApplyError::Failed { undone: false, .. })) {
-        let _ = std::fs::remove_file(&path);
-    }
-    r
-}
-
-/// `mig-apply.intent` beside the audit log, in the agent's state directory.
-pub fn intent_path(audit_file: &std::path::Path) -> PathBuf {
-    audit_file
-        .parent()
-        .unwrap_or_else(|| std::path::Path::new("."))
-        .join("mig-apply.intent")
-}
-
-fn write_intent(path: &std::path::Path, layout: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let started = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let record = Interrupted {
-        layout: layout.to_string(),
-        pid: std::process::id(),
-        started,
-    };
-    let mut f = std::fs::File::create(path)?;
-    f.write_all(
-        serde_json::to_string(&record)
-            .unwrap_or_default()
-            .as_bytes(),
-    )?;
-    f.sync_all()
-}
-
-/// The record at `path`; an unreadable one still says that an apply was interrupted.
-pub fn read_intent(path: &std::path::Path) -> Option<Interrupted> {
-    let text = std::fs::read_to_string(path).ok()?;
-    Some(serde_json::from_str(&text).unwrap_or(Interrupted {
-        layout: "(unreadable intent record)".into(),
-        pid: 0,
-        started: 0,
-    }))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -281,6 +227,7 @@ fn report(layout: &str, r: Result<Outcome, ApplyError>) -> Report {
                 ApplyError::Infeasible(_) => "infeasible",
                 ApplyError::Refused(_) => "refused",
                 ApplyError::Audit(_) => "audit_failed",
+                ApplyError::Busy(_) => "busy",
                 ApplyError::Failed { undone, .. } => {
                     rep.restored = Some(*undone);
                     "failed"
