@@ -248,9 +248,19 @@ fn open_in(path: &Path, state: &Path) -> io::Result<AuditLog> {
         .mode(0o640)
         // A symlink planted at the path would send the records (appended as the agent's
         // user, often root) into any file: refuse it (ELOOP).
-        .custom_flags(nix::libc::O_NOFOLLOW)
+        // A FIFO there would block the open until a reader came: O_NONBLOCK, then refused below.
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| with_path(e, path))?;
+    if !file.metadata().map_err(|e| with_path(e, path))?.is_file() {
+        return Err(with_path(
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file; replace it with one (or remove it: the agent creates it)",
+            ),
+            path,
+        ));
+    }
     Ok(AuditLog {
         inner: Arc::new(Inner {
             path: path.to_path_buf(),

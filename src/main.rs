@@ -78,7 +78,7 @@ fn run(args: RunArgs) -> ExitCode {
     // have used most of it): the stop must fit systemd's TimeoutStopSec (gpu_steward::shutdown).
     runtime.shutdown_timeout(gpu_steward::shutdown::last_wait(
         gpu_steward::shutdown::HOOK_GRACE + std::time::Duration::from_secs(1),
-        std::time::Duration::from_millis(500),
+        std::time::Duration::from_secs(1),
     ));
     match ran {
         Ok(()) => ExitCode::SUCCESS,
