@@ -417,8 +417,19 @@ fn an_audit_log_in_a_directory_others_may_write_is_refused_at_start() {
             std::fs::write(&s, ONE_H100).expect("scenario");
             s
         })
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run");
+    // An agent that accepts the log runs on: stopped after a while, and the test fails.
+    let pid = nix::unistd::Pid::from_raw(out.id() as i32);
+    let started = Instant::now();
+    let mut out = out;
+    while out.try_wait().expect("wait").is_none() && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    let out = out.wait_with_output().expect("exit");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(

@@ -92,7 +92,9 @@ impl Ids {
         let sticky_dir = meta.is_dir() && mode & 0o1000 != 0;
         let others_write = mode & 0o002 != 0;
         let group_write = mode & 0o020 != 0 && meta.gid() != self.egid;
-        if (others_write || group_write) && !(sticky_dir && !owner) {
+        // A sticky directory above the log's own is fine: others cannot rename what is ours.
+        let sticky_above = sticky_dir && !owner;
+        if (others_write || group_write) && !sticky_above {
             let who = if others_write { "every user" } else { "group" };
             return Err(format!(
                 "{what} '{p}' has mode {mode:04o} (owner uid {}, group gid {}): {who} may write \
