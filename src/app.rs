@@ -401,6 +401,8 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         // The device plugin and the memory guard live as long as the daemon.
         sharing.start(&config, published, stop.clone());
         let control = poller.control.clone();
+        // A MIG apply from now on (the API's, a reload's) wakes the poller when it is done.
+        mig.set_waker(control.clone());
         let handles = Handles {
             control: &control,
             feeds,

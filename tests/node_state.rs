@@ -437,3 +437,46 @@ fn an_audit_log_in_a_directory_others_may_write_is_refused_at_start() {
         "{err}"
     );
 }
+
+/// Issue 34 Deliver 1: a MIG apply through the API wakes the poller, whose next poll reads the
+/// MIG layout off the slow tier's schedule: at a 1 s poll with the slow tier every 10 s (the
+/// default), the instances are on `/metrics` within one poll interval of the answer, not at the
+/// slow tier's next turn.
+#[test]
+fn a_mig_apply_through_the_api_shows_on_metrics_within_one_poll() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let config = format!(
+        "{}[poller]\nslow_interval = \"10s\"\nexpensive_interval = \"10s\"\n",
+        config(dir.path(), None, true)
+    );
+    let agent = Agent::with_scenario(ONE_H100)
+        .config(&config)
+        .interval("1s")
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .start();
+    let count = |agent: &Agent| {
+        agent
+            .get("/metrics")
+            .text()
+            .lines()
+            .filter(|l| l.starts_with("gpu_steward_mig_instance_info{"))
+            .count()
+    };
+    // Ready: the first poll read everything; the slow tier's next turn is 10 s away.
+    assert_eq!(count(&agent), 0);
+    let answer = post_apply(agent.port, "seven").join().expect("answer");
+    let answered = Instant::now();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let seen = wait_for("the instances on /metrics", Duration::from_secs(15), || {
+        (count(&agent) == 7).then(Instant::now)
+    });
+    // One poll interval, and the poll's own time (a debug build on a loaded machine).
+    let took = seen.duration_since(answered);
+    eprintln!("instances on /metrics {took:?} after the answer");
+    assert!(
+        took <= Duration::from_millis(1_500),
+        "{took:?}\n{}",
+        agent.log()
+    );
+}

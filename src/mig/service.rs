@@ -69,6 +69,9 @@ pub struct MigService {
     /// opened, with the library it was opened from: kept for the daemon's life, so applies do
     /// not pay an `nvmlInit` each and the library is never unloaded between them.
     running: Mutex<Option<(String, Session)>>,
+    /// The poller's control, once it runs: told after every apply that changed the node, so
+    /// that its next poll (at once) reads the MIG layout instead of waiting for the slow tier.
+    waker: Mutex<Option<std::sync::mpsc::Sender<crate::poller::Control>>>,
 }
 
 impl MigService {
@@ -78,7 +81,13 @@ impl MigService {
             audit_file: Mutex::new(cfg.audit_file.clone()),
             config: Mutex::new(cfg.mig.clone()),
             running: Mutex::new(None),
+            waker: Mutex::new(None),
         }
+    }
+
+    /// Where to say that the node changed: the poller's control (set once it runs).
+    pub fn set_waker(&self, control: std::sync::mpsc::Sender<crate::poller::Control>) {
+        *lock(&self.waker) = Some(control);
     }
 
     /// Takes a reloaded configuration (SIGHUP).
@@ -164,6 +173,17 @@ impl MigService {
             };
             with_intent(&lock(&self.audit_file).clone(), layout, wait, on_wait, run)
         };
+        // Whatever changed (applied, or made and rolled back) shows at the next poll, now.
+        let changed = match &r {
+            Ok(Outcome::Applied { steps, .. }) => *steps > 0,
+            Err(ApplyError::Failed { .. }) => true,
+            _ => false,
+        };
+        if changed {
+            if let Some(w) = lock(&self.waker).as_ref() {
+                let _ = w.send(crate::poller::Control::Changed);
+            }
+        }
         report(layout, r)
     }
 
