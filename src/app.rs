@@ -150,11 +150,11 @@ async fn converge(mig: &Arc<MigService>, when: &'static str) {
     let trigger = if when == "start" { "start" } else { "sighup" };
     match tokio::task::spawn_blocking(move || service.apply(&name, false, false, trigger)).await {
         Ok(r) if r.ok() => {
-            tracing::info!(layout = %layout, outcome = r.outcome, steps = r.steps, when, "MIG layout in place")
+            tracing::info!(layout = %layout, outcome = %r.outcome, steps = r.steps, when, "MIG layout in place")
         }
         Ok(r) => tracing::error!(
             layout = %layout,
-            outcome = r.outcome,
+            outcome = %r.outcome,
             error = r.error.as_deref().unwrap_or(""),
             pending = ?r.pending,
             when,

@@ -22,13 +22,60 @@ use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::gpu::Session;
 
+/// How an apply through the daemon ended: typed until an edge renders it (the HTTP handler
+/// picks its status code from it; its name, [`MigOutcome::name`], is the one rendering).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigOutcome {
+    NothingToDo,
+    DryRun,
+    Applied,
+    PendingReset,
+    Infeasible,
+    Refused,
+    /// Another applier holds the node lock.
+    Busy,
+    AuditFailed,
+    Failed,
+    BadRequest,
+}
+
+impl MigOutcome {
+    /// The outcome's name in the API's JSON and the logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            MigOutcome::NothingToDo => "nothing_to_do",
+            MigOutcome::DryRun => "dry_run",
+            MigOutcome::Applied => "applied",
+            MigOutcome::PendingReset => "pending_reset",
+            MigOutcome::Infeasible => "infeasible",
+            MigOutcome::Refused => "refused",
+            MigOutcome::Busy => "busy",
+            MigOutcome::AuditFailed => "audit_failed",
+            MigOutcome::Failed => "failed",
+            MigOutcome::BadRequest => "bad_request",
+        }
+    }
+}
+
+impl std::fmt::Display for MigOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for MigOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 /// What an apply through the daemon reports.
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub layout: String,
     /// `nothing_to_do`, `dry_run`, `applied`, `pending_reset`, `infeasible`, `refused`,
     /// `busy` (another applier holds the node lock), `failed`, `bad_request`.
-    pub outcome: &'static str,
+    pub outcome: MigOutcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<Plan>,
     pub steps: usize,
@@ -42,7 +89,7 @@ pub struct Report {
 }
 
 impl Report {
-    fn bad(layout: &str, outcome: &'static str, error: String) -> Report {
+    fn bad(layout: &str, outcome: MigOutcome, error: String) -> Report {
         Report {
             layout: layout.to_string(),
             outcome,
@@ -56,7 +103,10 @@ impl Report {
 
     /// Whether the layout is in place (or nothing was asked to change).
     pub fn ok(&self) -> bool {
-        matches!(self.outcome, "nothing_to_do" | "dry_run" | "applied")
+        matches!(
+            self.outcome,
+            MigOutcome::NothingToDo | MigOutcome::DryRun | MigOutcome::Applied
+        )
     }
 }
 
@@ -109,13 +159,13 @@ impl MigService {
         let cfg = lock(&self.config).clone();
         let layouts = match cfg.all_layouts() {
             Ok(l) => l,
-            Err(e) => return Report::bad(layout, "bad_request", e),
+            Err(e) => return Report::bad(layout, MigOutcome::BadRequest, e),
         };
         let Some(chosen) = layouts.get(layout) else {
             let known: Vec<&str> = layouts.keys().map(String::as_str).collect();
             return Report::bad(
                 layout,
-                "bad_request",
+                MigOutcome::BadRequest,
                 format!(
                     "layout '{layout}' is not defined; known layouts: {}",
                     known.join(", ")
@@ -131,7 +181,7 @@ impl MigService {
                 Err(e) => {
                     return Report::bad(
                         layout,
-                        "audit_failed",
+                        MigOutcome::AuditFailed,
                         format!(
                             "cannot open the audit log '{}': {e}; nothing was changed",
                             path.display()
@@ -144,11 +194,11 @@ impl MigService {
         if cached.as_ref().is_none_or(|(l, _)| *l != lib) {
             match Session::open(&lib) {
                 Ok(s) => *cached = Some((lib, s)),
-                Err(e) => return Report::bad(layout, "refused", e.reason),
+                Err(e) => return Report::bad(layout, MigOutcome::Refused, e.reason),
             }
         }
         let Some((_, session)) = cached.as_ref() else {
-            return Report::bad(layout, "refused", "no NVML session".into());
+            return Report::bad(layout, MigOutcome::Refused, "no NVML session".into());
         };
         let req = Request {
             layout_name: layout,
@@ -207,19 +257,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn report(layout: &str, r: Result<Outcome, ApplyError>) -> Report {
-    let mut rep = Report::bad(layout, "applied", String::new());
+    let mut rep = Report::bad(layout, MigOutcome::Applied, String::new());
     rep.error = None;
     match r {
         Ok(Outcome::NothingToDo(p)) => {
-            rep.outcome = "nothing_to_do";
+            rep.outcome = MigOutcome::NothingToDo;
             rep.plan = Some(p);
         }
         Ok(Outcome::DryRun { plan, refused }) => {
             // A dry run answers as the apply would: refused (409) where processes are in the way.
             rep.outcome = if refused.is_some() {
-                "refused"
+                MigOutcome::Refused
             } else {
-                "dry_run"
+                MigOutcome::DryRun
             };
             rep.error = refused.map(|r| format!("dry run: the apply would be refused: {r}"));
             rep.plan = Some(plan);
@@ -231,9 +281,9 @@ fn report(layout: &str, r: Result<Outcome, ApplyError>) -> Report {
             warnings,
         }) => {
             rep.outcome = if pending.is_empty() {
-                "applied"
+                MigOutcome::Applied
             } else {
-                "pending_reset"
+                MigOutcome::PendingReset
             };
             rep.plan = Some(plan);
             rep.steps = steps;
@@ -244,13 +294,13 @@ fn report(layout: &str, r: Result<Outcome, ApplyError>) -> Report {
         }
         Err(e) => {
             rep.outcome = match &e {
-                ApplyError::Infeasible(_) => "infeasible",
-                ApplyError::Refused(_) => "refused",
-                ApplyError::Audit(_) => "audit_failed",
-                ApplyError::Busy(_) => "busy",
+                ApplyError::Infeasible(_) => MigOutcome::Infeasible,
+                ApplyError::Refused(_) => MigOutcome::Refused,
+                ApplyError::Audit(_) => MigOutcome::AuditFailed,
+                ApplyError::Busy(_) => MigOutcome::Busy,
                 ApplyError::Failed { undone, .. } => {
                     rep.restored = Some(*undone);
-                    "failed"
+                    MigOutcome::Failed
                 }
             };
             rep.error = Some(e.to_string());
