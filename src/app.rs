@@ -51,6 +51,9 @@ pub enum AppError {
     Io(#[from] std::io::Error),
     #[error("{0}; the agent does not start without the TLS or authentication it was asked for")]
     WebConfig(String),
+    /// The audit log or the state directory can be written by another user.
+    #[error("{0}")]
+    Trust(String),
 }
 
 impl AppError {
@@ -58,7 +61,7 @@ impl AppError {
     /// cannot help, and the unit's `RestartPreventExitStatus=2` stops it), 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            AppError::WebConfig(_) => 2,
+            AppError::WebConfig(_) | AppError::Trust(_) => 2,
             AppError::Bind { .. } | AppError::Io(_) => 1,
         }
     }
@@ -148,11 +151,11 @@ async fn converge(mig: &Arc<MigService>, when: &'static str) {
     let trigger = if when == "start" { "start" } else { "sighup" };
     match tokio::task::spawn_blocking(move || service.apply(&name, false, false, trigger)).await {
         Ok(r) if r.ok() => {
-            tracing::info!(layout = %layout, outcome = r.outcome, steps = r.steps, when, "MIG layout in place")
+            tracing::info!(layout = %layout, outcome = %r.outcome, steps = r.steps, when, "MIG layout in place")
         }
         Ok(r) => tracing::error!(
             layout = %layout,
-            outcome = r.outcome,
+            outcome = %r.outcome,
             error = r.error.as_deref().unwrap_or(""),
             pending = ?r.pending,
             when,
@@ -328,6 +331,10 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     // Before anything changes the node: a SIGTERM or SIGHUP from now on is an event, never the
     // default action (which kills the process, in the middle of a MIG change if one runs).
     let mut signals = Signals::install()?;
+    // The records read back at start (rails, reclaim's count) must be ours: a log another
+    // user can replace is refused before anything reads it.
+    crate::audit::check_trust(&config.audit_file, &crate::audit::state_dir())
+        .map_err(AppError::Trust)?;
     if nix::unistd::getpid().as_raw() == 1 {
         // A container without an init: hooks' orphans come to us (src/exec.rs).
         crate::exec::reap_orphans()?;
@@ -430,6 +437,8 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         // The device plugin and the memory guard live as long as the daemon.
         sharing.start(&config, published, stop.clone());
         let control = poller.control.clone();
+        // A MIG apply from now on (the API's, a reload's) wakes the poller when it is done.
+        mig.set_waker(control.clone());
         let handles = Handles {
             control: &control,
             feeds,
@@ -503,19 +512,25 @@ async fn converge_at_start(mig: &Arc<MigService>, signals: &mut Signals) -> bool
     }
     crate::shutdown::request();
     tracing::warn!("stop asked for during the start-time MIG apply: it stops before its next step and rolls back");
-    if tokio::time::timeout(crate::shutdown::CHANGE_BUDGET, apply)
-        .await
-        .is_err()
-    {
+    // The same deadline as the stop's own wait for the apply (`wait_idle`): counted once, from
+    // the signal, however many places wait for it.
+    let deadline = crate::shutdown::change_deadline().map_or_else(
+        || tokio::time::Instant::now() + crate::shutdown::CHANGE_BUDGET,
+        tokio::time::Instant::from_std,
+    );
+    if tokio::time::timeout_at(deadline, apply).await.is_err() {
         tracing::error!(budget = ?crate::shutdown::CHANGE_BUDGET, "the MIG apply did not finish or roll back within the stop budget; the next start finds its intent record");
     }
     true
 }
 
-/// Waits until no MIG apply runs, at most `budget` from now (the call, not the first poll);
-/// whether it got there.
+/// Waits until no MIG apply runs, at most until `budget` after the stop (the one deadline of
+/// [`crate::shutdown::change_deadline`]; `budget` from now before any stop); whether it got there.
 fn wait_idle(mig: Arc<MigService>, budget: Duration) -> impl std::future::Future<Output = bool> {
-    let deadline = tokio::time::Instant::now() + budget;
+    let deadline = crate::shutdown::change_deadline().map_or_else(
+        || tokio::time::Instant::now() + budget,
+        tokio::time::Instant::from_std,
+    );
     async move {
         while mig.busy() {
             if tokio::time::Instant::now() >= deadline {

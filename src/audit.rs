@@ -22,6 +22,11 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
+mod read;
+mod trust;
+pub use read::{read_back, ReadBack, MAX_LINE, MAX_READ_BACK};
+pub use trust::check_trust;
+
 /// The components that write the audit log, for metric series that exist from the start.
 pub const COMPONENTS: &[&str] = &["api", "mig", "sharing", "reclaim", "remediation"];
 
@@ -44,8 +49,14 @@ impl AuditLog {
     /// Opens (creating it) `path` for append, mode 0640. Its directory must exist, except the
     /// agent's state directory ([`state_dir`]), which is created (one level, mode 0750): a typo
     /// in `[audit] file` is an error naming the directory, not a tree made as root.
+    ///
+    /// A log that another user could replace ([`check_trust`]) is refused: its records are
+    /// read back at start.
     pub fn open(path: &Path) -> io::Result<AuditLog> {
-        open_in(path, &state_dir())
+        let state = state_dir();
+        check_trust(path, &state)
+            .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
+        open_in(path, &state)
     }
 
     pub fn path(&self) -> &Path {
@@ -157,80 +168,6 @@ fn note(component: &str, path: &Path, error: Option<&io::Error>) {
     }
 }
 
-/// What [`read_back`] found.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct ReadBack {
-    /// Lines of the wanted component and event, handed to the caller.
-    pub records: u64,
-    /// Lines that looked like one but are not JSON (a torn write from before short writes were
-    /// cut back, or a damaged file); skipped.
-    pub damaged: u64,
-}
-
-/// Hands every record of `component` and `event` in the audit log at `path` to `each`, oldest
-/// first, parsed as `T` (a struct of the fields the caller needs). For the actors that rebuild
-/// their limits from what they recorded (remediation's rails, reclaim's hourly count), so that
-/// a restart or a crash loop cannot act beyond them. A missing file is an empty log.
-///
-/// Every line starts with ts, component and event (see `encode`): the other lines are told
-/// apart without parsing them. Reads the file once, line by line.
-///
-/// Never fails a start: damaged lines are skipped and an unreadable file (or the rest of it) is
-/// logged, and the caller gets what could be read.
-pub fn read_back<T: serde::de::DeserializeOwned>(
-    path: &Path,
-    component: &str,
-    event: &str,
-    each: impl FnMut(T),
-) -> ReadBack {
-    let found = read_back_inner(path, component, event, each);
-    match &found {
-        Ok(r) if r.damaged > 0 => {
-            tracing::warn!(file = %path.display(), lines = r.damaged, component, event, "audit log lines that are not JSON were skipped");
-        }
-        Ok(_) => {}
-        Err(e) => {
-            tracing::error!(error = %e, component, event, "cannot read all past records back from the audit log: going on with what could be read");
-        }
-    }
-    found.unwrap_or_default()
-}
-
-fn read_back_inner<T: serde::de::DeserializeOwned>(
-    path: &Path,
-    component: &str,
-    event: &str,
-    mut each: impl FnMut(T),
-) -> io::Result<ReadBack> {
-    use std::io::BufRead;
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ReadBack::default()),
-        Err(e) => return Err(with_path(e, path)),
-    };
-    let marker = format!(
-        ",\"component\":{},\"event\":{}",
-        Value::String(component.into()),
-        Value::String(event.into())
-    );
-    let marker = marker.as_bytes();
-    let mut found = ReadBack::default();
-    for line in io::BufReader::new(file).split(b'\n') {
-        let line = line.map_err(|e| with_path(e, path))?;
-        if !line.windows(marker.len()).any(|w| w == marker) {
-            continue;
-        }
-        match serde_json::from_slice::<T>(&line) {
-            Ok(record) => {
-                found.records += 1;
-                each(record);
-            }
-            Err(_) => found.damaged += 1,
-        }
-    }
-    Ok(found)
-}
-
 fn encode(now: SystemTime, component: &str, event: &str, fields: Value) -> String {
     // Written by hand so that time, component and event lead every line (serde_json's map
     // sorts its keys), which keeps the log readable with `cut` and `grep` as well as `jq`.
@@ -311,9 +248,19 @@ fn open_in(path: &Path, state: &Path) -> io::Result<AuditLog> {
         .mode(0o640)
         // A symlink planted at the path would send the records (appended as the agent's
         // user, often root) into any file: refuse it (ELOOP).
-        .custom_flags(nix::libc::O_NOFOLLOW)
+        // A FIFO there would block the open until a reader came: O_NONBLOCK, then refused below.
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| with_path(e, path))?;
+    if !file.metadata().map_err(|e| with_path(e, path))?.is_file() {
+        return Err(with_path(
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file; replace it with one (or remove it: the agent creates it)",
+            ),
+            path,
+        ));
+    }
     Ok(AuditLog {
         inner: Arc::new(Inner {
             path: path.to_path_buf(),

@@ -73,9 +73,13 @@ fn run(args: RunArgs) -> ExitCode {
         overrides,
     };
     let ran = runtime.block_on(app::run(config, source, log));
-    // Blocking work still running (a hook in its grace, an NVML call) is not waited for past the
-    // hook grace: the stop must fit systemd's TimeoutStopSec (gpu_steward::shutdown).
-    runtime.shutdown_timeout(gpu_steward::shutdown::HOOK_GRACE + std::time::Duration::from_secs(1));
+    // Blocking work still running (a hook in its grace, a hung NVML call) is not waited for past
+    // the hook grace, nor past the stop budget counted from SIGTERM (the MIG apply's wait may
+    // have used most of it): the stop must fit systemd's TimeoutStopSec (gpu_steward::shutdown).
+    runtime.shutdown_timeout(gpu_steward::shutdown::last_wait(
+        gpu_steward::shutdown::HOOK_GRACE + std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(1),
+    ));
     match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

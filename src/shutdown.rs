@@ -52,6 +52,32 @@ pub fn requested() -> bool {
     REQUESTED.load(Ordering::SeqCst)
 }
 
+/// When a MIG change in flight must have finished or rolled back: [`CHANGE_BUDGET`] after the
+/// stop, one deadline for every wait on it (the start-time apply's and the stop's own), so that
+/// waiting twice cannot double it; `None` before any stop.
+pub fn change_deadline() -> Option<Instant> {
+    if !requested() {
+        return None;
+    }
+    AT.get().map(|t| *t + CHANGE_BUDGET)
+}
+
+/// How long the last wait of the stop (the runtime's, for blocking work such as a hung NVML
+/// call) may take: at most `most`, and never past [`STOP_BUDGET`] from the stop less `margin`
+/// (the process still has to exit). `most` when no stop was asked for.
+pub fn last_wait(most: Duration, margin: Duration) -> Duration {
+    if !requested() {
+        return most;
+    }
+    let Some(at) = AT.get() else {
+        return most;
+    };
+    let left = STOP_BUDGET
+        .saturating_sub(margin)
+        .saturating_sub(at.elapsed());
+    left.min(most)
+}
+
 /// When a running hook is killed: [`HOOK_GRACE`] after the stop; `None` before any stop.
 pub fn hook_deadline() -> Option<Instant> {
     if !requested() {
@@ -63,6 +89,29 @@ pub fn hook_deadline() -> Option<Instant> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_wait_after_the_stop_shares_one_deadline_inside_the_budget() {
+        assert_eq!(change_deadline(), None, "no stop asked for yet");
+        assert_eq!(
+            last_wait(Duration::from_secs(4), Duration::from_secs(1)),
+            Duration::from_secs(4)
+        );
+        request();
+        let first = change_deadline().expect("a deadline after the stop");
+        request();
+        assert_eq!(
+            change_deadline(),
+            Some(first),
+            "a second request moves nothing"
+        );
+        // Past the change budget, the last wait gets what is left of the stop budget.
+        let at = *AT.get().expect("the stop's time");
+        assert_eq!(first, at + CHANGE_BUDGET);
+        let w = last_wait(Duration::from_secs(60), Duration::from_secs(1));
+        assert!(w <= STOP_BUDGET - Duration::from_secs(1), "{w:?}");
+        assert!(last_wait(Duration::from_millis(5), Duration::ZERO) <= Duration::from_millis(5));
+    }
 
     #[test]
     fn the_unit_gives_the_stop_budget_a_margin() {

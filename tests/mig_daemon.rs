@@ -207,12 +207,14 @@ fn each_gpu_instance_reports_its_own_activity() {
     assert_eq!(m.get("gpu_steward_mig_mode", &[("state", "pending")]), 1.0);
 }
 
-/// A cost table that makes the named MIG creations slow enough to land a signal in an apply.
+/// A cost table that makes the named MIG creations slow enough to land a signal in an apply:
+/// slow by sleeping, not by burning CPU, so that a loaded test machine does not stretch them
+/// past the stop budget.
 fn slow_mig(dir: &std::path::Path, gi_ms: u64, ci_ms: u64) -> String {
     let path = dir.join("cost.json");
     let table = serde_json::json!({"functions": {
-        "nvmlDeviceCreateGpuInstanceWithPlacement": {"wall_us": gi_ms * 1000},
-        "nvmlGpuInstanceCreateComputeInstanceWithPlacement": {"wall_us": ci_ms * 1000},
+        "nvmlDeviceCreateGpuInstanceWithPlacement": {"wall_us": gi_ms * 1000, "cpu_us": 0},
+        "nvmlGpuInstanceCreateComputeInstanceWithPlacement": {"wall_us": ci_ms * 1000, "cpu_us": 0},
     }});
     std::fs::write(&path, table.to_string()).expect("cost table");
     path.display().to_string()

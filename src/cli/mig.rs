@@ -12,9 +12,9 @@ use crate::config::{self, Config, Overrides};
 use crate::gpu::Session;
 use crate::mig::apply::{self, ApplyError, Outcome, Request};
 use crate::mig::config::read_mig_parted;
+use crate::mig::intent::{with_intent, LOCK_WAIT};
 use crate::mig::layout::Layouts;
 use crate::mig::plan::plan;
-use crate::mig::service::with_intent;
 use crate::mig::show;
 
 /// Runs the command; the exit status.
@@ -145,7 +145,14 @@ fn run_inner(args: &MigArgs) -> Result<(), Failure> {
                     format!("cannot catch signals ({e}); nothing was changed"),
                 )
             })?;
-            let r = with_intent(&cfg.audit_file, &name, || {
+            let on_wait = |pid: Option<u32>| {
+                let who = pid.map_or_else(|| "another process".into(), |p| format!("pid {p}"));
+                eprintln!(
+                    "gpu-steward: waiting for the MIG apply of {who} to finish (at most {} s)…",
+                    LOCK_WAIT.as_secs()
+                );
+            };
+            let r = with_intent(&cfg.audit_file, &name, LOCK_WAIT, on_wait, || {
                 apply::apply(&ctl, &cfg.mig, audit.as_ref(), &req)
             });
             report(&name, r)

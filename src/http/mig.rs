@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::AppState;
+use crate::mig::service::MigOutcome;
 use crate::snapshot::GpuStatus;
 
 pub(super) async fn state(State(state): State<AppState>) -> Response {
@@ -79,14 +80,14 @@ pub(super) async fn apply(State(state): State<AppState>, body: Bytes) -> Respons
         }
     };
     let status = match report.outcome {
-        "nothing_to_do" | "dry_run" | "applied" => StatusCode::OK,
-        "pending_reset" => StatusCode::ACCEPTED,
-        "bad_request" => StatusCode::BAD_REQUEST,
-        "infeasible" => StatusCode::UNPROCESSABLE_ENTITY,
-        "refused" => StatusCode::CONFLICT,
+        MigOutcome::NothingToDo | MigOutcome::DryRun | MigOutcome::Applied => StatusCode::OK,
+        MigOutcome::PendingReset => StatusCode::ACCEPTED,
+        MigOutcome::BadRequest => StatusCode::BAD_REQUEST,
+        MigOutcome::Infeasible => StatusCode::UNPROCESSABLE_ENTITY,
+        MigOutcome::Refused | MigOutcome::Busy => StatusCode::CONFLICT,
         // The agent's disk, not the request: retry once the audit log can be written.
-        "audit_failed" => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
+        MigOutcome::AuditFailed => StatusCode::SERVICE_UNAVAILABLE,
+        MigOutcome::Failed => StatusCode::INTERNAL_SERVER_ERROR,
     };
     (status, Json(report)).into_response()
 }

@@ -82,6 +82,10 @@ pub enum ApplyError {
     /// 503 from the API, as the cause is the node's disk, not the request).
     #[error("{0}; nothing was changed")]
     Audit(String),
+    /// Another applier holds the node lock (the message names it): nothing changed (exit 1;
+    /// 409 from the API).
+    #[error("{0}")]
+    Busy(String),
     /// A step failed; the found layout was restored, or `left` says what is left (exit 1).
     #[error("{reason}; {restored}")]
     Failed {

@@ -4,13 +4,14 @@
 //! and a way back to the found layout when any step fails).
 //!
 //! - [`layout`]: layouts and which GPUs an entry selects; [`config`]: `[mig]` and mig-parted's
-//!   YAML; [`plan`]: the planner; [`apply`]: the applier; [`show`]: `mig show` rendering.
+//!   YAML; [`plan`]: the planner; [`apply`]: the applier; [`show`]: `mig show` rendering; [`intent`]: the node lock and the intent record.
 //!
 //! Only [`apply`] changes anything, and only through `gpu::MigControl`; nothing here runs unless
 //! a command, a configured `layout` or an authenticated API call asks for it.
 
 pub mod apply;
 pub mod config;
+pub mod intent;
 pub mod layout;
 pub mod plan;
 pub mod service;

@@ -3,9 +3,11 @@
 //! layouts asked for through `POST /api/v1/mig/apply`. One apply at a time, in a blocking
 //! thread, on an NVML session of its own opened at the first apply and kept. Reads for `GET /api/v1/mig` come from the published snapshot, never from here.
 //!
-//! Each apply writes an intent record (`mig-apply.intent`, beside the audit log) before its
-//! first change and removes it when the layout is settled (applied, or rolled back): a record
-//! found at start means an apply was killed half-way.
+//! Each apply holds the node lock and writes an intent record (`mig-apply.lock`,
+//! `mig-apply.intent`, beside the audit log: [`super::intent`]) before its first change and
+//! removes the record when the layout is settled (applied, or rolled back): a record found at
+//! start means an apply was killed half-way. An API apply that finds another applier (the CLI)
+//! is refused (`busy`, 409); the start-time and reload applies wait for it, bounded.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -14,18 +16,66 @@ use serde::Serialize;
 
 use super::apply::{self, ApplyError, Outcome, PendingReset, Request};
 use super::config::MigConfig;
+pub use super::intent::{intent_path, read_intent, with_intent, Interrupted};
 use super::plan::Plan;
 use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::gpu::Session;
+
+/// How an apply through the daemon ended: typed until an edge renders it (the HTTP handler
+/// picks its status code from it; its name, [`MigOutcome::name`], is the one rendering).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigOutcome {
+    NothingToDo,
+    DryRun,
+    Applied,
+    PendingReset,
+    Infeasible,
+    Refused,
+    /// Another applier holds the node lock.
+    Busy,
+    AuditFailed,
+    Failed,
+    BadRequest,
+}
+
+impl MigOutcome {
+    /// The outcome's name in the API's JSON and the logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            MigOutcome::NothingToDo => "nothing_to_do",
+            MigOutcome::DryRun => "dry_run",
+            MigOutcome::Applied => "applied",
+            MigOutcome::PendingReset => "pending_reset",
+            MigOutcome::Infeasible => "infeasible",
+            MigOutcome::Refused => "refused",
+            MigOutcome::Busy => "busy",
+            MigOutcome::AuditFailed => "audit_failed",
+            MigOutcome::Failed => "failed",
+            MigOutcome::BadRequest => "bad_request",
+        }
+    }
+}
+
+impl std::fmt::Display for MigOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for MigOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
 
 /// What an apply through the daemon reports.
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub layout: String,
     /// `nothing_to_do`, `dry_run`, `applied`, `pending_reset`, `infeasible`, `refused`,
-    /// `failed`, `bad_request`.
-    pub outcome: &'static str,
+    /// `busy` (another applier holds the node lock), `failed`, `bad_request`.
+    pub outcome: MigOutcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<Plan>,
     pub steps: usize,
@@ -39,7 +89,7 @@ pub struct Report {
 }
 
 impl Report {
-    fn bad(layout: &str, outcome: &'static str, error: String) -> Report {
+    fn bad(layout: &str, outcome: MigOutcome, error: String) -> Report {
         Report {
             layout: layout.to_string(),
             outcome,
@@ -53,7 +103,10 @@ impl Report {
 
     /// Whether the layout is in place (or nothing was asked to change).
     pub fn ok(&self) -> bool {
-        matches!(self.outcome, "nothing_to_do" | "dry_run" | "applied")
+        matches!(
+            self.outcome,
+            MigOutcome::NothingToDo | MigOutcome::DryRun | MigOutcome::Applied
+        )
     }
 }
 
@@ -66,6 +119,9 @@ pub struct MigService {
     /// opened, with the library it was opened from: kept for the daemon's life, so applies do
     /// not pay an `nvmlInit` each and the library is never unloaded between them.
     running: Mutex<Option<(String, Session)>>,
+    /// The poller's control, once it runs: told after every apply that changed the node, so
+    /// that its next poll (at once) reads the MIG layout instead of waiting for the slow tier.
+    waker: Mutex<Option<std::sync::mpsc::Sender<crate::poller::Control>>>,
 }
 
 impl MigService {
@@ -75,7 +131,13 @@ impl MigService {
             audit_file: Mutex::new(cfg.audit_file.clone()),
             config: Mutex::new(cfg.mig.clone()),
             running: Mutex::new(None),
+            waker: Mutex::new(None),
         }
+    }
+
+    /// Where to say that the node changed: the poller's control (set once it runs).
+    pub fn set_waker(&self, control: std::sync::mpsc::Sender<crate::poller::Control>) {
+        *lock(&self.waker) = Some(control);
     }
 
     /// Takes a reloaded configuration (SIGHUP).
@@ -97,13 +159,13 @@ impl MigService {
         let cfg = lock(&self.config).clone();
         let layouts = match cfg.all_layouts() {
             Ok(l) => l,
-            Err(e) => return Report::bad(layout, "bad_request", e),
+            Err(e) => return Report::bad(layout, MigOutcome::BadRequest, e),
         };
         let Some(chosen) = layouts.get(layout) else {
             let known: Vec<&str> = layouts.keys().map(String::as_str).collect();
             return Report::bad(
                 layout,
-                "bad_request",
+                MigOutcome::BadRequest,
                 format!(
                     "layout '{layout}' is not defined; known layouts: {}",
                     known.join(", ")
@@ -119,7 +181,7 @@ impl MigService {
                 Err(e) => {
                     return Report::bad(
                         layout,
-                        "audit_failed",
+                        MigOutcome::AuditFailed,
                         format!(
                             "cannot open the audit log '{}': {e}; nothing was changed",
                             path.display()
@@ -132,11 +194,11 @@ impl MigService {
         if cached.as_ref().is_none_or(|(l, _)| *l != lib) {
             match Session::open(&lib) {
                 Ok(s) => *cached = Some((lib, s)),
-                Err(e) => return Report::bad(layout, "refused", e.reason),
+                Err(e) => return Report::bad(layout, MigOutcome::Refused, e.reason),
             }
         }
         let Some((_, session)) = cached.as_ref() else {
-            return Report::bad(layout, "refused", "no NVML session".into());
+            return Report::bad(layout, MigOutcome::Refused, "no NVML session".into());
         };
         let req = Request {
             layout_name: layout,
@@ -149,8 +211,29 @@ impl MigService {
         let r = if dry_run {
             run()
         } else {
-            with_intent(&lock(&self.audit_file).clone(), layout, run)
+            // The API answers at once (409, naming the holder); the configured layout waits
+            // for a `gpu-steward mig apply` in progress, as an operator would.
+            let wait = if trigger == "api" {
+                std::time::Duration::ZERO
+            } else {
+                super::intent::LOCK_WAIT
+            };
+            let on_wait = |pid: Option<u32>| {
+                tracing::warn!(pid = ?pid, layout, trigger, "waiting for the MIG apply of another process (at most {} s)", super::intent::LOCK_WAIT.as_secs());
+            };
+            with_intent(&lock(&self.audit_file).clone(), layout, wait, on_wait, run)
         };
+        // Whatever changed (applied, or made and rolled back) shows at the next poll, now.
+        let changed = match &r {
+            Ok(Outcome::Applied { steps, .. }) => *steps > 0,
+            Err(ApplyError::Failed { .. }) => true,
+            _ => false,
+        };
+        if changed {
+            if let Some(w) = lock(&self.waker).as_ref() {
+                let _ = w.send(crate::poller::Control::Changed);
+            }
+        }
         report(layout, r)
     }
 
@@ -169,91 +252,24 @@ impl MigService {
     }
 }
 
-/// An apply that left its intent record behind.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, Serialize)]
-pub struct Interrupted {
-    pub layout: String,
-    pub pid: u32,
-    /// Seconds since the Unix epoch.
-    pub started: u64,
-}
-
-/// Runs `apply` (a real one, not a dry run) with its intent record written before: the record
-/// outlives a kill -9 (or power loss) in the middle of the apply, so that the next start knows
-/// the layout may be half-made. It is removed once the apply has settled (done, or rolled
-/// back), and kept when the rollback failed too: the node is not in a known layout. For the
-/// daemon's applies and `gpu-steward mig apply` alike.
-pub fn with_intent(
-    audit_file: &std::path::Path,
-    layout: &str,
-    apply: impl FnOnce() -> Result<Outcome, ApplyError>,
-) -> Result<Outcome, ApplyError> {
-    let path = intent_path(audit_file);
-    if let Err(e) = write_intent(&path, layout) {
-        tracing::warn!(file = %path.display(), error = %e, "cannot write the MIG apply intent record");
-    }
-    let r = apply();
-    if !matches!(r, Err(ApplyError::Failed { undone: false, .. })) {
-        let _ = std::fs::remove_file(&path);
-    }
-    r
-}
-
-/// `mig-apply.intent` beside the audit log, in the agent's state directory.
-pub fn intent_path(audit_file: &std::path::Path) -> PathBuf {
-    audit_file
-        .parent()
-        .unwrap_or_else(|| std::path::Path::new("."))
-        .join("mig-apply.intent")
-}
-
-fn write_intent(path: &std::path::Path, layout: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let started = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let record = Interrupted {
-        layout: layout.to_string(),
-        pid: std::process::id(),
-        started,
-    };
-    let mut f = std::fs::File::create(path)?;
-    f.write_all(
-        serde_json::to_string(&record)
-            .unwrap_or_default()
-            .as_bytes(),
-    )?;
-    f.sync_all()
-}
-
-/// The record at `path`; an unreadable one still says that an apply was interrupted.
-pub fn read_intent(path: &std::path::Path) -> Option<Interrupted> {
-    let text = std::fs::read_to_string(path).ok()?;
-    Some(serde_json::from_str(&text).unwrap_or(Interrupted {
-        layout: "(unreadable intent record)".into(),
-        pid: 0,
-        started: 0,
-    }))
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn report(layout: &str, r: Result<Outcome, ApplyError>) -> Report {
-    let mut rep = Report::bad(layout, "applied", String::new());
+    let mut rep = Report::bad(layout, MigOutcome::Applied, String::new());
     rep.error = None;
     match r {
         Ok(Outcome::NothingToDo(p)) => {
-            rep.outcome = "nothing_to_do";
+            rep.outcome = MigOutcome::NothingToDo;
             rep.plan = Some(p);
         }
         Ok(Outcome::DryRun { plan, refused }) => {
             // A dry run answers as the apply would: refused (409) where processes are in the way.
             rep.outcome = if refused.is_some() {
-                "refused"
+                MigOutcome::Refused
             } else {
-                "dry_run"
+                MigOutcome::DryRun
             };
             rep.error = refused.map(|r| format!("dry run: the apply would be refused: {r}"));
             rep.plan = Some(plan);
@@ -265,9 +281,9 @@ fn report(layout: &str, r: Result<Outcome, ApplyError>) -> Report {
             warnings,
         }) => {
             rep.outcome = if pending.is_empty() {
-                "applied"
+                MigOutcome::Applied
             } else {
-                "pending_reset"
+                MigOutcome::PendingReset
             };
             rep.plan = Some(plan);
             rep.steps = steps;
@@ -278,12 +294,13 @@ fn report(layout: &str, r: Result<Outcome, ApplyError>) -> Report {
         }
         Err(e) => {
             rep.outcome = match &e {
-                ApplyError::Infeasible(_) => "infeasible",
-                ApplyError::Refused(_) => "refused",
-                ApplyError::Audit(_) => "audit_failed",
+                ApplyError::Infeasible(_) => MigOutcome::Infeasible,
+                ApplyError::Refused(_) => MigOutcome::Refused,
+                ApplyError::Audit(_) => MigOutcome::AuditFailed,
+                ApplyError::Busy(_) => MigOutcome::Busy,
                 ApplyError::Failed { undone, .. } => {
                     rep.restored = Some(*undone);
-                    "failed"
+                    MigOutcome::Failed
                 }
             };
             rep.error = Some(e.to_string());

@@ -87,6 +87,9 @@ pub enum Control {
     Shutdown,
     /// Poll now: the XID watcher saw an event, and health must not wait for the next tick.
     Wake,
+    /// The node was changed (a MIG apply): poll now, and read every GPU's slow tier (the MIG
+    /// layout, the compute mode) in that poll, so that the page shows the change within a poll.
+    Changed,
 }
 
 /// The least time between the starts of two polls when XIDs wake the poller: an XID storm
@@ -196,7 +199,10 @@ impl Poller {
             match control.recv_timeout(wait) {
                 Err(RecvTimeoutError::Timeout) => {}
                 Ok(Control::Reconfigure(config)) => self.reconfigure(*config),
-                Ok(Control::Wake) => {
+                Ok(wake @ (Control::Wake | Control::Changed)) => {
+                    if matches!(wake, Control::Changed) {
+                        self.observer.node_changed();
+                    }
                     // Events come in bursts: one poll for all that arrive within the gap.
                     let gap = MIN_WAKE_GAP.saturating_sub(started.elapsed());
                     if !gap.is_zero() {
@@ -205,6 +211,7 @@ impl Poller {
                     loop {
                         match control.try_recv() {
                             Ok(Control::Wake) => {}
+                            Ok(Control::Changed) => self.observer.node_changed(),
                             Ok(Control::Reconfigure(config)) => self.reconfigure(*config),
                             Ok(Control::Shutdown) | Err(TryRecvError::Disconnected) => {
                                 self.observer.shutdown();

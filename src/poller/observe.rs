@@ -72,6 +72,9 @@ pub(super) struct Observer {
     system: Option<SourceStatus>,
     /// The topology last read, for the GPUs (index, UUID) it was read for.
     topology: Option<Arc<Topology>>,
+    /// The node was changed (a MIG or sharing apply): the next poll reads the slow tier (MIG
+    /// layout, compute mode) of every GPU, instead of waiting for its turn.
+    changed: bool,
 }
 
 impl Observer {
@@ -94,7 +97,13 @@ impl Observer {
             calls: BTreeMap::new(),
             system: None,
             topology: None,
+            changed: false,
         }
+    }
+
+    /// Says that the node was changed: the next poll reads every GPU's slow tier.
+    pub fn node_changed(&mut self) {
+        self.changed = true;
     }
 
     pub fn nvml(&self) -> &NvmlStatus {
@@ -208,6 +217,7 @@ impl Observer {
     /// GPUs ran a timed tier.
     fn poll_workers(&mut self, config: &PollerConfig, started: Instant) -> usize {
         let cadence = Cadence {
+            changed: std::mem::take(&mut self.changed),
             interval: config.interval,
             slow_interval: config.slow_interval,
             expensive_interval: config.expensive_interval,

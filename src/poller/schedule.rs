@@ -33,6 +33,9 @@ pub(super) struct Cadence {
     pub profiling_interval: Duration,
     pub index: u32,
     pub gpus: u32,
+    /// The node was just changed (a MIG or sharing apply): the slow tier, where the MIG layout
+    /// and the compute mode are read, runs now, off its schedule (which stays as it was).
+    pub changed: bool,
 }
 
 /// Which timed tiers run in a poll.
@@ -48,7 +51,7 @@ impl Schedule {
     /// Which tiers run in the poll at `now`; those that do are scheduled again.
     pub fn due(&mut self, now: Instant, c: Cadence) -> Due {
         Due {
-            slow: self.slow.due(now, c, c.slow_interval),
+            slow: self.slow.due(now, c, c.slow_interval) || c.changed,
             expensive: self.expensive.due(now, c, c.expensive_interval),
             profiling: self.profiling.due(now, c, c.profiling_interval),
         }
@@ -99,6 +102,7 @@ mod tests {
 
     fn run(index: u32, gpus: u32, interval_ms: u64, slow_ms: u64, polls: u32) -> Vec<u32> {
         let c = Cadence {
+            changed: false,
             interval: Duration::from_millis(interval_ms),
             slow_interval: Duration::from_millis(slow_ms),
             expensive_interval: Duration::from_millis(slow_ms * 3),
@@ -115,6 +119,29 @@ mod tests {
                 s.due(t0 + c.interval * p + jitter, c).slow
             })
             .collect()
+    }
+
+    #[test]
+    fn a_change_to_the_node_makes_the_slow_tier_run_off_its_schedule() {
+        let t0 = Instant::now();
+        let c = Cadence {
+            changed: false,
+            interval: Duration::from_secs(1),
+            slow_interval: Duration::from_secs(10),
+            expensive_interval: Duration::from_secs(10),
+            index: 0,
+            gpus: 1,
+        };
+        let mut s = Schedule::default();
+        assert!(s.due(t0, c).slow, "the first poll reads everything");
+        let later = t0 + Duration::from_secs(2);
+        assert!(!s.due(later, c).slow, "not due for 10 s");
+        let changed = Cadence { changed: true, ..c };
+        assert!(s.due(later, changed).slow, "a change reads it at once");
+        assert!(
+            !s.due(later + Duration::from_secs(1), c).slow,
+            "its schedule unchanged"
+        );
     }
 
     #[test]
@@ -147,6 +174,7 @@ mod tests {
     #[test]
     fn reset_makes_it_due_at_once() {
         let c = Cadence {
+            changed: false,
             interval: Duration::from_secs(1),
             slow_interval: Duration::from_secs(10),
             expensive_interval: Duration::from_secs(30),

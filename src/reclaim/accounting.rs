@@ -167,10 +167,12 @@ impl Accounts {
     /// Reads `dir/STATE_FILE`; a missing file is an empty start.
     pub fn load(dir: &Path) -> std::io::Result<Accounts> {
         let path = dir.join(STATE_FILE);
-        let text = match std::fs::read(&path) {
+        // The agent writes this file too: a link planted here is refused, not followed, and a
+        // FIFO or a huge file is an error (the file is then moved aside), never a hang or OOM.
+        let text = match crate::bounded::read(&path, crate::bounded::Limits::own(MAX_STATE_FILE)) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Accounts::default()),
-            Err(e) => return Err(e),
+            Err(e) if e.is_not_found() => return Ok(Accounts::default()),
+            Err(e) => return Err(e.into()),
         };
         let state: State = serde_json::from_slice(&text).map_err(|e| {
             std::io::Error::new(
@@ -216,7 +218,17 @@ impl Accounts {
         };
         let body = serde_json::to_vec(&state).map_err(std::io::Error::other)?;
         let tmp = dir.join(format!(".{STATE_FILE}.tmp"));
-        let mut f = std::fs::File::create(&tmp)?;
+        // Never written through a link planted at the temporary name: removed, then made anew.
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(&tmp)?
+        };
         f.write_all(&body)?;
         f.sync_all()?;
         std::fs::rename(&tmp, dir.join(STATE_FILE))?;
@@ -224,6 +236,10 @@ impl Accounts {
         std::fs::File::open(dir)?.sync_all()
     }
 }
+
+/// The largest accounting state read back: a few hundred bytes per pod that held a GPU, so
+/// 16 MiB is tens of thousands of pods; a larger file is not ours.
+const MAX_STATE_FILE: u64 = 16 << 20;
 
 /// A century of seconds: more than any counter of this agent can have added up.
 const MAX_SECONDS: f64 = 100.0 * 365.25 * 86_400.0;

@@ -19,16 +19,26 @@ struct Record {
 }
 
 /// When the reclaims recorded in `audit_file` were decided (dry-run ones only when `dry_run`).
-pub fn reclaims(audit_file: &Path, dry_run: bool) -> Vec<SystemTime> {
+/// A record dated after `now` (the clock was set back since) is read as decided `now`: it
+/// counts for the coming hour, neither never nor until its future date plus an hour. Logged
+/// once, with how many.
+pub fn reclaims(audit_file: &Path, dry_run: bool, now: SystemTime) -> Vec<SystemTime> {
     let mut at = Vec::new();
+    let mut future = 0u64;
     crate::audit::read_back(audit_file, "reclaim", "reclaim", |r: Record| {
         if r.dry_run.unwrap_or(false) && !dry_run {
             return;
         }
         if let Ok(t) = humantime::parse_rfc3339(&r.ts) {
-            at.push(t);
+            if t > now {
+                future += 1;
+            }
+            at.push(t.min(now));
         }
     });
+    if future > 0 {
+        tracing::warn!(file = %audit_file.display(), records = future, "reclaim records dated in the future (was the clock set back?) are read as made now");
+    }
     at
 }
 
@@ -43,7 +53,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("audit.jsonl");
         assert!(
-            reclaims(&path, false).is_empty(),
+            reclaims(&path, false, SystemTime::now()).is_empty(),
             "no log yet is no reclaim"
         );
         let log = AuditLog::open(&path).expect("open");
@@ -65,7 +75,25 @@ mod tests {
                 )
             })
             .expect("append a torn line");
-        assert_eq!(reclaims(&path, false).len(), 1);
-        assert_eq!(reclaims(&path, true).len(), 2);
+        assert_eq!(reclaims(&path, false, SystemTime::now()).len(), 1);
+        assert_eq!(reclaims(&path, true, SystemTime::now()).len(), 2);
+    }
+
+    /// Issue 33 defect 11: a record dated a day ahead (the clock set back since) counts as made
+    /// now, not until a day and an hour from now.
+    #[test]
+    fn a_reclaim_dated_in_the_future_is_read_as_now() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("audit.jsonl");
+        let now = humantime::parse_rfc3339("2026-11-22T12:00:00Z").expect("time");
+        std::fs::write(
+            &path,
+            "{\"ts\":\"2026-11-23T12:00:00.000Z\",\"component\":\"reclaim\",\"event\":\"reclaim\",\"dry_run\":false}\n\
+             {\"ts\":\"2026-11-22T11:30:00.000Z\",\"component\":\"reclaim\",\"event\":\"reclaim\",\"dry_run\":false}\n",
+        )
+        .expect("write");
+        let at = reclaims(&path, false, now);
+        let half_hour_ago = now - std::time::Duration::from_secs(1800);
+        assert_eq!(at, vec![now, half_hour_ago]);
     }
 }

@@ -134,7 +134,7 @@ impl Stage {
         if s.reclaim.enabled {
             // A restart (or a crash loop) must not reclaim beyond the hourly limit.
             let now = SystemTime::now();
-            let at = super::replay::reclaims(&s.audit_file, s.reclaim.dry_run);
+            let at = super::replay::reclaims(&s.audit_file, s.reclaim.dry_run, now);
             tracing::info!(file = %s.audit_file.display(), reclaims = at.len(), "reclaims read back from the audit log for max_reclaims_per_hour");
             stage.ladder.restore_reclaims(at, now);
         }

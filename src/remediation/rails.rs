@@ -165,6 +165,8 @@ impl Rails {
             gpu,
             at,
         } = h;
+        // A decision is never later than now (a clock set back since): read as made now.
+        let at = at.min(now);
         if since(at, now) >= REMEMBER {
             return;
         }
@@ -295,6 +297,32 @@ mod tests {
         assert_eq!(
             r.take(&route, &a, false, 1, at(6)),
             Decision::Skip(SkipReason::Duplicate)
+        );
+    }
+
+    /// Issue 33 defect 11: a decision dated a day ahead (the clock set back since) holds its
+    /// cooldown and hourly slot from now, not until a day and an hour from now.
+    #[test]
+    fn a_decision_dated_in_the_future_is_read_as_made_now() {
+        let route = route(600, false);
+        let a = alert(Status::Firing, "0", "f0", "t0");
+        let now = at(0);
+        let mut r = Rails::default();
+        r.remember(
+            Handled::of(&route, &a, now + Duration::from_secs(86_400)),
+            now,
+        );
+        let b = alert(Status::Firing, "0", "g0", "t1");
+        assert_eq!(
+            r.decide(&route, &b, false, 10, now + Duration::from_secs(60)),
+            Decision::Skip(SkipReason::Cooldown),
+            "within the cooldown from now"
+        );
+        let later = now + Duration::from_secs(3_601);
+        assert_eq!(
+            r.decide(&route, &b, false, 1, later),
+            Decision::Run,
+            "an hour on"
         );
     }
 

@@ -22,12 +22,22 @@ use super::rails::{Handled, Rails};
 pub fn rails(audit_file: &Path, routes: &[Route], dry_run: bool, now: SystemTime) -> Rails {
     let mut rails = Rails::default();
     let mut kept = 0u64;
+    let mut future = 0u64;
     crate::audit::read_back(audit_file, "remediation", "decision", |r: Record| {
-        if let Some(h) = handled(&r, routes, dry_run) {
+        if let Some(mut h) = handled(&r, routes, dry_run) {
+            // Dated after now (the clock was set back since): read as made now, so that it
+            // holds a cooldown or an hourly slot from now, not until its future date.
+            if h.at > now {
+                future += 1;
+                h.at = now;
+            }
             rails.remember(h, now);
             kept += 1;
         }
     });
+    if future > 0 {
+        tracing::warn!(file = %audit_file.display(), decisions = future, "remediation decisions dated in the future (was the clock set back?) are read as made now");
+    }
     tracing::info!(file = %audit_file.display(), decisions = kept, "remediation rails rebuilt from the audit log");
     rails
 }
