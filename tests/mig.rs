@@ -438,6 +438,23 @@ fn running_processes_block_apply_but_not_changes_around_them() {
     );
     assert!(!err.contains("[4242]"), "no Rust Debug list: {err}");
     assert_eq!(node.changes(), 0);
+    // Issue 35 item 12: a refusal is a decision, recorded with its reason and who asked.
+    let audit = std::fs::read_to_string(node.path("audit.jsonl")).expect("audit");
+    let refused: Vec<Value> = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["component"] == "mig" && r["event"] == "apply.refused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{audit}");
+    assert_eq!(refused[0]["layout"], "balanced");
+    assert_eq!(refused[0]["trigger"], "cli");
+    assert!(
+        refused[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("4242") && r.contains("--force")),
+        "{}",
+        refused[0]
+    );
     // Issue 26 bug 8: the dry run fails where the apply would, with the plan and the reason.
     let out = node.mig(&["apply", "--layout", "balanced", "--dry-run"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -579,7 +596,9 @@ fn hooks_run_around_an_apply_and_a_failing_pre_apply_changes_nothing() {
         "balanced"
     );
 
-    let failing = "[[mig.hooks]]\nname = \"pre-apply\"\ncommand = [\"/bin/false\"]\n";
+    let failing = "[[mig.hooks]]\nname = \"pre-apply\"\ncommand = [\"/bin/false\"]\n\
+                   [[mig.hooks]]\nname = \"on-failure\"\n\
+                   command = [\"/bin/sh\", \"-c\", \"echo cleaned up; echo no GPU >&2; exit 3\"]\n";
     let node = Node::new(H100_3G_2G, &format!("{LAYOUTS}{failing}"));
     let out = node.mig(&["apply", "--layout", "balanced"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -589,6 +608,17 @@ fn hooks_run_around_an_apply_and_a_failing_pre_apply_changes_nothing() {
     assert!(err.contains("exited with status 1"), "{err}");
     assert!(!err.contains("Exited("), "{err}");
     assert_eq!(node.changes(), 0);
+    // Issue 35 item 12: the on-failure hook's exit code and output are in its record.
+    let audit = std::fs::read_to_string(node.path("audit.jsonl")).expect("audit");
+    let hook = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|r| r["event"] == "hook" && r["hook"] == "on-failure")
+        .unwrap_or_else(|| panic!("no on-failure hook record: {audit}"));
+    assert_eq!(hook["exit_code"], 3, "{hook}");
+    assert_eq!(hook["result"], "failure", "{hook}");
+    assert_eq!(hook["stdout"], "cleaned up\n", "{hook}");
+    assert_eq!(hook["stderr"], "no GPU\n", "{hook}");
 }
 
 #[test]

@@ -511,3 +511,38 @@ fn the_api_answers_503_while_the_audit_disk_is_full_and_health_says_why() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn an_api_apply_refused_for_processes_says_how_the_api_forces_it_and_is_recorded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN).expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let audit = dir.path().join("audit.jsonl");
+    let config = format!(
+        "{LAYOUTS}\n[api]\nenabled = true\ntoken_file = \"{}\"\n[audit]\nfile = \"{}\"\n",
+        token.display(),
+        audit.display()
+    );
+    // A process in the 3g instance that the layout `seven` removes.
+    let scenario = "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nmig_mode = true\n\
+                    mig_devices = [\"3g.40gb\", \"2g.20gb\"]\n\
+                    [[gpu.process]]\npid = 4242\nused_memory_mib = 1024\nmig_device = \"3g.40gb\"\n";
+    let agent = Agent::with_scenario(scenario).config(&config).start();
+    let r = post(&agent, Some(TOKEN), r#"{"layout": "seven"}"#);
+    assert_eq!(r.status, 409, "{}", r.text());
+    let body = r.text();
+    assert!(body.contains("pid 4242"), "{body}");
+    // The API's own switch, not the command line's (issue 35 item 12).
+    assert!(body.contains(r#"\"force\": true"#), "{body}");
+    assert!(!body.contains("--force"), "{body}");
+    let records = std::fs::read_to_string(&audit).expect("audit");
+    let refused: Vec<serde_json::Value> = records
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["component"] == "mig" && r["event"] == "apply.refused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{records}");
+    assert_eq!(refused[0]["trigger"], "api");
+    assert_eq!(refused[0]["layout"], "seven");
+}

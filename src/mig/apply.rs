@@ -111,8 +111,18 @@ pub fn observe(ctl: &MigControl) -> Result<Vec<MigGpu>, MigCallError> {
     (0..ctl.device_count()?).map(|i| ctl.read(i)).collect()
 }
 
+/// How the asker forces an apply, in its own words: the API takes `"force": true`, the command
+/// line `--force`; an apply at start or on reload has no such switch.
+fn force_hint(trigger: &str) -> &'static str {
+    match trigger {
+        "api" => "\"force\": true",
+        "cli" => "--force",
+        _ => "an apply with --force (or \"force\": true through the API)",
+    }
+}
+
 /// Why an apply without `force` is refused: the processes in the way, per GPU.
-pub fn blocked(plan: &Plan) -> Option<String> {
+pub fn blocked(plan: &Plan, trigger: &str) -> Option<String> {
     let blocked: Vec<String> = plan
         .gpus
         .iter()
@@ -125,9 +135,10 @@ pub fn blocked(plan: &Plan) -> Option<String> {
     (!blocked.is_empty()).then(|| {
         format!(
             "processes run in instances the layout removes or on GPUs whose MIG mode changes \
-             ({}); stop them and apply again (--force only tries anyway: the driver refuses to \
+             ({}); stop them and apply again ({} only tries anyway: the driver refuses to \
              destroy an instance in use, and a MIG mode change waits for a GPU reset)",
-            blocked.join("; ")
+            blocked.join("; "),
+            force_hint(trigger)
         )
     })
 }
@@ -234,9 +245,15 @@ impl Run<'_> {
             self.layout.to_string(),
         )];
         let out = exec::run(spec, &input, &env);
+        let exit_code = match out.outcome {
+            exec::Outcome::Exited(c) => Some(c),
+            _ => None,
+        };
         let _ = self.audit(
             "hook",
             json!({"hook": name, "argv": spec.argv, "result": out.outcome.result_label(),
+                   "outcome": out.outcome.to_string(), "exit_code": exit_code,
+                   "stdout": out.stdout, "stderr": out.stderr,
                    "duration_ms": out.duration.as_millis() as u64}),
         );
         Some(if out.outcome.success() {
@@ -402,11 +419,25 @@ pub fn apply(
     if plan.is_noop() {
         return Ok(Outcome::NothingToDo(plan));
     }
-    let refused = if req.force { None } else { blocked(&plan) };
+    let refused = if req.force {
+        None
+    } else {
+        blocked(&plan, req.trigger)
+    };
     if req.dry_run {
         return Ok(Outcome::DryRun { plan, refused });
     }
     if let Some(reason) = refused {
+        // A refusal is a decision too: recorded (best effort: nothing was changed either way).
+        let mut fields = serde_json::Map::new();
+        fields.insert("layout".into(), req.layout_name.into());
+        fields.insert("reason".into(), reason.clone().into());
+        fields.insert("trigger".into(), req.trigger.into());
+        if let Some(a) = audit {
+            if let Err(e) = a.record("mig", "apply.refused", serde_json::Value::Object(fields)) {
+                tracing::warn!(error = %e, "cannot record the refused MIG apply");
+            }
+        }
         return Err(ApplyError::Refused(reason));
     }
     let mut run = Run {
