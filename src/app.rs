@@ -434,11 +434,13 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         )?)
     };
     if let Some(poller) = &poller {
+        let control = poller.control.clone();
+        // A MIG or sharing apply from now on (the start's, the API's, a reload's) wakes the
+        // poller when it is done, so the next poll shows the change.
+        mig.set_waker(control.clone());
+        sharing.set_waker(control.clone());
         // The device plugin and the memory guard live as long as the daemon.
         sharing.start(&config, published, stop.clone());
-        let control = poller.control.clone();
-        // A MIG apply from now on (the API's, a reload's) wakes the poller when it is done.
-        mig.set_waker(control.clone());
         let handles = Handles {
             control: &control,
             feeds,

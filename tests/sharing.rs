@@ -597,3 +597,45 @@ fn a_full_audit_disk_refuses_the_apply_before_any_change() {
     assert_eq!(events.first().map(String::as_str), Some("apply.start"));
     assert_eq!(events.last().map(String::as_str), Some("apply.end"));
 }
+
+/// Issue 34: a change shows at the next poll. Compute modes are on the slow tier, read here
+/// every 60 s; the reload's apply wakes the poller, whose next poll (1 s) reads it at once.
+#[test]
+fn a_sharing_change_shows_on_metrics_at_the_next_poll_not_the_slow_tiers_turn() {
+    let node = Node::new("");
+    let config = |sharing: &str| {
+        format!(
+            "[poller]\ninterval = \"1s\"\nslow_interval = \"60s\"\n{}",
+            node.config(sharing)
+        )
+    };
+    let agent = Agent::with_scenario(&scenario(""))
+        .config(&config(""))
+        .interval("1s")
+        .start();
+    let mode = |uuid: &str, mode: &str| {
+        agent.metrics().value(
+            "gpu_steward_compute_mode",
+            &[("uuid", uuid), ("mode", mode)],
+        )
+    };
+    // The scenario's mode, read by the first poll.
+    wait_for(
+        "the scenario's compute mode",
+        Duration::from_secs(20),
+        || (mode(GPU0, "prohibited") == Some(1.0)).then_some(()),
+    );
+    agent.rewrite_config(&config(SETTINGS));
+    agent.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for("the reload's apply", Duration::from_secs(20), || {
+        node.audit()
+            .iter()
+            .any(|r| r["event"] == "apply.end" && r["ok"] == true)
+            .then_some(())
+    });
+    // Well before the slow tier's next turn (60 s after the first).
+    wait_for("the new modes on /metrics", Duration::from_secs(15), || {
+        (mode(GPU0, "default") == Some(1.0) && mode(GPU1, "exclusive_process") == Some(1.0))
+            .then_some(())
+    });
+}

@@ -33,6 +33,9 @@ pub struct Sharing {
     running: tokio::sync::Mutex<()>,
     last: Mutex<Option<Arc<Report>>>,
     status: StatusSink,
+    /// The poller's control, told after an apply that changed the node so that its next poll
+    /// starts at once and reads compute modes off the slow tier's schedule (set once it runs).
+    waker: Mutex<Option<std::sync::mpsc::Sender<crate::poller::Control>>>,
 }
 
 impl Sharing {
@@ -47,7 +50,13 @@ impl Sharing {
             running: tokio::sync::Mutex::new(()),
             last: Mutex::new(None),
             status: StatusSink::new(),
+            waker: Mutex::new(None),
         })
+    }
+
+    /// Where to say that the node changed: the poller's control (set once it runs).
+    pub fn set_waker(&self, control: std::sync::mpsc::Sender<crate::poller::Control>) {
+        *self.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(control);
     }
 
     pub fn feed(&self) -> SharingFeed {
@@ -180,6 +189,17 @@ impl Sharing {
             apply::Report::failed(trigger, dry_run, format!("the apply task failed: {e}"))
         });
         log(&report);
+        // Whatever was changed (made, or made and undone) shows at the next poll, now.
+        if !dry_run && !report.steps.is_empty() {
+            if let Some(w) = self
+                .waker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+            {
+                let _ = w.send(crate::poller::Control::Changed);
+            }
+        }
         if !dry_run {
             let result = if report.ok { "ok" } else { "failed" };
             self.update_status(|s| {
