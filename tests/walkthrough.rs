@@ -47,7 +47,13 @@ impl Shell {
         let mut cmd = Command::new("sh");
         cmd.arg("-c").arg(script).current_dir(&self.cwd);
         cmd.env("PATH", &self.path);
-        for k in ["RUST_LOG", "NO_COLOR", "NVML_SIM_SCENARIO", "COLUMNS", "LINES"] {
+        for k in [
+            "RUST_LOG",
+            "NO_COLOR",
+            "NVML_SIM_SCENARIO",
+            "COLUMNS",
+            "LINES",
+        ] {
             cmd.env_remove(k);
         }
         for (k, _) in std::env::vars() {
@@ -163,7 +169,9 @@ fn the_walkthrough_runs_as_written() {
         let e = e.expect("a directory entry");
         std::fs::copy(e.path(), scenarios.join(e.file_name())).expect("a scenario copies");
     }
-    let bin_dir = Path::new(bin()).parent().expect("the binary is in a directory");
+    let bin_dir = Path::new(bin())
+        .parent()
+        .expect("the binary is in a directory");
     let mut shell = Shell {
         cwd: root.clone(),
         root,
@@ -224,10 +232,9 @@ fn the_walkthrough_runs_as_written() {
                 }
             }
             Step::More { expected, line } => {
-                let job = shell
-                    .jobs
-                    .last()
-                    .unwrap_or_else(|| panic!("{}: output with no background command", here(*line)));
+                let job = shell.jobs.last().unwrap_or_else(|| {
+                    panic!("{}: output with no background command", here(*line))
+                });
                 let mut want = expected.clone();
                 want.push("…".into());
                 let mut last = String::new();

@@ -210,7 +210,10 @@ mod tests {
         assert!(matches(&v("a\n  …\nd"), "a\nd\n"), "… is zero lines too");
         assert!(matches(&v("…\nx\n…"), "a\nx\nb\nx\n"));
         assert!(!matches(&v("…\nx"), "x\ny\n"));
-        assert!(matches(&v("at <TS> pid <N> (…)"), "at 2026-11-25T18:39:57.584289Z pid 41 (a b)"));
+        assert!(matches(
+            &v("at <TS> pid <N> (…)"),
+            "at 2026-11-25T18:39:57.584289Z pid 41 (a b)"
+        ));
         assert!(matches(&v("<TIME> idle <N>s"), "18:40:02 idle 35s"));
         assert!(!matches(&v("idle <N>s"), "idle ?s"));
         assert!(!matches(&v("a.b"), "axb"), "text is literal");
@@ -228,10 +231,18 @@ mod tests {
                 line: 6
             }
         );
-        assert!(matches!(&steps[1], Step::Run { command, expected: None, .. } if command == "mkdir w  # c"));
-        assert!(matches!(&steps[2], Step::Run { command, background: true, expected: Some(e), .. } if command == "run" && e == &v("ready")));
-        assert!(matches!(&steps[3], Step::Run { command, background: false, .. } if command == "echo $?"));
+        assert!(
+            matches!(&steps[1], Step::Run { command, expected: None, .. } if command == "mkdir w  # c")
+        );
+        assert!(
+            matches!(&steps[2], Step::Run { command, background: true, expected: Some(e), .. } if command == "run" && e == &v("ready"))
+        );
+        assert!(
+            matches!(&steps[3], Step::Run { command, background: false, .. } if command == "echo $?")
+        );
         assert!(matches!(&steps[4], Step::More { expected, .. } if expected == &v("…\nlater")));
-        assert!(matches!(&steps[5], Step::Run { command, expected: Some(e), .. } if command == "next" && e.is_empty()));
+        assert!(
+            matches!(&steps[5], Step::Run { command, expected: Some(e), .. } if command == "next" && e.is_empty())
+        );
     }
 }
