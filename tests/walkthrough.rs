@@ -6,7 +6,6 @@
 //! It must not touch the repository: the page's `walk/` is made in the scratch directory.
 
 mod common;
-#[allow(dead_code)]
 mod walkthrough_support;
 
 use std::fs::File;
@@ -169,6 +168,8 @@ fn the_walkthrough_runs_as_written() {
         let e = e.expect("a directory entry");
         std::fs::copy(e.path(), scenarios.join(e.file_name())).expect("a scenario copies");
     }
+    // The page puts `target/debug` on PATH (its `export` runs here too, in a shell of its own,
+    // and finds no `target/` in the scratch root): the built binary's directory stands for it.
     let bin_dir = Path::new(bin())
         .parent()
         .expect("the binary is in a directory");
