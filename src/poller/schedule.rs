@@ -129,6 +129,7 @@ mod tests {
             interval: Duration::from_secs(1),
             slow_interval: Duration::from_secs(10),
             expensive_interval: Duration::from_secs(10),
+            profiling_interval: Duration::from_secs(5),
             index: 0,
             gpus: 1,
         };
@@ -213,6 +214,7 @@ mod tests {
     /// The polls at which a GPM sample is taken (the edges of the profiling windows).
     fn edges(index: u32, gpus: u32, interval_ms: u64, window_ms: u64, polls: u32) -> Vec<u32> {
         let c = Cadence {
+            changed: false,
             interval: Duration::from_millis(interval_ms),
             slow_interval: Duration::from_secs(10),
             expensive_interval: Duration::from_secs(30),
