@@ -25,7 +25,7 @@ use crate::attribution::ProcessesConfig;
 use crate::health::HealthConfig;
 use crate::kubernetes::KubernetesConfig;
 use crate::remediation::RemediationConfig;
-use crate::rules::RuleSet;
+use crate::rules::set::RuleSet;
 use crate::sharing::SharingConfig;
 use std::sync::Arc;
 
@@ -173,48 +173,7 @@ fn load_rules(config: &mut Config) -> Result<(), ConfigError> {
         column: e.column,
         message: e.message,
     })?;
-    check_rule_names(&set, config)?;
     config.rules = Arc::new(set);
-    Ok(())
-}
-
-/// The agent's rules read its own page: a rule on a series this profile and name set leave off
-/// the page would never fire. Refused, with the rule's position and what to do.
-fn check_rule_names(set: &RuleSet, c: &Config) -> Result<(), ConfigError> {
-    let absent = crate::metrics::left_out(
-        c.metrics_dcgm,
-        c.metrics_native,
-        c.metrics_profile,
-        c.dcgm_names,
-    );
-    for rule in set.groups.iter().flat_map(|g| &g.rules) {
-        let mut needs = crate::rules::check::Needs::default();
-        // Checked when the file was read; here only for the names it collects.
-        let _ = crate::rules::check::check(&rule.expr, &mut needs);
-        let mut names: Vec<&String> = needs.names.iter().collect();
-        names.sort();
-        if let Some(name) = names.into_iter().find(|n| absent.contains(&n.as_str())) {
-            let mut parts = rule.origin.rsplitn(3, ':');
-            let column = parts.next().and_then(|n| n.parse().ok()).unwrap_or(1);
-            let line = parts.next().and_then(|n| n.parse().ok()).unwrap_or(1);
-            let file = parts.next().unwrap_or(&rule.origin).to_string();
-            return Err(ConfigError::Invalid {
-                file,
-                line,
-                column,
-                message: format!(
-                    "rule '{}' reads '{name}', which this configuration does not serve                      ([metrics] profile = \"{}\", dcgm_names = \"{}\", dcgm = {}, native = {}): \
-                     read the series the page has (docs/metrics.md, \"What lean leaves out\") \
-                     or set profile = \"full\"",
-                    rule.name,
-                    c.metrics_profile.as_str(),
-                    c.dcgm_names.as_str(),
-                    c.metrics_dcgm,
-                    c.metrics_native,
-                ),
-            });
-        }
-    }
     Ok(())
 }
 

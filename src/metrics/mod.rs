@@ -16,6 +16,7 @@
 
 mod agent;
 mod dcgm;
+mod dcgm_sets;
 mod dcgm_xid;
 mod family;
 mod gpm;
