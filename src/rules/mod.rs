@@ -9,7 +9,8 @@
 //! [`Engine::step`] is the pure decision: one publication in, the alerts that changed state out.
 //! [`task`] runs it after every poll and hands those alerts to the remediation routes.
 //!
-//! It must not call NVML or block a scrape: it reads the rendered text the poller published.
+//! It must not call NVML or block a scrape: it reads the page the poller published, through
+//! the page's index of its series (never parsing the text back).
 
 pub mod alerts;
 mod binary;
@@ -32,6 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use crate::publication::Page;
 use crate::remediation::alert::Alert;
 
 use alerts::RuleState;
@@ -124,9 +126,9 @@ impl Engine {
         &self.history
     }
 
-    /// Ingests one publication's exposition `text` taken at `ts` and evaluates every group due.
-    pub fn step(&mut self, text: &str, ts: SystemTime) -> Step {
-        self.history.ingest(text, millis(ts));
+    /// Ingests one publication's `page` taken at `ts` and evaluates every group due.
+    pub fn step(&mut self, page: &Page, ts: SystemTime) -> Step {
+        self.history.ingest(page, millis(ts));
         self.evaluate(ts)
     }
 

@@ -1,4 +1,4 @@
-//! Runs the [`Engine`] after every publication: ingests the rendered metrics, evaluates the
+//! Runs the [`Engine`] after every publication: ingests the page's series, evaluates the
 //! rules, publishes the alert counts, logs each state change once, and hands alerts that
 //! started firing or were resolved to the remediation dispatcher.
 
@@ -48,12 +48,11 @@ pub fn spawn(
                 continue;
             }
             last_taken = Some(p.snapshot.taken_at);
-            // Parsing and evaluating take a millisecond or more on a big node: on a blocking
+            // Evaluating takes a millisecond or more on a big node: on a blocking
             // thread, so that the HTTP workers never wait for it.
             let (e, step, us) = match tokio::task::spawn_blocking(move || {
                 let started = std::time::Instant::now();
-                let text = String::from_utf8_lossy(&p.page.text);
-                let step = engine.step(&text, p.snapshot.taken_at);
+                let step = engine.step(&p.page, p.snapshot.taken_at);
                 let us = started.elapsed().as_micros() as u64;
                 (engine, step, us)
             })
