@@ -60,7 +60,7 @@ pub struct SeriesAt {
 impl SeriesAt {
     /// The series at `start..end` of the text whose name ends at `name_end`; `None` past 4 GiB
     /// (a page is bounded far below).
-    pub fn new(start: usize, name_end: usize, end: usize, value: f64) -> Option<SeriesAt> {
+    pub(crate) fn new(start: usize, name_end: usize, end: usize, value: f64) -> Option<SeriesAt> {
         Some(SeriesAt {
             start: u32::try_from(start).ok()?,
             name_end: u32::try_from(name_end).ok()?,
@@ -70,7 +70,7 @@ impl SeriesAt {
     }
 
     /// The same series `by` bytes further into the text (a family copied into the page).
-    pub fn shifted(self, by: usize) -> Option<SeriesAt> {
+    pub(crate) fn shifted(self, by: usize) -> Option<SeriesAt> {
         let by = u32::try_from(by).ok()?;
         Some(SeriesAt {
             start: self.start.checked_add(by)?,
@@ -119,7 +119,7 @@ impl Page {
     }
 
     /// A page whose renderer indexed its series as it wrote them.
-    pub fn indexed(text: Bytes, index: Vec<SeriesAt>) -> Page {
+    pub(crate) fn indexed(text: Bytes, index: Vec<SeriesAt>) -> Page {
         Page {
             text,
             series: index.len(),
@@ -155,7 +155,7 @@ impl Page {
 /// Indexes the sample lines of text in the format (`# ` lines and blank ones skipped; a line
 /// that is no sample is left out), `base` being where `text` starts in the page. For series
 /// written by hand (the actors' collectors, tests): the renderer's families index as they write.
-pub fn index_lines(text: &str, base: usize, out: &mut Vec<SeriesAt>) {
+pub(crate) fn index_lines(text: &str, base: usize, out: &mut Vec<SeriesAt>) {
     let mut at = base;
     for line in text.split_inclusive('\n') {
         let start = at;

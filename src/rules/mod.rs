@@ -22,7 +22,7 @@ pub mod history;
 mod limits;
 pub mod sample;
 pub mod served;
-pub mod set;
+pub(crate) mod set;
 pub mod task;
 pub mod template;
 
