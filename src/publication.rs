@@ -39,7 +39,8 @@ pub struct Page {
     /// Series (sample lines) on the page, counted while it was rendered.
     pub series: usize,
     /// Where each series stands in `text`, and its value, as the renderer wrote it: what the
-    /// rules read instead of parsing the text back. 12 bytes and an `f64` per series.
+    /// rules read instead of parsing the text back. 24 bytes per series (three `u32` offsets
+    /// and the `f64`), pushed as the series is written: no allocation per series.
     index: Vec<SeriesAt>,
     /// `text` gzipped, made by the first scrape that asks for gzip and shared by the others.
     /// Polls outnumber scrapes (a 1-5 s poll against a 15-30 s scrape), so compressing every
@@ -253,6 +254,36 @@ mod tests {
             .expect("valid gzip");
         assert_eq!(out, text);
         assert!(first.len() < text.len() / 4, "really compressed");
+    }
+
+    #[test]
+    fn a_series_costs_the_index_three_offsets_and_its_value() {
+        assert_eq!(
+            std::mem::size_of::<SeriesAt>(),
+            3 * 4 + 4 + 8,
+            "with the f64's alignment"
+        );
+    }
+
+    #[test]
+    fn hand_written_lines_are_indexed_as_a_scraper_reads_them() {
+        let page = Page::from_text(
+            "# HELP a A.\n# TYPE a gauge\na{k=\"x y\",q=\"}\"} 1.5\r\nb 2 1700000000000\nc{k=\"v\"} NaN\nnot a sample\n\nd -Inf",
+        );
+        let got: Vec<(&str, &str, f64)> = page
+            .samples()
+            .map(|s| (s.name, s.series, s.value))
+            .collect();
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert_eq!(got[0], ("a", "a{k=\"x y\",q=\"}\"}", 1.5));
+        assert_eq!(
+            got[1],
+            ("b", "b", 2.0),
+            "a timestamp after the value is ignored"
+        );
+        assert!(got[2].0 == "c" && got[2].2.is_nan());
+        assert_eq!(got[3], ("d", "d", f64::NEG_INFINITY));
+        assert_eq!(page.series, 4);
     }
 
     #[test]
