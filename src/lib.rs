@@ -62,6 +62,10 @@ pub mod shutdown;
 pub mod snapshot;
 pub mod terminal;
 
+/// The import rules of docs/architecture.md, checked against the source.
+#[cfg(test)]
+mod layers_tests;
+
 use std::sync::atomic::AtomicU64;
 use std::time::SystemTime;
 
