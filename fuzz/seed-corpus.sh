@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Seeds fuzz/corpus/ from what the repository ships (configs, scenarios, rules, requests), so
-# that a run starts from real inputs. The corpora themselves are not committed (a fuzzing run
-# rewrites thousands of files); only the inputs that once found a bug are, as
-# corpus/<target>/regression-*, and they stay whatever this script does.
+# Seeds fuzz/corpus/ from what the repository ships (configs, scenarios, rules, requests) and
+# from the inputs that once found a bug (fuzz/regressions/<target>/), so that a run starts from
+# real inputs and re-checks every old finding. The corpora are not committed (a run rewrites
+# thousands of files; fuzz/.gitignore has them); a new finding goes into regressions/.
 # Usage: bash fuzz/seed-corpus.sh, then e.g. `cargo +nightly fuzz run -O config`.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -30,4 +30,12 @@ printf 'GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r
 printf 'POST /api/v1/alertmanager HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}' > corpus/http/seed-post
 printf '{"version":"4","status":"firing","alerts":[{"status":"firing","labels":{"alertname":"GpuXid","gpu":"0"},"startsAt":"2026-01-01T00:00:00Z","fingerprint":"abc"}]}' \
   > corpus/alertmanager/seed-firing.json
+# Every input that once found a bug, under its own name.
+for d in regressions/*/; do
+  target=$(basename "$d")
+  mkdir -p "corpus/$target"
+  for f in "$d"*; do
+    [ -f "$f" ] && cp "$f" "corpus/$target/regression-$(basename "$f")"
+  done
+done
 echo "seeded: $(find corpus -type f | wc -l) files under fuzz/corpus"

@@ -573,7 +573,9 @@ async fn wait_for_signals(
             _ = signals.term.recv() => return Ok(()),
             _ = signals.int.recv() => return Ok(()),
             _ = signals.hup.recv() => {
-                match config::load(&source.path, source.required, &source.overrides) {
+                match config::load(&source.path, source.required, &source.overrides)
+                    .and_then(crate::rules::served::checked)
+                {
                     Ok(new) => {
                         if (new.listen, new.max_connections, new.header_timeout)
                             != (current.listen, current.max_connections, current.header_timeout)

@@ -6,7 +6,8 @@
 //!
 //! # Layout
 //!
-//! From the bottom up; every arrow points down.
+//! From the bottom up; every arrow points down. The layers, who owns what and the import rules
+//! are in `docs/architecture.md`.
 //!
 //! - Data: [`snapshot`] (the immutable view of the node at one instant; imports nothing of the
 //!   crate), [`health`] (pure verdicts over snapshots: per-GPU health and actions, readiness),
@@ -17,16 +18,20 @@
 //!   gRPC-over-Unix-socket client), [`audit`], [`exec`], [`procs`], [`shutdown`] (the stop
 //!   budget and the stop flag that blocking changes read).
 //! - [`metrics`]: renders a snapshot into the page once per poll (dcgm family, native family,
-//!   agent) and collects the actors' series through [`metrics::Collector`].
+//!   agent), indexing each series as it writes it, and collects the actors' series through
+//!   [`metrics::Collector`].
 //! - [`poller`]: observe (per-GPU workers) → enrich → judge → render → publish. It calls no
 //!   actor: the actors hand it their collectors and findings once, at start.
-//! - Actors that receive publications: [`rules`] (Prometheus alerting rules over the page),
+//! - Actors that receive publications: [`rules`] (Prometheus alerting rules over the page's
+//!   index of its series),
 //!   [`remediation`] (routes, safety rails, hooks and built-in actions), [`reclaim`] (idle GPUs
 //!   and per-owner accounting), [`sharing`] (time-slicing, the memory guard and the Kubernetes
 //!   device plugin), [`mig`] (MIG layouts, mig-parted compatible: planner and applier).
 //! - [`http`]: the axum router and its server (`/metrics`, `/health*`, `/livez`, `/readyz`,
 //!   `/api/v1`), reading publications and the actors' handles.
-//! - [`config`]: one validated `Config` from file, environment and flags; [`cli`]: the command
+//! - [`config`]: one validated `Config` from file, environment and flags: plain data that imports
+//!   no renderer, poller or actor (the rules are checked against the page in
+//!   [`rules::served`]); [`cli`]: the command
 //!   line and its subcommands; [`app`]: wiring, signals, graceful shutdown; [`logging`];
 //!   [`demo`].
 
@@ -59,6 +64,10 @@ pub mod slurm;
 pub mod snapshot;
 pub mod terminal;
 pub mod warnings;
+
+/// The import rules of docs/architecture.md, checked against the source.
+#[cfg(test)]
+mod layers_tests;
 
 use std::sync::atomic::AtomicU64;
 use std::time::SystemTime;

@@ -7,7 +7,7 @@ use clap::Parser;
 
 use gpu_steward::cli::{self, Cli, Command, RunArgs, SharingAction};
 use gpu_steward::config;
-use gpu_steward::{app, logging};
+use gpu_steward::{app, logging, rules};
 
 fn main() -> ExitCode {
     match Cli::parse().command {
@@ -43,7 +43,7 @@ fn main() -> ExitCode {
 fn run(args: RunArgs) -> ExitCode {
     let (path, required) = args.config_path();
     let overrides = args.overrides();
-    let config = match config::load(&path, required, &overrides) {
+    let config = match config::load(&path, required, &overrides).and_then(rules::served::checked) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");

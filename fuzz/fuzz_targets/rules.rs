@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use gpu_steward::publication::Page;
 use gpu_steward::rules::{Engine, RuleSet};
 use libfuzzer_sys::fuzz_target;
 
@@ -41,8 +42,10 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut engine = Engine::new(Arc::new(set), Duration::from_secs(1));
     let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    let _ = engine.step(exposition, t0);
-    let _ = engine.step(exposition, t0 + Duration::from_secs(1));
-    let _ = engine.step("", t0 + Duration::from_secs(2));
+    // Indexed by reading its lines, as the actors' hand-written series are.
+    let page = Page::from_text(exposition);
+    let _ = engine.step(&page, t0);
+    let _ = engine.step(&page, t0 + Duration::from_secs(1));
+    let _ = engine.step(&Page::from_text(""), t0 + Duration::from_secs(2));
     let _ = engine.counts();
 });

@@ -15,7 +15,7 @@ use crate::config::{self, Config, Overrides};
 
 /// Runs the command; the exit status.
 pub fn run(file: &Path) -> u8 {
-    match config::load(file, true, &Overrides::default()) {
+    match config::load(file, true, &Overrides::default()).and_then(crate::rules::served::checked) {
         Ok(c) => {
             let web = c.web_config_file.as_ref().map(|f| config::web::load(f));
             if let Some(Err(e)) = web {

@@ -7,6 +7,7 @@
 //! The files the configuration names are read and checked here too: [`web`] (the web config,
 //! TLS and basic auth) and [`token`] (the API token); the HTTP layer serves what they yield.
 
+mod describe;
 pub mod dropins;
 mod file;
 pub(crate) mod labels;
@@ -27,9 +28,9 @@ use file::FileConfig;
 use crate::attribution::ProcessesConfig;
 use crate::health::HealthConfig;
 use crate::kubernetes::KubernetesConfig;
-use crate::remediation::RemediationConfig;
-use crate::rules::RuleSet;
-use crate::sharing::SharingConfig;
+use crate::remediation::config::RemediationConfig;
+use crate::rules::set::RuleSet;
+use crate::sharing::settings::SharingConfig;
 use std::sync::Arc;
 
 pub const DEFAULT_CONFIG: &str = "/etc/gpu-steward/config.toml";
@@ -123,9 +124,9 @@ pub struct Config {
     /// `[mig]`: layouts, the layout to converge to, hooks and the reset command.
     pub mig: crate::mig::config::MigConfig,
     /// `[reclaim]`: idle GPUs and what to do about them (off by default, dry run by default).
-    pub reclaim: crate::reclaim::ReclaimConfig,
+    pub reclaim: crate::reclaim::config::ReclaimConfig,
     /// `[accounting]`: per-owner GPU seconds and energy.
-    pub accounting: crate::reclaim::AccountingConfig,
+    pub accounting: crate::reclaim::config::AccountingConfig,
     /// `[sharing]`: compute mode, time-slice, shared resources and the device plugin.
     pub sharing: SharingConfig,
     /// `[slurm]`: drain this node when a GPU fails (docs/slurm.md).
@@ -224,48 +225,7 @@ fn load_rules(config: &mut Config) -> Result<(), ConfigError> {
         column: e.column,
         message: e.message,
     })?;
-    check_rule_names(&set, config)?;
     config.rules = Arc::new(set);
-    Ok(())
-}
-
-/// The agent's rules read its own page: a rule on a series this profile and name set leave off
-/// the page would never fire. Refused, with the rule's position and what to do.
-fn check_rule_names(set: &RuleSet, c: &Config) -> Result<(), ConfigError> {
-    let absent = crate::metrics::left_out(
-        c.metrics_dcgm,
-        c.metrics_native,
-        c.metrics_profile,
-        c.dcgm_names,
-    );
-    for rule in set.groups.iter().flat_map(|g| &g.rules) {
-        let mut needs = crate::rules::check::Needs::default();
-        // Checked when the file was read; here only for the names it collects.
-        let _ = crate::rules::check::check(&rule.expr, &mut needs);
-        let mut names: Vec<&String> = needs.names.iter().collect();
-        names.sort();
-        if let Some(name) = names.into_iter().find(|n| absent.contains(&n.as_str())) {
-            let mut parts = rule.origin.rsplitn(3, ':');
-            let column = parts.next().and_then(|n| n.parse().ok()).unwrap_or(1);
-            let line = parts.next().and_then(|n| n.parse().ok()).unwrap_or(1);
-            let file = parts.next().unwrap_or(&rule.origin).to_string();
-            return Err(ConfigError::Invalid {
-                file,
-                line,
-                column,
-                message: format!(
-                    "rule '{}' reads '{name}', which this configuration does not serve                      ([metrics] profile = \"{}\", dcgm_names = \"{}\", dcgm = {}, native = {}): \
-                     read the series the page has (docs/metrics.md, \"What lean leaves out\") \
-                     or set profile = \"full\"",
-                    rule.name,
-                    c.metrics_profile.as_str(),
-                    c.dcgm_names.as_str(),
-                    c.metrics_dcgm,
-                    c.metrics_native,
-                ),
-            });
-        }
-    }
     Ok(())
 }
 
@@ -484,111 +444,6 @@ impl Config {
                 }
             })
             .collect()
-    }
-
-    /// A human summary of what this configuration makes the agent do (for `check-config`).
-    pub fn describe(&self) -> String {
-        let on = |b: bool| if b { "on" } else { "off" };
-        let source = self
-            .file
-            .as_ref()
-            .map_or("built-in defaults".to_string(), |f| f.display().to_string());
-        let hostname_label = if self.hostname_label.is_empty() {
-            "left out".to_string()
-        } else {
-            format!("'{}'", self.hostname_label)
-        };
-        format!(
-            "configuration from {source}\n\
-             serve HTTP on {listen}: /metrics, /health, /health/gpus, /livez, /readyz \
-             (at most {max_connections} requests at once besides the probes, {header_timeout} to send headers)\n\
-             load NVML from '{lib}' and poll every {interval}; slow-moving reads every {slow}, \
-             expensive ones every {expensive}, profiling (GPM) windows of {profiling}\n\
-             metrics: profile {profile}, dcgm-compatible {dcgm} (dcgm-exporter {names} names), native {native}, per-link NVLink {nvlink_links}, hostname label {hostname_label}\n\
-             TLS and basic auth: {web}\n\
-             mutating API (/api/v1): {api}\n\
-             audit log: {audit}\n\
-             log: level {level}, format {format}\n\
-             {health}\
-             {processes}\
-             {kubernetes}\
-             {rules}\
-             {remediation}\
-             {reclaim}\
-             {accounting}\
-             {sharing}\
-             {mig}\
-             {slurm}\
-             {nvsentinel}",
-            listen = self.listen,
-            max_connections = self.max_connections,
-            header_timeout = humantime::format_duration(self.header_timeout),
-            lib = self.nvml_lib,
-            interval = humantime::format_duration(self.interval),
-            slow = humantime::format_duration(self.slow_interval.max(self.interval)),
-            expensive = humantime::format_duration(self.expensive_interval.max(self.interval)),
-            profiling = humantime::format_duration(self.profiling_interval),
-            dcgm = on(self.metrics_dcgm),
-            profile = self.metrics_profile.as_str(),
-            names = self.dcgm_names.as_str(),
-            native = on(self.metrics_native),
-            nvlink_links = on(self.metrics_nvlink_links),
-            api = if self.api_enabled {
-                let socket = match &self.api_socket {
-                    Some(p) => format!(
-                        "; on socket {} (mode {:04o}){}",
-                        p.display(),
-                        self.api_socket_mode,
-                        if self.api_tcp { "" } else { " only" }
-                    ),
-                    None => String::new(),
-                };
-                match token::load_token(&self.api_token_file) {
-                    Ok(_) => format!("on, token from {}{socket}", self.api_token_file.display()),
-                    Err(e) => format!("on, but the token is unusable: {e}{socket}"),
-                }
-            } else {
-                "off".to_string()
-            },
-            audit = self.audit_file.display(),
-            web = match &self.web_config_file {
-                None => "off (no web_config_file)".to_string(),
-                Some(f) => match web::load(f) {
-                    Ok(w) => format!("{} from {}", w.describe(), f.display()),
-                    Err(e) => format!("unusable: {e}"),
-                },
-            },
-            level = self.log_level.as_deref().unwrap_or("info (or RUST_LOG)"),
-            format = match self.log_format {
-                LogFormat::Text => "text",
-                LogFormat::Json => "json",
-            },
-            health = self.health.describe(),
-            processes = self.processes.describe(),
-            kubernetes = self.kubernetes.describe(),
-            rules = if self.rule_files.is_empty() {
-                "alert rules: none ([rules] files)\n".to_string()
-            } else {
-                format!(
-                    "alert rules: {} rule(s) from {} file(s) matching {}\n{}",
-                    self.rules.rule_count(),
-                    self.rules.files().count(),
-                    self.rule_files
-                        .iter()
-                        .map(|p| format!("'{p}'"))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    self.rules.listing()
-                )
-            },
-            remediation = self.remediation.describe(),
-            mig = self.mig.describe(),
-            reclaim = self.reclaim.describe(),
-            accounting = self.accounting.describe(),
-            sharing = self.sharing.describe(),
-            slurm = self.slurm.describe(),
-            nvsentinel = self.nvsentinel.describe(),
-        )
     }
 }
 

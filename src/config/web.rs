@@ -216,6 +216,39 @@ fn lower(h: &'static str) -> &'static str {
 }
 
 fn tls_config(base: &Path, t: TlsSection) -> Result<rustls::ServerConfig, String> {
+    // Settings first, files after: a wrong setting is reported without touching the disk.
+    let (min, max) = tls_versions(&t)?;
+    let resolve = |p: &PathBuf| {
+        if p.is_absolute() {
+            p.clone()
+        } else {
+            base.join(p)
+        }
+    };
+    let (certs, key) = certificate_and_key(&t, &resolve)?;
+    let versions: Vec<&'static rustls::SupportedProtocolVersion> =
+        [(12, &rustls::version::TLS12), (13, &rustls::version::TLS13)]
+            .into_iter()
+            .filter(|(v, _)| (min..=max).contains(v))
+            .map(|(_, p)| p)
+            .collect();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+        .map_err(|e| format!("tls_server_config: {e}"))?;
+    let builder = match client_verifier(&t, &resolve, provider)? {
+        None => builder.with_no_client_auth(),
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("tls_server_config: the key does not fit the certificate: {e}"))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The settings rustls cannot honour refused, and the protocol versions offered (12, 13).
+fn tls_versions(t: &TlsSection) -> Result<(u8, u8), String> {
     if t.cipher_suites.is_some() || t.curve_preferences.is_some() {
         return Err(
             "tls_server_config: cipher_suites and curve_preferences name Go's suites; \
@@ -232,7 +265,6 @@ fn tls_config(base: &Path, t: TlsSection) -> Result<rustls::ServerConfig, String
         );
     }
     let _ = t.prefer_server_cipher_suites; // rustls always follows the server's order.
-                                           // Settings first, files after: a wrong setting is reported without touching the disk.
     let version = |v: &Option<String>, key: &str| -> Result<Option<u8>, String> {
         match v.as_deref() {
             None => Ok(None),
@@ -252,13 +284,14 @@ fn tls_config(base: &Path, t: TlsSection) -> Result<rustls::ServerConfig, String
     if min > max {
         return Err("tls_server_config: min_version is above max_version".into());
     }
-    let resolve = |p: &PathBuf| {
-        if p.is_absolute() {
-            p.clone()
-        } else {
-            base.join(p)
-        }
-    };
+    Ok((min, max))
+}
+
+/// The server's certificate chain and key, from files (relative to the web config) or inline.
+fn certificate_and_key(
+    t: &TlsSection,
+    resolve: &dyn Fn(&PathBuf) -> PathBuf,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
     let certs: Vec<CertificateDer<'static>> = match (&t.cert_file, &t.cert) {
         (Some(f), None) => CertificateDer::pem_file_iter(resolve(f))
             .and_then(|i| i.collect::<Result<_, _>>())
@@ -290,16 +323,16 @@ fn tls_config(base: &Path, t: TlsSection) -> Result<rustls::ServerConfig, String
             )
         }
     };
-    let versions: Vec<&'static rustls::SupportedProtocolVersion> =
-        [(12, &rustls::version::TLS12), (13, &rustls::version::TLS13)]
-            .into_iter()
-            .filter(|(v, _)| (min..=max).contains(v))
-            .map(|(_, p)| p)
-            .collect();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&versions)
-        .map_err(|e| format!("tls_server_config: {e}"))?;
+    Ok((certs, key))
+}
+
+/// How clients are verified: `None` asks for no certificate. A mode that would accept a
+/// certificate nobody verified is refused.
+fn client_verifier(
+    t: &TlsSection,
+    resolve: &dyn Fn(&PathBuf) -> PathBuf,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>, String> {
     let client_roots = || -> Result<Arc<rustls::RootCertStore>, String> {
         let Some(f) = &t.client_ca_file else {
             return Err(format!(
@@ -318,8 +351,8 @@ fn tls_config(base: &Path, t: TlsSection) -> Result<rustls::ServerConfig, String
         }
         Ok(Arc::new(roots))
     };
-    let builder = match t.client_auth_type.as_deref().unwrap_or("NoClientCert") {
-        "NoClientCert" => builder.with_no_client_auth(),
+    match t.client_auth_type.as_deref().unwrap_or("NoClientCert") {
+        "NoClientCert" => Ok(None),
         mode @ ("RequireAndVerifyClientCert" | "VerifyClientCertIfGiven") => {
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                 client_roots()?,
@@ -330,30 +363,21 @@ fn tls_config(base: &Path, t: TlsSection) -> Result<rustls::ServerConfig, String
             } else {
                 verifier
             };
-            let verifier = verifier
+            verifier
                 .build()
-                .map_err(|e| format!("tls_server_config.client_ca_file: {e}"))?;
-            builder.with_client_cert_verifier(verifier)
+                .map(Some)
+                .map_err(|e| format!("tls_server_config.client_ca_file: {e}"))
         }
-        other @ ("RequestClientCert" | "RequireAnyClientCert") => {
-            return Err(format!(
-                "tls_server_config.client_auth_type {other} accepts certificates nobody \
-                 verified; gpu-steward verifies what it asks for: use \
-                 RequireAndVerifyClientCert with client_ca_file"
-            ))
-        }
-        other => {
-            return Err(format!(
-                "tls_server_config.client_auth_type '{other}' is unknown; use NoClientCert, \
-                 VerifyClientCertIfGiven or RequireAndVerifyClientCert"
-            ))
-        }
-    };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("tls_server_config: the key does not fit the certificate: {e}"))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+        other @ ("RequestClientCert" | "RequireAnyClientCert") => Err(format!(
+            "tls_server_config.client_auth_type {other} accepts certificates nobody \
+             verified; gpu-steward verifies what it asks for: use \
+             RequireAndVerifyClientCert with client_ca_file"
+        )),
+        other => Err(format!(
+            "tls_server_config.client_auth_type '{other}' is unknown; use NoClientCert, \
+             VerifyClientCertIfGiven or RequireAndVerifyClientCert"
+        )),
+    }
 }
 
 #[cfg(test)]

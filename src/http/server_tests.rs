@@ -269,7 +269,7 @@ async fn http2_prior_knowledge_is_told_http_1_1_is_required() {
 
 /// A client that sends its request and shuts down its side (`shutdown(SHUT_WR)`, as `nc -N`
 /// and some HTTP/1.0 tools do) gets its answer. Found by fuzzing (the input is kept as
-/// `fuzz/corpus/http/regression-half-close-http10`): hyper without `half_close` dropped such a
+/// `fuzz/regressions/http/half-close-http10`): hyper without `half_close` dropped such a
 /// request unanswered when it read the EOF before writing the response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_half_closes_after_its_request_gets_the_answer() {

@@ -18,37 +18,10 @@
 //! has not been read yet: its series would carry `modelName=""` and then turn into other series
 //! once the value is known. Its native series and `gpu_steward_nvml_errors_total` report it.
 
-use super::{flag, Families, Family, RenderConfig};
-use crate::config::DcgmNames;
+use super::dcgm_sets::{labelled, ByName, Labelled, NameSet};
+use super::{flag, Families, RenderConfig};
 use crate::health::NodeHealth;
-use crate::snapshot::{GpuReading, GpuSnapshot, GpuStatus, Snapshot};
-
-/// One of dcgm-exporter's two name sets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum NameSet {
-    V48,
-    V49,
-}
-
-impl NameSet {
-    /// The sets `names` asks for, 4.8 first.
-    pub(super) fn chosen(names: DcgmNames) -> impl Iterator<Item = NameSet> {
-        [
-            names.v48().then_some(NameSet::V48),
-            names.v49().then_some(NameSet::V49),
-        ]
-        .into_iter()
-        .flatten()
-    }
-
-    /// The name of the driver-version label.
-    fn driver_label(self) -> &'static str {
-        match self {
-            NameSet::V48 => "DCGM_FI_DRIVER_VERSION",
-            NameSet::V49 => "DCGM_FI_SYSTEM_DRIVER_VERSION",
-        }
-    }
-}
+use crate::snapshot::{GpuReading, GpuSnapshot, Snapshot};
 
 /// The unit of a field's raw value, and so what each set serves.
 #[derive(Debug, Clone, Copy)]
@@ -245,57 +218,6 @@ pub(super) const FIELDS: &[Field] = &[
         |g| r(g).retired_pages.double_bit.map(|v| v as f64)),
 ];
 
-/// A GPU this family renders, with the labels of one name set in dcgm-exporter's order.
-pub(super) type Labelled<'a> = (Vec<(&'a str, String)>, &'a GpuSnapshot);
-
-fn labelled<'a>(
-    snapshot: &'a Snapshot,
-    config: &'a RenderConfig,
-    set: NameSet,
-) -> Vec<Labelled<'a>> {
-    let driver = snapshot
-        .driver
-        .as_ref()
-        .map(|d| d.driver_version.as_str())
-        .unwrap_or("");
-    // 4.9 renamed `Hostname` to `hostname` (4.8.3 already had); `""` leaves it out in both.
-    let host_label = match set {
-        _ if config.hostname_label.is_empty() => None,
-        NameSet::V48 => Some(config.hostname_label.as_str()),
-        NameSet::V49 => Some("hostname"),
-    };
-    snapshot
-        .gpus
-        .iter()
-        .filter(|g| g.status == GpuStatus::Up)
-        .filter_map(|g| {
-            let id = g.identity.as_ref().filter(|id| id.labels_known())?;
-            let mut labels = vec![
-                ("gpu", g.index.to_string()),
-                ("UUID", id.uuid.clone()),
-                ("pci_bus_id", id.pci_bus_id.clone()),
-                // /dev/nvidiaN is named after the minor number.
-                (
-                    "device",
-                    format!("nvidia{}", id.minor_number.unwrap_or(g.index)),
-                ),
-                ("modelName", id.name.clone()),
-            ];
-            if let Some(name) = host_label {
-                labels.push((name, config.hostname.clone()));
-            }
-            labels.push((set.driver_label(), driver.to_string()));
-            // dcgm-exporter's --kubernetes attributes, for a GPU allocated to one container.
-            if let (Some(k), [pod]) = (&snapshot.kubernetes, g.reading.pods.as_slice()) {
-                labels.push((k.labels.container.as_str(), pod.container.clone()));
-                labels.push((k.labels.namespace.as_str(), pod.namespace.clone()));
-                labels.push((k.labels.pod.as_str(), pod.pod.clone()));
-            }
-            Some((labels, g))
-        })
-        .collect()
-}
-
 pub(super) fn render(
     snapshot: &Snapshot,
     health: &NodeHealth,
@@ -331,35 +253,6 @@ pub(super) fn render(
     super::dcgm_xid::render(&sets, health, out);
     super::gpm::render_dcgm(&sets, full, out);
     super::nvlink::render_dcgm(&sets, out);
-}
-
-/// The families of one field across the chosen name sets: one per distinct name, so that a name
-/// both sets share gets one `# TYPE` line (a second one would make Prometheus reject the page).
-#[derive(Default)]
-pub(super) struct ByName(Vec<Family>);
-
-impl ByName {
-    pub(super) fn get(
-        &mut self,
-        name: &'static str,
-        help: &'static str,
-        counter: bool,
-    ) -> &mut Family {
-        let i = match self.0.iter().position(|f| f.name() == name) {
-            Some(i) => i,
-            None => {
-                self.0.push(Family::new(name, help, counter));
-                self.0.len() - 1
-            }
-        };
-        &mut self.0[i]
-    }
-
-    pub(super) fn push_into(self, out: &mut Families) {
-        for f in self.0 {
-            out.push(f);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! default 300000 like dcgm-exporter's `--xid-count-window-size`; an exporter-owned name that
 //! 4.9 did not rename).
 
-use super::dcgm::{ByName, Labelled, NameSet};
+use super::dcgm_sets::{ByName, Labelled, NameSet};
 use super::Families;
 use crate::health::{catalog, NodeHealth};
 

@@ -10,6 +10,8 @@
 
 use std::fmt::Write;
 
+use crate::publication::{index_lines, SeriesAt};
+
 /// One metric family under construction.
 pub struct Family {
     name: &'static str,
@@ -17,8 +19,9 @@ pub struct Family {
     kind: &'static str,
     /// The series lines written so far.
     lines: String,
-    /// How many.
-    count: usize,
+    /// Where each series stands in `lines`, and its value: the page's index (what the rules
+    /// read instead of parsing the text back).
+    index: Vec<SeriesAt>,
 }
 
 impl Family {
@@ -37,7 +40,7 @@ impl Family {
             help,
             kind: if counter { "counter" } else { "gauge" },
             lines: String::new(),
-            count: 0,
+            index: Vec::new(),
         }
     }
 
@@ -47,8 +50,8 @@ impl Family {
 
     /// Adds one series. Labels are written in the order given.
     pub fn add<S: AsRef<str>>(&mut self, labels: &[(&str, S)], value: f64) {
-        self.count += 1;
         let out = &mut self.lines;
+        let start = out.len();
         out.push_str(self.name);
         for (i, (k, v)) in labels.iter().enumerate() {
             out.push(if i == 0 { '{' } else { ',' });
@@ -59,6 +62,9 @@ impl Family {
         }
         if !labels.is_empty() {
             out.push('}');
+        }
+        if let Some(at) = SeriesAt::new(start, start + self.name.len(), out.len(), value) {
+            self.index.push(at);
         }
         out.push(' ');
         write_value(out, value);
@@ -73,12 +79,12 @@ impl Family {
     }
 }
 
-/// The families of one render, in output order.
+/// The families of one render, in output order, and the index of their series.
 #[derive(Default)]
 pub struct Families {
     text: String,
-    /// Series written, counted as they are added (the page is never scanned for it).
-    series: usize,
+    /// Every series written, where it stands in `text` (the page is never scanned for it).
+    index: Vec<SeriesAt>,
 }
 
 impl Families {
@@ -87,7 +93,6 @@ impl Families {
         if family.lines.is_empty() {
             return;
         }
-        self.series += family.count;
         let out = &mut self.text;
         if out.is_empty() {
             out.reserve(64 * 1024);
@@ -101,17 +106,34 @@ impl Families {
         out.push(' ');
         out.push_str(family.kind);
         out.push('\n');
+        let base = out.len();
         out.push_str(&family.lines);
+        self.index
+            .extend(family.index.into_iter().filter_map(|at| at.shifted(base)));
+    }
+
+    /// Appends complete families that `write` puts in the text format by hand (the actors'
+    /// collectors), indexing their sample lines: they are a few, and the renderer's own
+    /// families are never read back.
+    pub fn push_text(&mut self, write: impl FnOnce(&mut String)) {
+        let at = self.text.len();
+        write(&mut self.text);
+        index_lines(&self.text[at..], at, &mut self.index);
     }
 
     /// Series pushed so far.
     pub fn series(&self) -> usize {
-        self.series
+        self.index.len()
     }
 
     /// Everything, in the Prometheus text format 0.0.4.
     pub fn encode(self) -> String {
         self.text
+    }
+
+    /// The text and the index of its series: what a [`crate::publication::Page`] is made of.
+    pub fn into_parts(self) -> (String, Vec<SeriesAt>) {
+        (self.text, self.index)
     }
 }
 
@@ -169,6 +191,42 @@ mod tests {
              x_ratio{gpu=\"0\",name=\"a \\\"b\\\"\\\\c\\nd\"} 0.5\n\
              x_ratio 1000000000000000000000\n\
              # HELP y_total Y.\n# TYPE y_total counter\ny_total{k=\"v\"} +Inf\n"
+        );
+    }
+
+    /// The index the renderer writes is what a reader of the text finds: the same series, in
+    /// the same places, with the values a scraper parses (one NaN, no negative zero).
+    #[test]
+    fn the_index_is_what_a_reader_of_the_text_finds() {
+        let mut f = Family::gauge("x_ratio", "X.");
+        f.add(&[("gpu", "0"), ("name", "a \"b}\" c\\d\ne")], 0.25);
+        f.add(&[("gpu", "1")], -0.0);
+        f.add(&[("gpu", "2")], f64::from_bits(0x7ff0_0000_0000_0002));
+        f.add::<&str>(&[], 12_345_678.0);
+        let mut c = Family::counter("y_total", "Y.");
+        c.add(&[("k", "v")], f64::NEG_INFINITY);
+        c.add(&[("k", "w")], 1e21);
+        let mut all = Families::default();
+        all.push(f);
+        all.push(c);
+        all.push_text(|out| out.push_str("# TYPE z gauge\nz{a=\"1\"} 3.5\n"));
+        let (text, index) = all.into_parts();
+        let mut read = Vec::new();
+        index_lines(&text, 0, &mut read);
+        assert_eq!(index.len(), 7);
+        let bits = |v: &[SeriesAt]| {
+            let page =
+                crate::publication::Page::indexed(bytes::Bytes::from(text.clone()), v.to_vec());
+            page.samples()
+                .map(|s| (s.name.to_string(), s.series.to_string(), s.value.to_bits()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(bits(&index), bits(&read));
+        assert_eq!(bits(&index)[1].2, 0.0f64.to_bits(), "-0 is written 0");
+        assert_eq!(bits(&index)[2].2, f64::NAN.to_bits(), "one NaN");
+        assert_eq!(
+            bits(&index)[0].1,
+            "x_ratio{gpu=\"0\",name=\"a \\\"b}\\\" c\\\\d\\ne\"}"
         );
     }
 }

@@ -6,7 +6,7 @@
 //! (`GPU_I_PROFILE`, `GPU_I_ID`, as dcgm-exporter labels MIG series) and the GPU-wide ones are
 //! absent; the native per-instance series are in `mig.rs`.
 
-use super::dcgm::{ByName, Labelled, NameSet};
+use super::dcgm_sets::{ByName, Labelled, NameSet};
 use super::{Families, Family};
 use crate::snapshot::{GpmMetrics, GpuStatus, Snapshot};
 

@@ -16,6 +16,7 @@
 
 mod agent;
 mod dcgm;
+mod dcgm_sets;
 mod dcgm_xid;
 mod family;
 mod gpm;
@@ -135,31 +136,21 @@ pub fn render(
     }
     agent::render(snapshot, counters, config.profile.is_full(), &mut families);
     kubelet::render(snapshot, &mut families);
-    let mut series = families.series();
-    let mut text = families.encode();
     // The actors' series are native ones (`gpu_steward_*`): off with the native family.
     if config.native {
         for c in collectors {
-            let at = text.len();
-            c.collect(&mut text);
-            // Their text is small (a few families): count its sample lines.
-            series += text[at..]
-                .lines()
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .count();
+            families.push_text(|out| c.collect(out));
         }
     }
-    // Last, so that it counts itself.
-    series += 1;
-    let mut own = Families::default();
     let mut f = Family::gauge(
         "gpu_steward_page_series",
         "Series on this page, this one included: what each scrape of this agent adds to Prometheus.",
     );
-    f.add::<&str>(&[], series as f64);
-    own.push(f);
-    text.push_str(&own.encode());
-    Page::counted(Bytes::from(text.into_bytes()), series)
+    // Last, so that it counts itself.
+    f.add::<&str>(&[], (families.series() + 1) as f64);
+    families.push(f);
+    let (text, index) = families.into_parts();
+    Page::indexed(Bytes::from(text.into_bytes()), index)
 }
 
 /// 1 for true, 0 for false: the value of a boolean series.

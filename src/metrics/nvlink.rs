@@ -9,7 +9,7 @@
 //! profile) also per link its state and error counters (up to 18 × 4 series per GPU) and the
 //! raw fabric health mask.
 
-use super::dcgm::{Labelled, NameSet};
+use super::dcgm_sets::{Labelled, NameSet};
 use super::{flag, Families, Family};
 use crate::snapshot::{GpuSnapshot, GpuStatus, NvLinks, Snapshot, ThroughputWindow};
 

@@ -6,7 +6,8 @@
 //! Built from the same tables the collectors render from; a family that asks the profile adds
 //! its names here too.
 
-use super::dcgm::{NameSet, FIELDS};
+use super::dcgm::FIELDS;
+use super::dcgm_sets::NameSet;
 use super::native::Keep;
 use super::{RenderConfig, View};
 use crate::config::{DcgmNames, Profile};

@@ -107,95 +107,13 @@ pub fn parse(name: &Path, text: &str, needs: &mut Needs) -> Result<Vec<Group>, R
     let mut groups = Vec::new();
     for g in parsed.groups {
         let group_pos = find_group(text, &g.name);
-        let interval = match &g.interval {
-            None => None,
-            Some(s) => Some(
-                parse_duration(s)
-                    .map_err(|m| at(group_pos, format!("group '{}': interval {m}", g.name)))?,
-            ),
-        };
-        if g.limit.is_some_and(|l| l > 0) {
-            return Err(at(
-                group_pos,
-                format!(
-                    "group '{}': 'limit' is not supported by the agent; remove it or set it to 0",
-                    g.name
-                ),
-            ));
-        }
-        if let Some(o) = &g.query_offset {
-            if parse_duration(o).map_err(|m| at(group_pos, format!("query_offset {m}")))?
-                > Duration::ZERO
-            {
-                return Err(at(group_pos, format!("group '{}': 'query_offset' is not supported by the agent (it evaluates its own fresh series); remove it", g.name)));
-            }
-        }
+        let interval = group_interval(&g, group_pos, &at)?;
         let mut rules = Vec::new();
         for r in g.rules {
             let (rule_pos, expr_pos) = positions.get(index).copied().unwrap_or(((1, 1), None));
             index += 1;
             let expr_pos = expr_pos.unwrap_or(rule_pos);
-            let Some(alert) = r.alert else {
-                let what = r.record.map_or("a rule without 'alert'".to_string(), |n| {
-                    format!("recording rule '{n}'")
-                });
-                return Err(at(rule_pos, format!("{what}: the agent evaluates alerting rules only; keep recording rules in a file of their own for Prometheus")));
-            };
-            let origin = format!("{file}:{}:{}", rule_pos.0, rule_pos.1);
-            let query = match r.expr {
-                Some(serde_yaml::Value::String(s)) => s,
-                Some(serde_yaml::Value::Number(n)) => n.to_string(),
-                _ => {
-                    return Err(at(
-                        rule_pos,
-                        format!("rule '{alert}': 'expr' is missing or not a string"),
-                    ))
-                }
-            };
-            super::limits::check(&query)
-                .map_err(|m| at(expr_pos, format!("rule '{alert}': {m}")))?;
-            let expr = promql_parser::parser::parse(&query).map_err(|e| {
-                at(
-                    expr_pos,
-                    format!("rule '{alert}': invalid expression: {}", e.trim()),
-                )
-            })?;
-            check::check(&expr, needs).map_err(|construct| {
-                at(expr_pos, format!("rule '{alert}': {construct} is not supported by the agent's evaluator (see docs/rules.md)"))
-            })?;
-            let duration = |key: &str, v: &Option<String>| -> Result<Duration, RuleError> {
-                v.as_deref().map_or(Ok(Duration::ZERO), |s| {
-                    parse_duration(s)
-                        .map_err(|m| at(rule_pos, format!("rule '{alert}': {key} {m}")))
-                })
-            };
-            let hold = duration("for", &r.for_)?;
-            let keep_firing_for = duration("keep_firing_for", &r.keep_firing_for)?;
-            let template = |kind: &str, k: &str, v: &str| {
-                Template::parse(v)
-                    .map_err(|m| at(rule_pos, format!("rule '{alert}': {kind} '{k}': {m}")))
-            };
-            let mut label_map = g.labels.clone();
-            label_map.extend(r.labels);
-            let labels = label_map
-                .iter()
-                .map(|(k, v)| Ok((k.clone(), template("label", k, v)?)))
-                .collect::<Result<_, RuleError>>()?;
-            let annotations = r
-                .annotations
-                .iter()
-                .map(|(k, v)| Ok((k.clone(), template("annotation", k, v)?)))
-                .collect::<Result<_, RuleError>>()?;
-            rules.push(Rule {
-                name: alert,
-                query,
-                expr,
-                hold,
-                keep_firing_for,
-                labels,
-                annotations,
-                origin,
-            });
+            rules.push(rule(r, &g.labels, (rule_pos, expr_pos), &file, needs, &at)?);
         }
         groups.push(Group {
             name: g.name,
@@ -205,6 +123,107 @@ pub fn parse(name: &Path, text: &str, needs: &mut Needs) -> Result<Vec<Group>, R
         });
     }
     Ok(groups)
+}
+
+/// Where a rule error points: a (line, column) and the message.
+type At<'a> = dyn Fn(Pos, String) -> RuleError + 'a;
+
+/// A group's evaluation interval, refusing the group settings the agent does not honour.
+fn group_interval(g: &GroupYaml, group_pos: Pos, at: &At) -> Result<Option<Duration>, RuleError> {
+    let interval = match &g.interval {
+        None => None,
+        Some(s) => Some(
+            parse_duration(s)
+                .map_err(|m| at(group_pos, format!("group '{}': interval {m}", g.name)))?,
+        ),
+    };
+    if g.limit.is_some_and(|l| l > 0) {
+        return Err(at(
+            group_pos,
+            format!(
+                "group '{}': 'limit' is not supported by the agent; remove it or set it to 0",
+                g.name
+            ),
+        ));
+    }
+    if let Some(o) = &g.query_offset {
+        if parse_duration(o).map_err(|m| at(group_pos, format!("query_offset {m}")))?
+            > Duration::ZERO
+        {
+            return Err(at(group_pos, format!("group '{}': 'query_offset' is not supported by the agent (it evaluates its own fresh series); remove it", g.name)));
+        }
+    }
+    Ok(interval)
+}
+
+/// One alerting rule, checked: its expression against the supported subset (adding what it
+/// selects to `needs`), its durations and its templates. Recording rules are refused.
+fn rule(
+    r: RuleYaml,
+    group_labels: &BTreeMap<String, String>,
+    (rule_pos, expr_pos): (Pos, Pos),
+    file: &str,
+    needs: &mut Needs,
+    at: &At,
+) -> Result<Rule, RuleError> {
+    let Some(alert) = r.alert else {
+        let what = r.record.map_or("a rule without 'alert'".to_string(), |n| {
+            format!("recording rule '{n}'")
+        });
+        return Err(at(rule_pos, format!("{what}: the agent evaluates alerting rules only; keep recording rules in a file of their own for Prometheus")));
+    };
+    let origin = format!("{file}:{}:{}", rule_pos.0, rule_pos.1);
+    let query = match r.expr {
+        Some(serde_yaml::Value::String(s)) => s,
+        Some(serde_yaml::Value::Number(n)) => n.to_string(),
+        _ => {
+            return Err(at(
+                rule_pos,
+                format!("rule '{alert}': 'expr' is missing or not a string"),
+            ))
+        }
+    };
+    super::limits::check(&query).map_err(|m| at(expr_pos, format!("rule '{alert}': {m}")))?;
+    let expr = promql_parser::parser::parse(&query).map_err(|e| {
+        at(
+            expr_pos,
+            format!("rule '{alert}': invalid expression: {}", e.trim()),
+        )
+    })?;
+    check::check(&expr, needs).map_err(|construct| {
+        at(expr_pos, format!("rule '{alert}': {construct} is not supported by the agent's evaluator (see docs/rules.md)"))
+    })?;
+    let duration = |key: &str, v: &Option<String>| -> Result<Duration, RuleError> {
+        v.as_deref().map_or(Ok(Duration::ZERO), |s| {
+            parse_duration(s).map_err(|m| at(rule_pos, format!("rule '{alert}': {key} {m}")))
+        })
+    };
+    let hold = duration("for", &r.for_)?;
+    let keep_firing_for = duration("keep_firing_for", &r.keep_firing_for)?;
+    let template = |kind: &str, k: &str, v: &str| {
+        Template::parse(v).map_err(|m| at(rule_pos, format!("rule '{alert}': {kind} '{k}': {m}")))
+    };
+    let mut label_map = group_labels.clone();
+    label_map.extend(r.labels);
+    let labels = label_map
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), template("label", k, v)?)))
+        .collect::<Result<_, RuleError>>()?;
+    let annotations = r
+        .annotations
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), template("annotation", k, v)?)))
+        .collect::<Result<_, RuleError>>()?;
+    Ok(Rule {
+        name: alert,
+        query,
+        expr,
+        hold,
+        keep_firing_for,
+        labels,
+        annotations,
+        origin,
+    })
 }
 
 /// For each rule in document order: the position of its `alert:`/`record:` key and of the

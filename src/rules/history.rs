@@ -1,10 +1,11 @@
 //! The local history the rules evaluate over: the agent's own series, one sample per
 //! publication, in bounded ring buffers.
 //!
-//! Fed from the rendered exposition text of each publication (the same bytes `/metrics` serves),
-//! so that a rule sees exactly the series a Prometheus scraping this agent would see, minus the
-//! `instance` and `job` labels a scrape adds. Only metric names that some rule selects are kept;
-//! a line of any other family costs one name comparison.
+//! Fed from each publication's page through its index (`publication::Page::samples`: where
+//! the renderer wrote each series, and its value), so that a rule sees exactly the series a
+//! Prometheus scraping this agent would see, minus the `instance` and `job` labels a scrape
+//! adds, and the text is never parsed back. Only metric names that some rule selects are kept;
+//! a series of any other family costs one name comparison.
 //!
 //! Memory: each sample is 16 bytes (an `i64` millisecond timestamp and an `f64`); a series keeps
 //! at most `capacity` samples, where `capacity` covers the longest range plus offset any rule
@@ -15,6 +16,8 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::publication::Page;
 
 /// The bit pattern Prometheus uses as its staleness marker (`value.StaleNaN`): a series that
 /// disappears from a publication gets one, so that instant selectors stop returning it at once
@@ -50,7 +53,7 @@ pub struct Series {
 /// All selected series of the agent.
 #[derive(Debug)]
 pub struct History {
-    /// Metric names some rule selects; everything else is skipped while parsing.
+    /// Metric names some rule selects; every other series is skipped.
     wanted: HashSet<String>,
     /// Keyed by the series exactly as rendered (`name{labels}`): the renderer writes labels in a
     /// fixed order, so a lookup needs no parsing and no allocation.
@@ -99,30 +102,22 @@ impl History {
             .sum()
     }
 
-    /// Adds one publication's samples at `ts_ms`.
-    pub fn ingest(&mut self, text: &str, ts_ms: i64) {
+    /// Adds one publication's samples at `ts_ms`, read from the page's index: the value as
+    /// written, the series as rendered; a new series' labels are decoded once.
+    pub fn ingest(&mut self, page: &Page, ts_ms: i64) {
         self.epoch += 1;
         let epoch = self.epoch;
-        for line in text.lines() {
-            if line.is_empty() || line.starts_with('#') {
+        for sample in page.samples() {
+            if !self.wanted.contains(sample.name) {
                 continue;
             }
-            let name_end = line.find(['{', ' ']).unwrap_or(line.len());
-            if !self.wanted.contains(&line[..name_end]) {
-                continue;
-            }
-            let Some((key, value)) = split_value(line, name_end) else {
-                continue;
-            };
-            let Some(value) = parse_value(value) else {
-                continue;
-            };
+            let (key, value) = (sample.series, sample.value);
             let capacity = self.capacity;
             if let Some(s) = self.series.get_mut(key) {
                 push(&mut s.samples, capacity, ts_ms, value);
                 s.seen = epoch;
             } else {
-                let Some(labels) = parse_labels(&line[..name_end], &key[name_end..]) else {
+                let Some(labels) = parse_labels(sample.name, &key[sample.name.len()..]) else {
                     continue;
                 };
                 // Grown as samples arrive, not allocated for the whole window at once.
@@ -184,40 +179,6 @@ fn push(samples: &mut VecDeque<(i64, f64)>, capacity: usize, ts: i64, v: f64) {
     samples.push_back((ts, v));
 }
 
-/// Splits `name{labels} value` into the series part and the value (respecting quoted `}` and
-/// spaces inside label values).
-fn split_value(line: &str, name_end: usize) -> Option<(&str, &str)> {
-    let bytes = line.as_bytes();
-    let mut i = name_end;
-    if bytes.get(i) == Some(&b'{') {
-        let mut in_quotes = false;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'\\' if in_quotes => i += 1,
-                b'"' => in_quotes = !in_quotes,
-                b'}' if !in_quotes => break,
-                _ => {}
-            }
-            i += 1;
-        }
-        i += 1;
-    }
-    let key = line.get(..i)?;
-    let rest = line.get(i..)?.trim_start();
-    // A timestamp may follow the value; the agent writes none, but be lenient.
-    let value = rest.split(' ').next()?;
-    Some((key, value))
-}
-
-fn parse_value(s: &str) -> Option<f64> {
-    match s {
-        "NaN" => Some(f64::NAN),
-        "+Inf" | "Inf" => Some(f64::INFINITY),
-        "-Inf" => Some(f64::NEG_INFINITY),
-        _ => s.parse().ok(),
-    }
-}
-
 /// Parses `{a="x",b="y"}` (or nothing) into sorted labels with `__name__` = `name`.
 fn parse_labels(name: &str, s: &str) -> Option<Vec<(String, String)>> {
     let mut labels = vec![("__name__".to_string(), name.to_string())];
@@ -272,7 +233,7 @@ mod tests {
         let mut h = History::new(wanted(&["a", "c"]), Duration::ZERO, Duration::from_secs(1));
         let text = "# HELP a A.\n# TYPE a gauge\na{gpu=\"0\",n=\"x \\\"}\\\" y\\nz\"} 1.5\n\
                     b{gpu=\"0\"} 2\nc 3\nc{k=\"v\"} +Inf\n";
-        h.ingest(text, 1000);
+        h.ingest(&Page::from_text(text), 1000);
         assert_eq!(h.series_count(), 3);
         let a = h.iter().find(|s| s.labels[0].1 == "a").expect("a is kept");
         assert_eq!(
@@ -291,9 +252,9 @@ mod tests {
         let mut h = History::new(wanted(&["a"]), Duration::ZERO, Duration::from_secs(1));
         h.capacity = 3;
         for t in 1..=5 {
-            h.ingest("a{g=\"0\"} 1\na{g=\"1\"} 2\n", t * 1000);
+            h.ingest(&Page::from_text("a{g=\"0\"} 1\na{g=\"1\"} 2\n"), t * 1000);
         }
-        h.ingest("a{g=\"0\"} 1\n", 6000);
+        h.ingest(&Page::from_text("a{g=\"0\"} 1\n"), 6000);
         for s in h.iter() {
             assert_eq!(s.samples.len(), 3);
             let (t, v) = *s.samples.back().expect("samples");
@@ -301,7 +262,7 @@ mod tests {
             assert_eq!(is_stale(v), s.labels[1].1 == "1");
         }
         // A stale marker is written once, not once per publication.
-        h.ingest("a{g=\"0\"} 1\n", 7000);
+        h.ingest(&Page::from_text("a{g=\"0\"} 1\n"), 7000);
         let gone = h.iter().find(|s| s.labels[1].1 == "1").expect("kept");
         assert_eq!(gone.samples.back().map(|s| s.0), Some(6000));
     }

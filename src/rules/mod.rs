@@ -9,7 +9,8 @@
 //! [`Engine::step`] is the pure decision: one publication in, the alerts that changed state out.
 //! [`task`] runs it after every poll and hands those alerts to the remediation routes.
 //!
-//! It must not call NVML or block a scrape: it reads the rendered text the poller published.
+//! It must not call NVML or block a scrape: it reads the page the poller published, through
+//! the page's index of its series (never parsing the text back).
 
 pub mod alerts;
 mod binary;
@@ -21,124 +22,29 @@ pub mod history;
 mod limits;
 mod printf;
 pub mod sample;
+pub mod served;
+pub(crate) mod set;
 pub mod task;
 pub mod template;
 
 #[cfg(test)]
 mod promtool;
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use crate::publication::Page;
 use crate::remediation::alert::Alert;
 
 use alerts::RuleState;
-use check::Needs;
-use file::{Group, RuleError};
 use history::History;
 
 /// The largest rule file read (docs/configuration.md): thousands of rules, each expression at
 /// most [`limits::MAX_EXPR_BYTES`].
 pub const MAX_RULE_FILE: u64 = 16 << 20;
 
-/// Every group of every configured rule file, checked.
-#[derive(Debug, Clone, Default)]
-pub struct RuleSet {
-    pub groups: Vec<Group>,
-    /// The files loaded, with their contents, so that two configurations compare equal exactly
-    /// when they would evaluate the same rules.
-    sources: Vec<(PathBuf, String)>,
-    pub needs: Needs,
-}
-
-impl PartialEq for RuleSet {
-    fn eq(&self, other: &Self) -> bool {
-        self.sources == other.sources
-    }
-}
-
-impl RuleSet {
-    /// Loads the files matching `patterns` (glob syntax, sorted, each file once). A pattern
-    /// without wildcards must name an existing file; a pattern with wildcards may match none.
-    pub fn load(patterns: &[String]) -> Result<RuleSet, RuleError> {
-        let mut files: Vec<PathBuf> = Vec::new();
-        for p in patterns {
-            let error = |message: String| RuleError {
-                file: p.clone(),
-                line: 0,
-                column: 0,
-                message,
-            };
-            let matched: Vec<PathBuf> = glob::glob(p)
-                .map_err(|e| error(format!("invalid pattern: {e}")))?
-                .filter_map(Result::ok)
-                .collect();
-            if matched.is_empty() && !p.contains(['*', '?', '[']) {
-                return Err(RuleError {
-                    file: p.clone(),
-                    line: 1,
-                    column: 1,
-                    message: "rule file not found; fix the path in [rules] files".into(),
-                });
-            }
-            for f in matched {
-                if !files.contains(&f) {
-                    files.push(f);
-                }
-            }
-        }
-        let mut set = RuleSet::default();
-        for f in files {
-            let limits = crate::bounded::Limits::provided(MAX_RULE_FILE);
-            let text = crate::bounded::read_to_string(&f, limits).map_err(|e| RuleError {
-                file: f.display().to_string(),
-                line: 1,
-                column: 1,
-                message: format!("cannot read: {}", e.problem),
-            })?;
-            set.add(&f, text)?;
-        }
-        Ok(set)
-    }
-
-    /// Adds one file's rules.
-    pub fn add(&mut self, path: &Path, text: String) -> Result<(), RuleError> {
-        let groups = file::parse(path, &text, &mut self.needs)?;
-        self.groups.extend(groups);
-        self.sources.push((path.to_path_buf(), text));
-        Ok(())
-    }
-
-    pub fn rule_count(&self) -> usize {
-        self.groups.iter().map(|g| g.rules.len()).sum()
-    }
-
-    pub fn files(&self) -> impl Iterator<Item = &Path> {
-        self.sources.iter().map(|(p, _)| p.as_path())
-    }
-
-    /// One line per group, with its file and its alerts, for `check-config`.
-    pub fn listing(&self) -> String {
-        self.groups
-            .iter()
-            .map(|g| {
-                let names: Vec<&str> = g.rules.iter().map(|r| r.name.as_str()).collect();
-                format!(
-                    "  {} group '{}': {}\n",
-                    g.file.display(),
-                    g.name,
-                    if names.is_empty() {
-                        "no rules".to_string()
-                    } else {
-                        names.join(", ")
-                    }
-                )
-            })
-            .collect()
-    }
-}
+pub use set::RuleSet;
 
 /// Counters and gauges of the rules, collected into the page at each poll.
 #[derive(Debug, Default)]
@@ -226,9 +132,9 @@ impl Engine {
         &self.history
     }
 
-    /// Ingests one publication's exposition `text` taken at `ts` and evaluates every group due.
-    pub fn step(&mut self, text: &str, ts: SystemTime) -> Step {
-        self.history.ingest(text, millis(ts));
+    /// Ingests one publication's `page` taken at `ts` and evaluates every group due.
+    pub fn step(&mut self, page: &Page, ts: SystemTime) -> Step {
+        self.history.ingest(page, millis(ts));
         self.evaluate(ts)
     }
 

@@ -1,4 +1,4 @@
-//! Runs the [`Engine`] after every publication: ingests the rendered metrics, evaluates the
+//! Runs the [`Engine`] after every publication: ingests the page's series, evaluates the
 //! rules, publishes the alert counts, logs each state change once, and hands alerts that
 //! started firing or were resolved to the remediation dispatcher.
 
@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use crate::publication::Published;
 use crate::remediation::{Handle, Source};
 
-use super::{Engine, RuleMetrics, RuleSet};
+use super::{Engine, RuleMetrics, RuleSet, Step};
 
 /// Starts the rules task; it stops when `stop` turns true.
 pub fn spawn(
@@ -48,12 +48,11 @@ pub fn spawn(
                 continue;
             }
             last_taken = Some(p.snapshot.taken_at);
-            // Parsing and evaluating take a millisecond or more on a big node: on a blocking
+            // Evaluating takes a millisecond or more on a big node: on a blocking
             // thread, so that the HTTP workers never wait for it.
             let (e, step, us) = match tokio::task::spawn_blocking(move || {
                 let started = std::time::Instant::now();
-                let text = String::from_utf8_lossy(&p.page.text);
-                let step = engine.step(&text, p.snapshot.taken_at);
+                let step = engine.step(&p.page, p.snapshot.taken_at);
                 let us = started.elapsed().as_micros() as u64;
                 (engine, step, us)
             })
@@ -76,32 +75,45 @@ pub fn spawn(
                     "rules history allocated (grows only with new series)"
                 );
             }
-            *metrics.alerts.lock().unwrap_or_else(|p| p.into_inner()) = engine.counts();
-            metrics
-                .evaluation_failures
-                .fetch_add(step.failures.len() as u64, Ordering::Relaxed);
-            let mut now_failing = HashMap::new();
-            for (rule, reason) in step.failures {
-                if failing.get(&rule) != Some(&reason) {
-                    tracing::warn!(rule = %rule, reason = %reason, "rule evaluation failed");
-                }
-                now_failing.insert(rule, reason);
-            }
-            failing = now_failing;
-            for a in &step.changed {
-                tracing::info!(
-                    alertname = a.name(),
-                    status = a.status.as_str(),
-                    gpu = a.gpu().unwrap_or(""),
-                    fingerprint = %a.fingerprint,
-                    "alert {}", a.status.as_str()
-                );
-            }
-            if !step.changed.is_empty() {
-                if let Err(e) = remediation.submit(step.changed, Source::Rules) {
-                    tracing::error!(error = %e, "alerts dropped");
-                }
-            }
+            failing = report(step, &engine, &metrics, failing, &remediation);
         }
     });
+}
+
+/// Publishes one step's outcome: the alert counts and failures as series, each new failure
+/// reason and each state change logged once, and the alerts that changed handed to the
+/// remediation routes. Returns the failing rules, by reason, for the next step.
+fn report(
+    step: Step,
+    engine: &Engine,
+    metrics: &RuleMetrics,
+    failing: HashMap<String, String>,
+    remediation: &Handle,
+) -> HashMap<String, String> {
+    *metrics.alerts.lock().unwrap_or_else(|p| p.into_inner()) = engine.counts();
+    metrics
+        .evaluation_failures
+        .fetch_add(step.failures.len() as u64, Ordering::Relaxed);
+    let mut now_failing = HashMap::new();
+    for (rule, reason) in step.failures {
+        if failing.get(&rule) != Some(&reason) {
+            tracing::warn!(rule = %rule, reason = %reason, "rule evaluation failed");
+        }
+        now_failing.insert(rule, reason);
+    }
+    for a in &step.changed {
+        tracing::info!(
+            alertname = a.name(),
+            status = a.status.as_str(),
+            gpu = a.gpu().unwrap_or(""),
+            fingerprint = %a.fingerprint,
+            "alert {}", a.status.as_str()
+        );
+    }
+    if !step.changed.is_empty() {
+        if let Err(e) = remediation.submit(step.changed, Source::Rules) {
+            tracing::error!(error = %e, "alerts dropped");
+        }
+    }
+    now_failing
 }

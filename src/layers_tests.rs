@@ -1,0 +1,159 @@
+//! The import rules that docs/architecture.md states, checked against the source: each rule
+//! names a folder or file and the modules of the crate it must not import, so that the page
+//! stays true as the code changes. Reads the source text; runs nothing of the agent.
+//!
+//! A path is taken as written (`crate::metrics`, or `crate::{metrics, ...}`); comments are
+//! skipped. `super::` reaches only inside a folder, which these rules do not restrict.
+
+use std::path::{Path, PathBuf};
+
+/// (folder or file under `src/`, modules it must not import, why).
+const RULES: &[(&str, &[&str], &str)] = &[
+    (
+        "config",
+        &["metrics", "poller", "http", "app", "cli", "demo", "rules::"],
+        "config is plain data below the renderer, the poller, the server and the rules engine",
+    ),
+    (
+        "metrics",
+        &[
+            "rules",
+            "remediation",
+            "reclaim",
+            "sharing",
+            "mig",
+            "poller",
+            "http",
+            "app",
+            "cli",
+        ],
+        "the renderer knows no actor: actors hand it collectors",
+    ),
+    (
+        "poller",
+        &[
+            "rules",
+            "remediation",
+            "reclaim",
+            "sharing",
+            "mig",
+            "http",
+            "app",
+            "cli",
+        ],
+        "the poller calls no actor",
+    ),
+    (
+        "publication.rs",
+        &[
+            "metrics",
+            "poller",
+            "rules",
+            "remediation",
+            "reclaim",
+            "sharing",
+            "mig",
+            "http",
+            "config",
+        ],
+        "the publication is data at the bottom",
+    ),
+    (
+        "snapshot",
+        &[
+            "metrics",
+            "poller",
+            "rules",
+            "remediation",
+            "reclaim",
+            "sharing",
+            "mig",
+            "http",
+            "config",
+        ],
+        "the snapshot is data at the bottom",
+    ),
+];
+
+/// What config may take from `rules/`: the loaded rule files, which import no engine.
+const CONFIG_MAY_IMPORT: &[&str] = &["rules::set"];
+
+fn rust_files(at: &Path, out: &mut Vec<PathBuf>) {
+    if at.is_file() {
+        out.push(at.to_path_buf());
+        return;
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(at)
+        .expect("a source folder")
+        .map(|e| e.expect("an entry").path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() || p.extension().is_some_and(|e| e == "rs") {
+            rust_files(&p, out);
+        }
+    }
+}
+
+/// Every `crate::` path a line names, one module path each (`crate::{a, b::c}` gives both).
+fn crate_paths(line: &str) -> Vec<String> {
+    let code = line.split("//").next().unwrap_or("");
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices("crate::") {
+        let rest = &code[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let inner = group.split('}').next().unwrap_or("");
+            out.extend(inner.split(',').map(|p| p.trim().to_string()));
+        } else {
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(rest.len());
+            out.push(rest[..end].to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_layer_imports_only_what_stands_below_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut broken = Vec::new();
+    for (place, denied, why) in RULES {
+        let mut files = Vec::new();
+        rust_files(&src.join(place), &mut files);
+        assert!(!files.is_empty(), "{place}: no source found");
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("a source file");
+            for (n, line) in text.lines().enumerate() {
+                for path in crate_paths(line) {
+                    let hit = denied.iter().any(|d| {
+                        path == d.trim_end_matches("::")
+                            || path.starts_with(&format!("{}::", d.trim_end_matches("::")))
+                    });
+                    let allowed =
+                        *place == "config" && CONFIG_MAY_IMPORT.iter().any(|a| path.starts_with(a));
+                    if hit && !allowed {
+                        broken.push(format!(
+                            "{}:{}: imports 'crate::{path}' ({why})",
+                            file.strip_prefix(&src).unwrap_or(&file).display(),
+                            n + 1
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+#[test]
+fn grouped_and_nested_paths_are_read() {
+    assert_eq!(
+        crate_paths("use crate::{metrics, rules::set::RuleSet}; // crate::http"),
+        ["metrics", "rules::set::RuleSet"]
+    );
+    assert_eq!(
+        crate_paths("    let a = crate::metrics::left_out(x);"),
+        ["metrics::left_out"]
+    );
+}
