@@ -41,6 +41,7 @@ pub mod exec;
 pub mod gpu;
 pub mod grpc;
 pub mod health;
+pub mod human;
 pub mod http;
 pub mod kubernetes;
 pub mod logging;

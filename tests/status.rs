@@ -255,8 +255,149 @@ fn status_asks_the_agent_on_its_api_socket() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}{}", agent.log());
     assert!(
-        text.starts_with(&format!("gpu-steward at unix:{}", socket.display()))
-            && text.contains("8 GPU(s): 8 pass"),
+        text.starts_with("8 GPU(s): 8 pass")
+            && text.contains(&format!("gpu-steward at unix:{}", socket.display())),
         "{text}"
     );
+}
+
+/// A real `sleep` whose name (`/proc/PID/comm`, from the name it was started by) carries a
+/// terminal title sequence and a colour: what another user on the node can do.
+struct Renamed {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+/// The hostile name: `ESC ] 0 ; t BEL ESC [ 3 1 m x` (12 characters, under comm's 15).
+const HOSTILE: &str = "\u{1b}]0;t\u{7}\u{1b}[31mx";
+
+impl Renamed {
+    fn start() -> Renamed {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sleep = ["/bin/sleep", "/usr/bin/sleep"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("sleep is installed");
+        let link = dir.path().join(HOSTILE);
+        std::os::unix::fs::symlink(sleep, &link).expect("symlink");
+        let child = Command::new(&link).arg("300").spawn().expect("spawn");
+        let comm = format!("/proc/{}/comm", child.id());
+        wait_for("the renamed process", Duration::from_secs(5), || {
+            let c = std::fs::read_to_string(&comm).ok()?;
+            (c.trim_end_matches('\n') == HOSTILE).then_some(())
+        });
+        Renamed { child, _dir: dir }
+    }
+}
+
+impl Drop for Renamed {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// faults.toml with UUIDs on two GPUs and its one process being `pid`.
+fn faults_with(pid: u32) -> String {
+    let text = std::fs::read_to_string(scenario("faults.toml")).expect("faults.toml");
+    let text = text.replacen(
+        "pci_bus_id = \"00000000:3B:00.0\"",
+        "pci_bus_id = \"00000000:3B:00.0\"\nuuid = \"GPU-0badc0de-1111-2222-3333-444455556666\"",
+        1,
+    );
+    let text = text.replacen(
+        "pci_bus_id = \"00000000:5D:00.0\"",
+        "pci_bus_id = \"00000000:5D:00.0\"\nuuid = \"GPU-5d5d5d5d-1111-2222-3333-444455556666\"",
+        1,
+    );
+    assert!(text.contains("pid = 51001"), "faults.toml still has its process");
+    text.replacen("pid = 51001", &format!("pid = {pid}"), 1)
+}
+
+#[test]
+fn status_in_80x24_keeps_counts_memory_and_says_what_it_left_out() {
+    let renamed = Renamed::start();
+    let pid = renamed.child.id();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario_path = dir.path().join("faults.toml");
+    std::fs::write(&scenario_path, faults_with(pid)).expect("scenario");
+    let agent = Agent::with_scenario(scenario_path.to_str().expect("utf-8")).start();
+    let audit = write_audit(dir.path());
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[audit]\nfile = \"{}\"\n", audit.display()),
+    )
+    .expect("config");
+    let command = format!(
+        "{} status --url http://127.0.0.1:{} --config {}; sleep 60",
+        bin(),
+        agent.port,
+        config.display()
+    );
+    let tmux = Tmux::start(80, 24, &command);
+    let pid_text = pid.to_string();
+    let pane = wait_for("the status screen", Duration::from_secs(20), || {
+        let p = tmux.capture(false);
+        (p.contains("LAST CHANGES") && p.contains(&pid_text)).then_some(p)
+    });
+    let lines: Vec<&str> = pane.lines().collect();
+    assert!(lines.len() <= 24, "{pane}");
+    assert!(lines.iter().all(|l| l.chars().count() <= 80), "{pane}");
+    // faults.toml: one GPU lost and one with an uncorrectable ECC error fail; NVML is up.
+    assert!(
+        lines[0].starts_with("4 GPU(s): ") && lines[0].contains(", 2 fail · ready"),
+        "{pane}"
+    );
+    // Which GPU: model and the short UUID the scenario gave it.
+    let row = |i: &str| {
+        lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{i:>3} ")))
+            .unwrap_or_else(|| panic!("GPU {i} row in\n{pane}"))
+    };
+    assert!(row("1").contains("H200") && row("1").contains("0badc0de"), "{pane}");
+    assert!(row("2").contains("5d5d5d5d") && row("2").contains("91C"), "{pane}");
+    // The scenario's process: 129536 MiB is 126.5 GiB, in its column, name escaped.
+    let p = lines
+        .iter()
+        .find(|l| l.contains(&format!(" {pid} ")))
+        .unwrap_or_else(|| panic!("process row in\n{pane}"));
+    assert!(p.contains(" 126.5 "), "{pane}");
+    assert!(p.contains(r"\u{1b}]0;t\u{7}\u{1b}[31mx"), "{pane}");
+    // Every section is on screen; the 41 changes do not fit and the screen says so.
+    assert!(pane.contains("RECLAIM off"), "{pane}");
+    let changes = lines
+        .iter()
+        .position(|l| l.starts_with("LAST CHANGES"))
+        .expect("changes header");
+    assert!(lines[changes + 1].contains("11:22:33 sharing apply.end"), "{pane}");
+    let last = lines.iter().rev().find(|l| !l.is_empty()).expect("a line");
+    assert!(last.starts_with("  … ") && last.contains(" more ("), "{pane}");
+    // No colour but the health cells': the hostile name painted nothing.
+    let coloured = tmux.capture(true);
+    let prow = coloured
+        .lines()
+        .find(|l| l.contains(&format!(" {pid} ")))
+        .expect("process row");
+    assert!(!prow.contains("\u{1b}[31m"), "{prow:?}");
+}
+
+#[test]
+fn status_with_a_missing_or_broken_config_exits_2_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("nope.toml");
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "[audit]\nfile = \n").expect("write");
+    for file in [&missing, &broken] {
+        let out = Command::new(bin())
+            .args(["status", "--url", "http://127.0.0.1:9", "--config"])
+            .arg(file)
+            .output()
+            .expect("status");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(&file.display().to_string()), "{err}");
+        assert!(!err.contains("cannot ask the agent"), "{err}");
+    }
 }
