@@ -109,7 +109,7 @@ fn status_in_a_terminal_shows_the_node_on_one_screen_with_colour() {
     // The node in trouble: four GPUs, the lost one and the ECC one failing, with reasons.
     assert!(lines[0].contains("4 GPU(s)"), "{pane}");
     assert!(lines[0].contains("fail"), "{pane}");
-    assert!(pane.contains("GPU  HEALTH  UTIL"), "{pane}");
+    assert!(pane.contains("GPU MODEL          UUID     HEALTH UTIL"), "{pane}");
     let fails = lines
         .iter()
         .filter(|l| {
@@ -299,7 +299,7 @@ impl Drop for Renamed {
 
 /// faults.toml with UUIDs on two GPUs and its one process being `pid`.
 fn faults_with(pid: u32) -> String {
-    let text = std::fs::read_to_string(scenario("faults.toml")).expect("faults.toml");
+    let text = scenario("faults.toml");
     let text = text.replacen(
         "pci_bus_id = \"00000000:3B:00.0\"",
         "pci_bus_id = \"00000000:3B:00.0\"\nuuid = \"GPU-0badc0de-1111-2222-3333-444455556666\"",
@@ -319,9 +319,7 @@ fn status_in_80x24_keeps_counts_memory_and_says_what_it_left_out() {
     let renamed = Renamed::start();
     let pid = renamed.child.id();
     let dir = tempfile::tempdir().expect("tempdir");
-    let scenario_path = dir.path().join("faults.toml");
-    std::fs::write(&scenario_path, faults_with(pid)).expect("scenario");
-    let agent = Agent::with_scenario(scenario_path.to_str().expect("utf-8")).start();
+    let agent = Agent::with_scenario(&faults_with(pid)).start();
     let audit = write_audit(dir.path());
     let config = dir.path().join("config.toml");
     std::fs::write(
