@@ -85,7 +85,7 @@ pub(super) fn render(
         }
         out
     };
-    let all = full(&gpu_rows(node, false), true, None);
+    let all = full(&gpu_rows(node, Conditions::All), true, None);
     let lines = match size {
         None => all,
         // The last row is left for the cursor (and the shell's prompt after it).
@@ -93,14 +93,11 @@ pub(super) fn render(
         Some((_, rows)) => {
             let rows = rows.saturating_sub(1);
             let wanted = |s: &Section| s.items.len() + 1;
-            let mut gpu_lines = gpu_rows(node, true);
+            let mut gpu_lines = gpu_rows(node, Conditions::Folded);
             let minimum: usize = sections.iter().map(|s| wanted(s).min(2)).sum();
             if 2 + gpu_lines.len() + minimum > rows {
                 // Too short even for one condition line per GPU: the HEALTH column remains.
-                gpu_lines = gpu_rows(node, true)
-                    .into_iter()
-                    .filter(|(l, _)| !l.starts_with(' '))
-                    .collect();
+                gpu_lines = gpu_rows(node, Conditions::None);
             }
             let mut left = rows.saturating_sub(2 + gpu_lines.len());
             let mut rooms: Vec<usize> = sections
@@ -150,16 +147,25 @@ pub(super) fn render(
     out
 }
 
-/// One row per GPU and, under it, its conditions: all of them, or with `fold` the first one
-/// with how many there are.
-fn gpu_rows(node: &Node, fold: bool) -> Vec<Line> {
+/// How many lines a GPU's conditions get under its row.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Conditions {
+    All,
+    /// The first one, with how many there are.
+    Folded,
+    /// None: the HEALTH column still says pass, warn or fail.
+    None,
+}
+
+/// One row per GPU and, under it, its conditions as `how` says.
+fn gpu_rows(node: &Node, how: Conditions) -> Vec<Line> {
     let mut lines = Vec::new();
     for (i, g) in &node.gpus {
         lines.push((gpu_row(*i, g), Some(g.status.clone())));
         let status = Some(g.status.clone());
-        match (fold, g.reasons.as_slice()) {
-            (_, []) => {}
-            (true, [first, rest @ ..]) if !rest.is_empty() => lines.push((
+        match (how, g.reasons.as_slice()) {
+            (_, []) | (Conditions::None, _) => {}
+            (Conditions::Folded, [first, rest @ ..]) if !rest.is_empty() => lines.push((
                 format!("      {} conditions: {first}", rest.len() + 1),
                 status,
             )),
