@@ -109,7 +109,10 @@ fn status_in_a_terminal_shows_the_node_on_one_screen_with_colour() {
     // The node in trouble: four GPUs, the lost one and the ECC one failing, with reasons.
     assert!(lines[0].contains("4 GPU(s)"), "{pane}");
     assert!(lines[0].contains("fail"), "{pane}");
-    assert!(pane.contains("GPU MODEL          UUID     HEALTH UTIL"), "{pane}");
+    assert!(
+        pane.contains("GPU MODEL          UUID     HEALTH UTIL"),
+        "{pane}"
+    );
     let fails = lines
         .iter()
         .filter(|l| {
@@ -310,7 +313,10 @@ fn faults_with(pid: u32) -> String {
         "pci_bus_id = \"00000000:5D:00.0\"\nuuid = \"GPU-5d5d5d5d-1111-2222-3333-444455556666\"",
         1,
     );
-    assert!(text.contains("pid = 51001"), "faults.toml still has its process");
+    assert!(
+        text.contains("pid = 51001"),
+        "faults.toml still has its process"
+    );
     text.replacen("pid = 51001", &format!("pid = {pid}"), 1)
 }
 
@@ -354,8 +360,14 @@ fn status_in_80x24_keeps_counts_memory_and_says_what_it_left_out() {
             .find(|l| l.starts_with(&format!("{i:>3} ")))
             .unwrap_or_else(|| panic!("GPU {i} row in\n{pane}"))
     };
-    assert!(row("1").contains("H200") && row("1").contains("0badc0de"), "{pane}");
-    assert!(row("2").contains("5d5d5d5d") && row("2").contains("91C"), "{pane}");
+    assert!(
+        row("1").contains("H200") && row("1").contains("0badc0de"),
+        "{pane}"
+    );
+    assert!(
+        row("2").contains("5d5d5d5d") && row("2").contains("91C"),
+        "{pane}"
+    );
     // The scenario's process: 129536 MiB is 126.5 GiB, in its column, name escaped.
     let p = lines
         .iter()
@@ -369,9 +381,15 @@ fn status_in_80x24_keeps_counts_memory_and_says_what_it_left_out() {
         .iter()
         .position(|l| l.starts_with("LAST CHANGES"))
         .expect("changes header");
-    assert!(lines[changes + 1].contains("11:22:33 sharing apply.end"), "{pane}");
+    assert!(
+        lines[changes + 1].contains("11:22:33 sharing apply.end"),
+        "{pane}"
+    );
     let last = lines.iter().rev().find(|l| !l.is_empty()).expect("a line");
-    assert!(last.starts_with("  … ") && last.contains(" more ("), "{pane}");
+    assert!(
+        last.starts_with("  … ") && last.contains(" more ("),
+        "{pane}"
+    );
     // No colour but the health cells': the hostile name painted nothing.
     let coloured = tmux.capture(true);
     let prow = coloured

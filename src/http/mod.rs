@@ -9,10 +9,10 @@ mod alertmanager;
 pub mod api;
 mod connection;
 mod events;
-mod gpus;
 #[cfg(any(test, feature = "fixture"))]
 #[doc(hidden)]
 pub mod fixture;
+mod gpus;
 mod health;
 mod metered;
 mod mig;

@@ -356,7 +356,12 @@ async fn api_gpus_serves_each_gpu_as_plain_data_and_a_lost_one_keeps_its_uuid() 
     let p = &g0["processes"][0];
     assert_eq!(
         (&p["pid"], &p["name"], &p["user"], &p["slurm_job"]),
-        (&serde_json::json!(31001), &serde_json::json!("python3"), &serde_json::json!("alice"), &serde_json::json!("4242"))
+        (
+            &serde_json::json!(31001),
+            &serde_json::json!("python3"),
+            &serde_json::json!("alice"),
+            &serde_json::json!("4242")
+        )
     );
     assert_eq!(p["memory_bytes"], 74_088_185_856_u64);
     assert!(p["pod"].is_null(), "{p}");

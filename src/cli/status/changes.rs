@@ -134,7 +134,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let f = write(
             dir.path(),
-            &[r#"{"ts":"2026-11-25T10:00:00.000Z","component":"remediation","event":"hook.end","output":"line one\nline two \u001b[31mred\u001b]0;title\u0007"}"#],
+            &[
+                r#"{"ts":"2026-11-25T10:00:00.000Z","component":"remediation","event":"hook.end","output":"line one\nline two \u001b[31mred\u001b]0;title\u0007"}"#,
+            ],
         );
         let got = last(&f, 10, at("2026-11-25T12:00:00Z")).expect("read");
         assert_eq!(
@@ -149,7 +151,8 @@ mod tests {
     fn identical_steps_fold_into_one_line_with_their_count() {
         let dir = tempfile::tempdir().expect("tempdir");
         let step = r#"{"ts":"2026-11-25T10:00:01.100Z","component":"mig","event":"apply.step","gpu":0,"step":"create_gi"}"#;
-        let end = r#"{"ts":"2026-11-25T10:00:02.000Z","component":"mig","event":"apply.end","ok":true}"#;
+        let end =
+            r#"{"ts":"2026-11-25T10:00:02.000Z","component":"mig","event":"apply.end","ok":true}"#;
         let f = write(dir.path(), &[step, step, step, step, step, end]);
         let got = last(&f, 10, at("2026-11-25T12:00:00Z")).expect("read");
         assert_eq!(

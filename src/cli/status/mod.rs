@@ -32,7 +32,12 @@ const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Runs the command; the exit status.
 pub fn run(args: &StatusArgs) -> u8 {
-    let target = match Target::new(args.url.as_deref(), args.socket.clone()) {
+    let address = match (&args.socket, args.url.as_deref()) {
+        (None, Some(url)) => super::check_health::agent_address_only(url),
+        _ => Ok(()),
+    };
+    let target = match address.and_then(|()| Target::new(args.url.as_deref(), args.socket.clone()))
+    {
         Ok(t) => t,
         Err(e) => {
             eprintln!("gpu-steward status: {e}");
@@ -264,7 +269,9 @@ fn read_process(gpu: u32, p: &Value) -> Process {
     };
     Process {
         gpu,
-        pid: p["pid"].as_u64().map_or_else(|| "?".into(), |p| p.to_string()),
+        pid: p["pid"]
+            .as_u64()
+            .map_or_else(|| "?".into(), |p| p.to_string()),
         name: text(&p["name"]).unwrap_or_else(|| "-".into()),
         user: text(&p["user"]).unwrap_or_else(|| "-".into()),
         owner,
@@ -291,7 +298,13 @@ fn mig_text(m: &Value) -> String {
         _ => {
             let layout: Vec<String> = counts
                 .iter()
-                .map(|(p, n)| if *n == 1 { p.clone() } else { format!("{n}×{p}") })
+                .map(|(p, n)| {
+                    if *n == 1 {
+                        p.clone()
+                    } else {
+                        format!("{n}×{p}")
+                    }
+                })
                 .collect();
             format!("on: {}", layout.join(" "))
         }

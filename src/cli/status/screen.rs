@@ -126,7 +126,10 @@ pub(super) fn render(
                 // More GPUs than rows: the last row says how much is missing.
                 let cut = lines.len() - rows + 1;
                 lines.truncate(rows.saturating_sub(1));
-                lines.push((format!("… {cut} more lines (a taller terminal shows all)"), None));
+                lines.push((
+                    format!("… {cut} more lines (a taller terminal shows all)"),
+                    None,
+                ));
             }
             lines
         }
@@ -308,7 +311,9 @@ mod tests {
             gpus: BTreeMap::new(),
             processes: Vec::new(),
             reclaim: Some(vec!["GPU 1: idle".into(); 2]),
-            changes: Ok((0..changes).map(|i| format!("10:00:{i:02} mig x")).collect()),
+            changes: Ok((0..changes)
+                .map(|i| format!("10:00:{i:02} mig x"))
+                .collect()),
             ready: true,
         };
         for i in 0..gpus {
