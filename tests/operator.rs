@@ -190,3 +190,25 @@ fn mig_and_sharing_read_gpu_steward_scenario() {
     // The simulator kept its MIG state beside the scenario, as with --scenario.
     assert!(dir.path().join("node.toml.state").is_file());
 }
+
+#[test]
+fn mig_and_sharing_say_who_speaks_with_the_same_prefix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("missing.toml");
+    for cmd in ["mig", "sharing"] {
+        let out = Command::new(bin())
+            .args([cmd, "show", "--config", "/dev/null", "--scenario"])
+            .arg(&missing)
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.starts_with(&format!(
+                "gpu-steward {cmd}: scenario '{}' does not exist",
+                missing.display()
+            )),
+            "{err}"
+        );
+    }
+}
