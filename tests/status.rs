@@ -259,7 +259,7 @@ fn status_asks_the_agent_on_its_api_socket() {
     assert_eq!(out.status.code(), Some(0), "{text}{}", agent.log());
     assert!(
         text.starts_with("8 GPU(s): 8 pass")
-            && text.contains(&format!("gpu-steward at unix:{}", socket.display())),
+            && text.contains(&format!(" · unix:{}", socket.display())),
         "{text}"
     );
 }
@@ -416,4 +416,71 @@ fn status_with_a_missing_or_broken_config_exits_2_naming_it() {
         assert!(err.contains(&file.display().to_string()), "{err}");
         assert!(!err.contains("cannot ask the agent"), "{err}");
     }
+}
+
+/// Where docs/status.md keeps the screen this test writes.
+const DOC_BEGIN: &str =
+    "<!-- status 80x24: written by tests/status.rs (GPU_STEWARD_BLESS_DOCS=1) -->\n```text\n";
+const DOC_END: &str = "```\n<!-- end of status 80x24 -->";
+
+/// The screen in docs/status.md is what `status` shows in an 80×24 terminal on the demo node
+/// (tests/scenarios/dgx-h100.toml, the bundled scenario), with the port and the clock written
+/// as the docs give them. `GPU_STEWARD_BLESS_DOCS=1` rewrites the block.
+#[test]
+fn the_screen_in_docs_status_md_is_what_status_shows() {
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml")).start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let audit = dir.path().join("audit.jsonl");
+    std::fs::write(
+        &audit,
+        record(
+            "2026-01-15T11:22:33.000Z",
+            "sharing",
+            "apply.end",
+            ",\"trigger\":\"cli\",\"ok\":true,\"applied\":8",
+        ),
+    )
+    .expect("audit");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[audit]\nfile = \"{}\"\n", audit.display()),
+    )
+    .expect("config");
+    let command = format!(
+        "{} status --url http://127.0.0.1:{} --config {}; sleep 60",
+        bin(),
+        agent.port,
+        config.display()
+    );
+    let tmux = Tmux::start(80, 24, &command);
+    let pane = wait_for("the status screen", Duration::from_secs(20), || {
+        let p = tmux.capture(false);
+        p.contains("LAST CHANGES").then_some(p)
+    });
+    let port = format!("127.0.0.1:{}", agent.port);
+    let mut shown: Vec<String> = pane
+        .trim_end()
+        .lines()
+        .map(|l| l.replace(&port, "127.0.0.1:9400"))
+        .collect();
+    // The clock: `… · ready · HH:MM:SS · http://…`.
+    let at = shown[0].find(" · ready · ").expect("ready") + " · ready · ".len();
+    shown[0].replace_range(at..at + 8, "18:25:20");
+    let screen = shown.join("\n") + "\n";
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/status.md");
+    let doc = std::fs::read_to_string(&path).expect("docs/status.md");
+    let start = doc.find(DOC_BEGIN).expect("the block's start marker") + DOC_BEGIN.len();
+    let end = start + doc[start..].find(DOC_END).expect("the block's end marker");
+    if std::env::var_os("GPU_STEWARD_BLESS_DOCS").is_some() {
+        let mut new = doc.clone();
+        new.replace_range(start..end, &screen);
+        std::fs::write(&path, new).expect("write docs/status.md");
+        return;
+    }
+    assert_eq!(
+        doc[start..end],
+        screen,
+        "docs/status.md is out of date: run GPU_STEWARD_BLESS_DOCS=1 cargo test --test status"
+    );
 }

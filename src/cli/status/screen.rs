@@ -55,14 +55,14 @@ pub(super) fn render(
     let count = |s: &str| node.gpus.values().filter(|g| g.status == s).count();
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let header = format!(
-        "{} GPU(s): {} pass, {} warn, {} fail · {} · gpu-steward at {} · {}",
+        "{} GPU(s): {} pass, {} warn, {} fail · {} · {} · {}",
         node.gpus.len(),
         count("pass"),
         count("warn"),
         count("fail"),
         if node.ready { "ready" } else { "NOT READY" },
-        target.describe(),
         now.get(11..19).unwrap_or(&now),
+        target.describe(),
     );
     let table = format!(
         "{:>3} {:<14} {:<8} {:<6} {:>4} {:>11} {:>4} {:>5} {:>7} {}",
