@@ -99,9 +99,12 @@ fn rust_log_with_a_word_log_level_refuses_is_refused_the_same_way() {
     let dir = tempfile::tempdir().expect("tempdir");
     let node = dir.path().join("node.toml");
     std::fs::write(&node, common::scenario("dgx-h100.toml")).expect("scenario");
+    let empty = dir.path().join("config.toml");
+    std::fs::write(&empty, "").expect("config");
     let daemon = |env: Option<&str>, flag: Option<&str>| {
         let mut cmd = Command::new(bin());
-        cmd.args(["run", "--listen", "127.0.0.1:0", "--config", "/dev/null"])
+        cmd.args(["run", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&empty)
             .arg("--nvml-lib")
             .arg(common::sim_lib())
             .env("NVML_SIM_SCENARIO", &node)
@@ -195,10 +198,14 @@ fn mig_and_sharing_read_gpu_steward_scenario() {
 fn mig_and_sharing_say_who_speaks_with_the_same_prefix() {
     let dir = tempfile::tempdir().expect("tempdir");
     let missing = dir.path().join("missing.toml");
+    let empty = dir.path().join("config.toml");
+    std::fs::write(&empty, "").expect("config");
     for cmd in ["mig", "sharing"] {
         let out = Command::new(bin())
-            .args([cmd, "show", "--config", "/dev/null", "--scenario"])
+            .args([cmd, "show", "--scenario"])
             .arg(&missing)
+            .arg("--config")
+            .arg(&empty)
             .output()
             .expect("run");
         let err = String::from_utf8_lossy(&out.stderr);

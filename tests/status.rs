@@ -250,8 +250,12 @@ fn status_asks_the_agent_on_its_api_socket() {
             socket.display()
         ))
         .start();
+    let empty = dir.path().join("config.toml");
+    std::fs::write(&empty, "").expect("config");
     let out = Command::new(bin())
-        .args(["status", "--config", "/dev/null", "--socket"])
+        .args(["status", "--config"])
+        .arg(&empty)
+        .arg("--socket")
         .arg(&socket)
         .output()
         .expect("status");
