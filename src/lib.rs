@@ -28,7 +28,7 @@
 //!   `/api/v1`), reading publications and the actors' handles.
 //! - [`config`]: one validated `Config` from file, environment and flags; [`cli`]: the command
 //!   line and its subcommands; [`app`]: wiring, signals, graceful shutdown; [`logging`];
-//!   [`demo`].
+//!   [`human`] (durations written for people); [`demo`].
 
 pub mod app;
 pub mod attribution;

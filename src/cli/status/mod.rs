@@ -82,17 +82,26 @@ pub fn run(args: &StatusArgs) -> u8 {
 
 /// The audit log of `--config` (or of the default configuration when it exists). A `--config`
 /// that is missing or broken is an error naming it: falling back to the default audit log would
-/// show another agent's changes as this one's.
+/// show another agent's changes as this one's. The default configuration, not named, may be
+/// unreadable to the operator (root's 0600 file): then the default audit log, as before.
 fn audit_file(config: Option<&Path>) -> Result<PathBuf, String> {
-    let (path, required) = match config {
-        Some(p) => (p.to_path_buf(), true),
-        None => (PathBuf::from(config::DEFAULT_CONFIG), false),
+    let Some(path) = config else {
+        return Ok(config::load(
+            Path::new(config::DEFAULT_CONFIG),
+            false,
+            &Overrides::default(),
+        )
+        .map_or_else(
+            |_| PathBuf::from(crate::audit::DEFAULT_FILE),
+            |c| c.audit_file,
+        ));
     };
-    config::load(&path, required, &Overrides::default())
+    config::load(path, true, &Overrides::default())
         .map(|c| c.audit_file)
         .map_err(|e| {
             format!(
-                "{e}\n(the audit log for LAST CHANGES is named by '{}'; fix it or give another --config)",
+                "{e} (LAST CHANGES reads the audit log that '{}' names: fix it, or give another \
+                 --config)",
                 path.display()
             )
         })
