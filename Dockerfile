@@ -19,7 +19,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     RUSTFLAGS="-C link-arg=-Wl,-z,pack-relative-relocs" \
     cargo build --release --workspace --locked \
     && mkdir -p /out \
-    && cp target/release/gpu-steward target/release/libnvml_sim.so /out/
+    && cp target/release/gpu-steward target/release/libnvml_sim.so nvml-sim/nvidia-smi-sim /out/
 
 # --- Runtime stage: glibc and libgcc_s are all the agent links against; NVML itself is loaded at
 # run time from the driver libraries that the NVIDIA container runtime mounts into the container.
@@ -30,6 +30,8 @@ RUN groupadd --system --gid 65532 gpu-steward \
        --shell /usr/sbin/nologin gpu-steward
 COPY --from=builder /out/gpu-steward /usr/bin/gpu-steward
 COPY --from=builder /out/libnvml_sim.so /usr/lib/gpu-steward/libnvml_sim.so
+# The simulated node's stand-in nvidia-smi (compute-policy), so `demo` with [sharing] works here too.
+COPY --from=builder /out/nvidia-smi-sim /usr/lib/gpu-steward/nvidia-smi-sim
 COPY packaging/deb/config.toml /etc/gpu-steward/config.toml
 # Ask the NVIDIA container runtime for every GPU and for the "utility" driver libraries only
 # (libnvidia-ml.so.1 and nvidia-smi): the agent reads telemetry and runs no CUDA code.
@@ -37,7 +39,9 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=utility
 # Non-root: telemetry needs only the device nodes the runtime injects (created 0666 by the driver
 # by default; where the host restricts them to a group, add it: `--group-add <gid>` or the pod's
-# supplementalGroups). MIG reconfiguration and profiling, when enabled later, need root.
+# supplementalGroups); GPM profiling works as any user. What changes the node (MIG layouts,
+# compute mode and time-slice, signals to other users' processes) needs root: run such a
+# container as root, as the Kubernetes device-plugin component does.
 USER 65532:65532
 EXPOSE 9400
 # No HEALTHCHECK: the image has no HTTP client, and orchestrators probe /livez and /readyz.

@@ -22,7 +22,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::config::{self, Config, Overrides};
-use crate::health::{Journal, NodeHealth};
+use crate::health::NodeHealth;
 use crate::kubernetes::{self, KubeletFeed};
 use crate::logging::LogHandle;
 use crate::metrics::{self, Collector, RenderConfig};
@@ -230,6 +230,33 @@ fn start_actors(
     })
 }
 
+/// Starts the fleet engines' actors that are configured: the Slurm drain and the NVSentinel
+/// connector (`[slurm]`, `[nvsentinel]`; both change only on restart).
+fn start_fleet(
+    config: &Config,
+    published: &watch::Receiver<Arc<Published>>,
+    stop: &watch::Receiver<bool>,
+    collectors: &mut Vec<Arc<dyn Collector>>,
+) {
+    if config.slurm.drain {
+        collectors.push(crate::slurm::task::spawn(
+            &config.slurm,
+            &config.audit_file,
+            published.clone(),
+            stop.clone(),
+        ));
+    }
+    if let Some(socket) = &config.nvsentinel.socket {
+        let node = render_config(config).hostname;
+        collectors.push(crate::nvsentinel::task::spawn(
+            socket.clone(),
+            node,
+            published.clone(),
+            stop.clone(),
+        ));
+    }
+}
+
 /// TLS or basic auth asked for and unusable: serving without them would expose what the
 /// operator meant to protect, so the agent does not start.
 fn load_web_config(config: &Config) -> Result<Option<http::web_config::WebConfig>, AppError> {
@@ -328,7 +355,9 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let pconfig = poller_config(&config, &feeds, &sharing);
     let first = Snapshot::starting(SystemTime::now());
     let health = Arc::new(NodeHealth::default());
-    let journal = Arc::new(Mutex::new(Journal::default()));
+    let journal = Arc::new(Mutex::new(crate::health::journal_file::open(
+        crate::health::journal_file::state_dir().as_deref(),
+    )));
     let initial = Published {
         page: metrics::render(&first, &health, &pconfig.render, &counters, &[]),
         snapshot: Arc::new(first),
@@ -349,7 +378,13 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         }
     }
     let mig = Arc::new(MigService::new(&config));
-    let actors = start_actors(&config, &feeds, &published, &stop)?;
+    let mut actors = start_actors(&config, &feeds, &published, &stop)?;
+    start_fleet(
+        &config,
+        &published,
+        &stop,
+        &mut actors.for_poller.collectors,
+    );
     let state = http::AppState::new(http::AppFields {
         published: published.clone(),
         api: Arc::new(http::api::ApiConfig {

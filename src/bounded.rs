@@ -80,30 +80,46 @@ impl Error {
     }
 }
 
-impl fmt::Display for Error {
+impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let p = self.path.display();
-        match &self.problem {
-            Problem::Io(e) => write!(f, "{p}: {e}"),
+        match self {
+            Problem::Io(e) => write!(f, "{e}"),
             Problem::Symlink => write!(
                 f,
-                "{p}: is a symlink, which is not followed here; replace it with a regular file"
+                "is a symlink, which is not followed here; replace it with a regular file"
             ),
             Problem::NotRegular(kind) => {
                 write!(
                     f,
-                    "{p}: is a {kind}, not a regular file; replace it with a regular file"
+                    "is a {kind}, not a regular file; replace it with a regular file"
                 )
             }
             Problem::TooLarge { size, limit } => write!(
                 f,
-                "{p}: is {size} bytes, over the limit of {limit} bytes; remove or shorten it"
+                "is {size} bytes, over the limit of {limit} bytes; remove or shorten it"
             ),
             Problem::TooSlow(d) => write!(
                 f,
-                "{p}: reading took over {} ms; check the file system it is on",
+                "reading took over {} ms; check the file system it is on",
                 d.as_millis()
             ),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.problem)
+    }
+}
+
+impl Error {
+    /// The problem as an `io::Error` without the path, for errors that name the path
+    /// themselves.
+    pub fn into_io(self) -> io::Error {
+        match self.problem {
+            Problem::Io(e) => e,
+            other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
         }
     }
 }

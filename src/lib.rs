@@ -47,6 +47,7 @@ pub mod kubernetes;
 pub mod logging;
 pub mod metrics;
 pub mod mig;
+pub mod nvsentinel;
 pub mod poller;
 pub mod procs;
 pub mod publication;
@@ -55,8 +56,10 @@ pub mod remediation;
 pub mod rules;
 pub mod sharing;
 pub mod shutdown;
+pub mod slurm;
 pub mod snapshot;
 pub mod terminal;
+pub mod warnings;
 
 use std::sync::atomic::AtomicU64;
 use std::time::SystemTime;

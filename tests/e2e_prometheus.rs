@@ -5,13 +5,16 @@
 //! with the shipped alert rules loaded. Every query of every shipped dashboard must
 //! return data through `/api/v1/query` (for `X or vector(0)`, X itself must), the alerts the
 //! faults scenario implies must fire, and no alert may fire or be pending for the healthy node.
+//! And every panel of the node, fleet and NVLink dashboards, and the MIG memory panel, must show
+//! the value the scenario implies, on every name set (`truth_*` below).
 
 mod common;
 mod e2e_support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use e2e_support::{dashboards, has_data, repo, wait_for, Agent, Prometheus};
+use e2e_support::truth::{alerts_of, check_table, firing};
+use e2e_support::{dashboards, expected, has_data, repo, wait_for, Agent, Prometheus};
 
 /// The shipped rules (the main file, with the NVLink and operations files' groups appended)
 /// with every `for:` set to 0s, so that the test sees them fire within seconds while the
@@ -244,4 +247,190 @@ fn the_vector0_fallback_is_stripped_only_at_the_end() {
     assert_eq!(lhs("count(x) or vector(1)"), None);
     assert_eq!(lhs("color vector(0)"), None);
     assert_eq!(lhs("up"), None);
+}
+
+/// One agent of the value test, polling every 500 ms.
+fn agent(scenario: &str, config: &str) -> common::Agent {
+    common::Agent::with_scenario(scenario)
+        .interval("500ms")
+        .config(config)
+        .start()
+}
+
+/// The three name sets on the default (lean) profile. The harness turns a config without a
+/// profile into the full one, so lean is named.
+const NAME_SETS: [(&str, &str); 3] = [
+    ("4.8", "[metrics]\nprofile = \"lean\"\n"),
+    (
+        "4.9",
+        "[metrics]\nprofile = \"lean\"\ndcgm_names = \"4.9\"\n",
+    ),
+    (
+        "both",
+        "[metrics]\nprofile = \"lean\"\ndcgm_names = \"both\"\n",
+    ),
+];
+
+/// Every panel shows what the scenario says, on each name set: utilization, memory, power,
+/// clocks, PCIe, health and states of a node with a busy, an idle-but-held and a lost GPU; XIDs
+/// that arrive after start counted from their first occurrence; NVLink at a known rate; a MIG
+/// instance's memory. And the shipped alerts fire exactly as the scenarios imply.
+#[test]
+fn truth_every_panel_reads_what_the_scenario_says_on_every_name_set() {
+    let mig_text = std::fs::read_to_string(repo().join("tests/scenarios/a100-mig.toml"))
+        .expect("the MIG scenario");
+    let truth_agents: Vec<_> = NAME_SETS
+        .iter()
+        .map(|(n, c)| (*n, agent(&expected::truth_scenario(&[]), c)))
+        .collect();
+    let nvlink_agents: Vec<_> = NAME_SETS
+        .iter()
+        .map(|(n, c)| (*n, agent(&expected::nvlink_scenario(), c)))
+        .collect();
+    let mig_agents: Vec<_> = NAME_SETS
+        .iter()
+        .map(|(n, c)| (*n, agent(&mig_text, c)))
+        .collect();
+    let target = |a: &common::Agent| format!("127.0.0.1:{}", a.port);
+    let all: Vec<String> = truth_agents
+        .iter()
+        .chain(&nvlink_agents)
+        .chain(&mig_agents)
+        .map(|(_, a)| target(a))
+        .collect();
+    let prom = Prometheus::start(&all, &rules_without_for());
+    // 12 scrapes of every agent: two GPM samples and full 10 s windows for rate().
+    wait_for("12 scrapes of every agent", Duration::from_secs(90), || {
+        let n = scalar(
+            &prom,
+            r#"count(count_over_time(gpu_steward_build_info{job="gpu-steward"}[1m]) >= 12)"#,
+        )?;
+        (n == all.len() as f64).then_some(())
+    });
+    // A scalar answer is [time, "value"].
+    let now = || -> f64 {
+        let r = prom.query("time()").expect("prometheus answers time()");
+        r[1].as_str()
+            .and_then(|v| v.parse().ok())
+            .expect("time() is a number")
+    };
+    let queries = dashboards::queries(&repo().join("dashboards"));
+    let mut failures = Vec::new();
+    let t1 = now();
+    let node_dashboards = ["gpu-steward-fleet.json", "gpu-steward-node.json"];
+    for (name, a) in &truth_agents {
+        let table = expected::truth_node(false, (0.0, 0.0));
+        let who = (*name, target(a));
+        let who = (who.0, who.1.as_str());
+        check_table(
+            &prom,
+            &queries,
+            &table,
+            who,
+            t1,
+            &node_dashboards,
+            &mut failures,
+        );
+    }
+    for (name, a) in &nvlink_agents {
+        let (table, t) = (expected::nvlink_pair(), target(a));
+        let dash = ["gpu-steward-nvlink.json"];
+        check_table(
+            &prom,
+            &queries,
+            &table,
+            (name, &t),
+            t1,
+            &dash,
+            &mut failures,
+        );
+    }
+    for (name, a) in &mig_agents {
+        let (table, t) = (expected::mig_node(&mig_text), target(a));
+        check_table(&prom, &queries, &table, (name, &t), t1, &[], &mut failures);
+    }
+
+    // XIDs 13 and 48 arrive on GPU 0 after start; each panel must count them from 1 at the
+    // first moment Prometheus has them.
+    let rewritten = now();
+    for (_, a) in &truth_agents {
+        a.rewrite_scenario(&expected::truth_scenario(&expected::LATE_XIDS));
+    }
+    for (name, a) in &truth_agents {
+        let t = target(a);
+        let q = format!("gpu_steward_xid_errors_total{{instance=\"{t}\"}}[1m]");
+        let born = wait_for(
+            "the late XIDs in Prometheus",
+            Duration::from_secs(30),
+            || {
+                let m = prom.query(&q).ok()?;
+                let firsts: Vec<f64> = m
+                    .as_array()?
+                    .iter()
+                    .filter_map(|s| s["values"][0][0].as_f64())
+                    .collect();
+                (firsts.len() == 2).then(|| firsts.iter().copied().fold(0.0, f64::max))
+            },
+        );
+        let at = born + 0.5;
+        wait_for("Prometheus past the XIDs", Duration::from_secs(10), || {
+            (now() > at + 1.0).then_some(())
+        });
+        let xid_only: expected::Table =
+            expected::truth_node(true, ((rewritten - 1.0) * 1e3, at * 1e3))
+                .into_iter()
+                .filter(|(origin, _)| origin.contains("XID"))
+                .collect();
+        check_table(
+            &prom,
+            &queries,
+            &xid_only,
+            (name, &t),
+            at,
+            &[],
+            &mut failures,
+        );
+    }
+
+    // The shipped alerts, exactly as the scenarios imply (every `for:` is 0s here).
+    let truth_alerts = alerts_of(&[
+        ("GpuStewardGpuLost", "2", ""),
+        ("GpuStewardGpuHealthFail", "2", ""),
+        ("GpuStewardXidCritical", "0", "48"),
+        ("GpuStewardGpuHealthFail", "0", ""),
+    ]);
+    let nvlink_alerts = alerts_of(&[
+        ("GpuStewardNvlinkDown", "1", ""),
+        ("GpuStewardGpuHealthFail", "1", ""),
+    ]);
+    let groups = [
+        (&truth_agents, &truth_alerts),
+        (&nvlink_agents, &nvlink_alerts),
+        (&mig_agents, &Vec::new()),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (agents, want) in groups {
+        for (name, a) in agents.iter() {
+            let t = target(a);
+            // Polled until they match or the deadline passes; then the difference is reported.
+            let got = loop {
+                let got = firing(&prom, &t);
+                if got == *want || Instant::now() > deadline {
+                    break got;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            };
+            if got != *want {
+                failures.push(format!(
+                    "[{name}] alerts of {t}: wanted {want:?}, got {got:?}"
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} panel values differ from the scenario's:\n  {}",
+        failures.len(),
+        failures.join("\n  ")
+    );
 }

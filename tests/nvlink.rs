@@ -53,7 +53,6 @@ fn a_healthy_hgx_node_raises_nothing_and_exports_its_links_and_fabric() {
             let e = [("gpu", g.as_str()), ("type", t)];
             assert_eq!(m.get("gpu_steward_nvlink_errors_total", &e), 0.0);
         }
-        assert!(m.value("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", &l).is_some());
         assert!(
             a.conditions(gpu).is_empty(),
             "gpu {gpu}: {:?}",
@@ -77,6 +76,23 @@ fn a_healthy_hgx_node_raises_nothing_and_exports_its_links_and_fabric() {
     let (busy, idle) = (tx(&a, "0"), tx(&a, "4"));
     a.wait_for("GPU 0's NVLink bytes to grow", |a| tx(a, "0") > busy);
     assert_eq!(tx(&a, "4"), idle);
+    // dcgm-exporter's field 449 is DCGM's rate between two polls, in its "MB/s" (KiB/s / 1000):
+    // the scenario's 50,000,000 KiB/s each way on GPU 0 is 100,000; idle GPU 4 reads 0.
+    a.wait_for("field 449 on all eight GPUs (from the second poll)", |a| {
+        metrics(a)
+            .find("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", &[])
+            .len()
+            == 8
+    });
+    let m = metrics(&a);
+    let rate = |gpu: &str| m.get("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", &[("gpu", gpu)]);
+    let expected = (50_000_000.0 + 50_000_000.0) / 1000.0;
+    assert!(
+        (rate("0") - expected).abs() <= expected * 0.05,
+        "GPU 0 reads {} MB/s, the scenario says {expected}",
+        rate("0")
+    );
+    assert_eq!(rate("4"), 0.0);
 }
 
 #[test]

@@ -1095,3 +1095,69 @@ fn a_rule_on_a_series_the_profile_leaves_out_is_refused_with_its_position() {
         "{err}"
     );
 }
+
+/// A route runs once per alert (fingerprint, startsAt), a replay after its resolution included,
+/// and across a restart (the rails are rebuilt from the audit log): firing, resolved, the same
+/// firing again, then the same firing to a restarted agent → the hook ran exactly twice.
+#[test]
+fn a_firing_replayed_after_its_resolution_does_not_run_the_route_again() {
+    let s = Setup::new("groups: []\n");
+    let config = api_config(
+        &s,
+        "[[remediation.routes]]\nmatchers = ['alertname=\"Inject\"']\nhooks = [\"record\"]\n\
+         cooldown = \"0s\"\non_resolved = true\n",
+    );
+    let labels = serde_json::json!({"alertname": "Inject", "gpu": "0"});
+    let send = |agent: &Agent, status: &str, decisions: usize| {
+        let r = post(
+            agent,
+            "/api/v1/alertmanager",
+            Some(TOKEN),
+            &webhook_body(&labels, status),
+        );
+        assert_eq!(r.status, 202, "{}", r.text());
+        wait_for("the decision", Duration::from_secs(10), || {
+            (s.audit_events("decision").len() == decisions).then_some(())
+        });
+    };
+    let statuses = |s: &Setup| -> Vec<String> {
+        s.calls()
+            .iter()
+            .map(|c| c["status"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    {
+        let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+        send(&agent, "firing", 1);
+        wait_for("the firing call", Duration::from_secs(10), || {
+            (s.calls().len() == 1).then_some(())
+        });
+        send(&agent, "resolved", 2);
+        wait_for("the resolved call", Duration::from_secs(10), || {
+            (s.calls().len() == 2).then_some(())
+        });
+        send(&agent, "firing", 3);
+        // A hook the rails let through runs after its decision record: wait for the agent to
+        // have ended every run it started before counting.
+        let runs = |s: &Setup| {
+            s.audit_events("decision")
+                .iter()
+                .filter(|d| d["decision"] == "run")
+                .count()
+        };
+        wait_for("the hooks to end", Duration::from_secs(10), || {
+            (s.audit_events("hook.end").len() >= runs(&s)).then_some(())
+        });
+        assert_eq!(statuses(&s), ["firing", "resolved"], "{:?}", s.audit());
+    }
+    // Restarted: the rails come back from the audit log.
+    let agent = Agent::with_scenario(SCENARIO).config(&config).start();
+    send(&agent, "firing", 4);
+    let decisions = s.audit_events("decision");
+    let words: Vec<&str> = decisions
+        .iter()
+        .map(|d| d["decision"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(words, ["run", "run", "skip", "skip"], "{decisions:?}");
+    assert_eq!(statuses(&s), ["firing", "resolved"]);
+}

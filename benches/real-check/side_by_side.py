@@ -162,17 +162,17 @@ QUANTITIES = [
       [native("gpu_steward_enforced_power_limit_watts"), dcgm("DCGM_FI_DEV_ENFORCED_POWER_LIMIT")], 0.5),
     Q("default power limit", ["power.default_limit"], "W",
       [native("gpu_steward_power_default_limit_watts")], 0.5),
-    Q("SM clock", ["clocks.sm"], "MHz",
+    Q("SM clock", ["clocks.current.sm", "clocks.sm"], "MHz",
       [native("gpu_steward_clock_hertz", 1e-6, clock="sm"), dcgm("DCGM_FI_DEV_SM_CLOCK")], 15, 0.05,
       why="clocks move with load and power capping"),
-    Q("memory clock", ["clocks.mem"], "MHz",
+    Q("memory clock", ["clocks.current.memory", "clocks.mem"], "MHz",
       [native("gpu_steward_clock_hertz", 1e-6, clock="memory"), dcgm("DCGM_FI_DEV_MEM_CLOCK")], 15, 0.05),
-    Q("graphics clock", ["clocks.gr"], "MHz",
+    Q("graphics clock", ["clocks.current.graphics", "clocks.gr"], "MHz",
       [native("gpu_steward_clock_hertz", 1e-6, clock="graphics")], 15, 0.05),
-    Q("video clock", ["clocks.video"], "MHz",
+    Q("video clock", ["clocks.current.video", "clocks.video"], "MHz",
       [native("gpu_steward_clock_hertz", 1e-6, clock="video"), dcgm("DCGM_FI_DEV_VIDEO_CLOCK")], 15, 0.05),
     Q("max SM clock", ["clocks.max.sm"], "MHz", [native("gpu_steward_clock_max_hertz", 1e-6, clock="sm")]),
-    Q("max memory clock", ["clocks.max.mem"], "MHz",
+    Q("max memory clock", ["clocks.max.memory", "clocks.max.mem"], "MHz",
       [native("gpu_steward_clock_max_hertz", 1e-6, clock="memory")]),
     Q("PCIe link generation", ["pcie.link.gen.current"], "gen",
       [native("gpu_steward_pcie_link_generation"), dcgm("DCGM_FI_DEV_PCIE_LINK_GEN")],
@@ -294,6 +294,13 @@ def compare_reasons(smi_rows, header, agent):
     return row
 
 
+def smi_field(q, header):
+    """The first of the quantity's column names the CSV header has: nvidia-smi prints a field's
+    current name whatever name it was asked for (driver 580: `clocks.current.sm [MHz]` for
+    `--query-gpu=clocks.sm`; older drivers `clocks.sm [MHz]`), so both spellings are listed."""
+    return next((f for f in q.fields if f in header), None)
+
+
 def compare_gpu(uuid, smi_rows, header, agent, app_samples):
     rows = []
 
@@ -314,13 +321,15 @@ def compare_gpu(uuid, smi_rows, header, agent, app_samples):
             same = smi.strip().lower() == ours.strip().lower()
             add(label, smi, ours, "", "yes" if same else "NO", "gpu_steward_gpu_info")
     for q in QUANTITIES:
-        field = next((f for f in q.fields if f in header), None)
+        field = smi_field(q, header)
         if field is None:
-            add(q.label, f"n/a (no '{q.fields[0]}' field)", "", q.unit, "not compared")
+            add(q.label, f"n/a (no {' or '.join(repr(f) for f in q.fields)} column)", "", q.unit,
+                "not compared")
             continue
         value, source = agent.value(q.agent)
         smi, ours, verdict = compare_number(q, [smi_value(r.get(field, "")) for r in smi_rows], value)
         add(q.label, smi, ours, q.unit, verdict, source or q.agent[0][1], q.why)
+        rows[-1]["column"] = field
         if q.label == "max memory clock":
             rows.append(compare_reasons(smi_rows, header, agent))
 
@@ -350,12 +359,12 @@ def compare_gpu(uuid, smi_rows, header, agent, app_samples):
 
 
 def table(rows):
-    cols = ["quantity", "nvidia-smi", "gpu-steward", "unit", "match"]
-    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    cols = ["quantity", "nvidia-smi", "gpu-steward", "unit", "match", "column"]
+    width = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
     out = ["| " + " | ".join(c.ljust(width[c]) for c in cols) + " |",
            "|" + "|".join("-" * (width[c] + 2) for c in cols) + "|"]
     for r in rows:
-        out.append("| " + " | ".join(str(r[c]).ljust(width[c]) for c in cols) + " |")
+        out.append("| " + " | ".join(str(r.get(c, "")).ljust(width[c]) for c in cols) + " |")
     return "\n".join(out)
 
 

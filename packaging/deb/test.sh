@@ -51,6 +51,8 @@ fi
 say "cargo build --release --workspace (the agent and libnvml_sim.so)"
 # Packed relocations need glibc 2.36; the .deb stays loadable on 2.35 (checked below).
 env -u RUSTFLAGS cargo build --release --workspace --quiet
+say "the packaged config names every key the agent accepts, and only those"
+python3 packaging/deb/check_config_keys.py target/release/gpu-steward packaging/deb/config.toml
 say "cargo deb"
 cargo deb --no-build --output "$TMP/" >/dev/null
 DEB=$(ls "$TMP"/gpu-steward_*.deb)
@@ -61,6 +63,7 @@ dpkg-deb -c "$DEB" | awk '{print $1, $6}' | tee "$TMP/contents"
 for path in ./usr/bin/gpu-steward ./usr/lib/gpu-steward/libnvml_sim.so \
   ./lib/systemd/system/gpu-steward.service ./etc/gpu-steward/config.toml \
   ./usr/share/doc/gpu-steward/install.md ./usr/share/doc/gpu-steward/copyright \
+  ./usr/share/doc/gpu-steward/sharing.md ./usr/share/doc/gpu-steward/configuration.md \
   ./usr/share/gpu-steward/alerts/gpu-steward.rules.yml \
   ./usr/share/gpu-steward/alerts/gpu-steward-nvlink.rules.yml \
   ./usr/share/gpu-steward/alerts/gpu-steward-operations.rules.yml \
@@ -101,6 +104,13 @@ systemd-analyze security --offline=true /lib/systemd/system/gpu-steward.service 
 
 say "installed gpu-steward check-config /etc/gpu-steward/config.toml"
 /usr/bin/gpu-steward check-config /etc/gpu-steward/config.toml
+say "every page the packaged config points to is installed"
+for page in $(grep -o '/usr/share/doc/gpu-steward/[a-z-]*\.md' /etc/gpu-steward/config.toml | sort -u); do
+  [ -f "$page" ] || fail "/etc/gpu-steward/config.toml points to $page, which is not installed"
+done
+say "the shipped alert files load in the agent's own evaluator"
+printf '[rules]\nfiles = ["/usr/share/gpu-steward/alerts/*.rules.yml"]\n' > "$TMP/rules.toml"
+/usr/bin/gpu-steward check-config "$TMP/rules.toml"
 
 say "installed gpu-steward demo, as the gpu-steward user, on a free loopback port"
 # setpriv execs the agent itself (no intermediate process), so $! is the agent and SIGTERM

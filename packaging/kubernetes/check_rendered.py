@@ -3,7 +3,8 @@ docs/install.md (non-root, read-only, no capabilities, probes, GPU-node scheduli
 consistency of the Prometheus Operator objects with the Service and the alert rules.
 
 usage: check_rendered.py RENDERED.yaml RULES_OUT.yml [--host-pid] [--non-root]
-Writes the PrometheusRule's spec to RULES_OUT.yml for `promtool check rules`."""
+Writes the PrometheusRule's spec to RULES_OUT.yml for `promtool check rules`, and the config
+volume's files (config.toml, config.d/*.toml) under RULES_OUT.yml.config/ for `check-config`."""
 import sys
 
 import yaml
@@ -56,15 +57,41 @@ need(by_kind["ServiceAccount"][0].get("automountServiceAccountToken") is False, 
 args = c.get("args", [])
 need(args[:1] == ["run"] and "--config" in args, "args: run --config FILE")
 config_path = args[args.index("--config") + 1] if "--config" in args else ""
-cfg_vol = [n for n, v in vols.items() if "configMap" in v]
+cfg_vol = [n for n, v in vols.items() if "projected" in v or "configMap" in v]
 need(cfg_vol and config_path.startswith(mounts.get(cfg_vol[0], {}).get("mountPath", "//") + "/"),
      "the config ConfigMap is mounted where --config points")
 cms = {m["metadata"]["name"]: m for m in by_kind.get("ConfigMap", [])}
-cm = cms.get(vols[cfg_vol[0]]["configMap"]["name"]) if cfg_vol else None
-need(cm is not None, "the mounted ConfigMap exists")
-if cm is not None:
+# The files the config volume holds: config.toml and the components' config.d/ drop-ins.
+files = {}
+if cfg_vol:
+    v = vols[cfg_vol[0]]
+    sources = v["projected"]["sources"] if "projected" in v else [{"configMap": v["configMap"]}]
+    for src in sources:
+        ref = src.get("configMap", {})
+        cm = cms.get(ref.get("name"))
+        need(cm is not None, f"the mounted ConfigMap {ref.get('name')} exists")
+        if cm is None:
+            continue
+        items = ref.get("items") or [{"key": k, "path": k} for k in cm["data"]]
+        for item in items:
+            need(item["key"] in cm["data"], f"ConfigMap {ref.get('name')} has key {item['key']}")
+            need(item["path"] not in files, f"two sources write {item['path']}")
+            files[item["path"]] = cm["data"].get(item["key"], "")
+main = config_path.rsplit("/", 1)[1] if config_path else ""
+need(main in files, f"the config volume holds {main}")
+if main in files:
     import tomllib
-    conf = tomllib.loads(cm["data"][config_path.rsplit("/", 1)[1]])
+
+    def merge(base, over):
+        for k, val in over.items():
+            if isinstance(base.get(k), dict) and isinstance(val, dict):
+                merge(base[k], val)
+            else:
+                base[k] = val
+    # The agent's merge (src/config/dropins.rs): config.d/*.toml in name order over the file.
+    conf = tomllib.loads(files[main])
+    for path in sorted(p for p in files if p.startswith("config.d/") and p.endswith(".toml")):
+        merge(conf, tomllib.loads(files[path]))
     # Root exactly when the kubelet client is on (its socket accepts only root), and then
     # without capabilities (checked above); non-root otherwise.
     kubelet = conf.get("kubernetes", {}).get("enabled") is True
@@ -76,8 +103,18 @@ if cm is not None:
              "non-root when [kubernetes] is disabled")
     expect_kubelet = not (len(sys.argv) > 3 and "--non-root" in sys.argv[3:])
     need(kubelet == expect_kubelet, f"[kubernetes] enabled = {str(expect_kubelet).lower()}")
-    with open(sys.argv[2] + ".config.toml", "w") as f:
-        f.write(cm["data"][config_path.rsplit("/", 1)[1]])
+    # The device plugin's drop-in and its hostPath mount come together.
+    plugin = conf.get("sharing", {}).get("device_plugin", {}).get("enabled") is True
+    dp = [n for n, v in vols.items()
+          if v.get("hostPath", {}).get("path") == "/var/lib/kubelet/device-plugins"]
+    need(plugin == bool(dp), "the device plugin is on exactly when its directory is mounted")
+    # The config directory as the agent sees it, for `gpu-steward check-config`.
+    import os
+    out_dir = sys.argv[2] + ".config"
+    for path, text in files.items():
+        os.makedirs(os.path.dirname(os.path.join(out_dir, path)), exist_ok=True)
+        with open(os.path.join(out_dir, path), "w") as f:
+            f.write(text)
 # hostPID only where the host-processes component asks for it.
 expect_host_pid = "--host-pid" in sys.argv[3:]
 need(bool(pod.get("hostPID")) == expect_host_pid, f"hostPID {'set' if expect_host_pid else 'absent'}")

@@ -43,35 +43,91 @@ say "the PrometheusRule is generated from alerts/gpu-steward.rules.yml, -nvlink 
 diff -u components/monitoring/prometheusrule.yaml "$TMP/prometheusrule.yaml" \
   || { echo "out of date: run packaging/kubernetes/gen-prometheusrule.sh"; exit 1; }
 
-for dir in base overlays/with-monitoring overlays/full overlays/non-root overlays/device-plugin \
-  overlays/device-plugin-cdi overlays/node-problem-detector; do
-  out="$TMP/$(echo "$dir" | tr / _).yaml"
-  say "kubectl kustomize $dir"
-  "$VENV/bin/kubectl" kustomize "$dir" >"$out"
-  grep -E '^kind:' "$out" | sort | uniq -c
-  for version in 1.29.0 1.37.0; do
-    say "kubernetes-validate --strict -k $version ($dir)"
-    "$VENV/bin/kubernetes-validate" --strict -k "$version" "$out" 2>&1 | tee "$TMP/validate.log"
-    # A missing schema is only a warning to the tool; accept it for the two CRD kinds alone.
-    if grep -v -E 'kind (ServiceMonitor|PrometheusRule) with api version monitoring.coreos.com/v1' \
-      "$TMP/validate.log" | grep -qE '^(WARN|ERROR)'; then
-      echo "kubernetes: validation FAILED for $dir"; exit 1
-    fi
-  done
-  say "policy and consistency checks ($dir)"
-  flags=()
-  [ "$dir" = overlays/full ] && flags+=(--host-pid)
-  [ "$dir" = overlays/non-root ] && flags+=(--non-root)
-  "$VENV/bin/python" check_rendered.py "$out" "$TMP/rules.yml" "${flags[@]}"
-  cp "$TMP/rules.yml.config.toml" "$TMP/config-$(echo "$dir" | tr / _).toml"
-done
-say "the agent accepts the DaemonSet's config"
 GPU_STEWARD="${GPU_STEWARD:-../../target/debug/gpu-steward}"
-if [ -x "$GPU_STEWARD" ]; then
-  for f in "$TMP"/config-*.toml; do "$GPU_STEWARD" check-config "$f"; done
-else
-  echo "kubernetes: $GPU_STEWARD not built; skipping check-config (cargo build first)"; exit 1
-fi
+[ -x "$GPU_STEWARD" ] || { echo "kubernetes: $GPU_STEWARD not built (cargo build first)"; exit 1; }
+
+# check DIR VALIDATE [FLAGS...]: render DIR, check it (with VALIDATE=validate, its schemas too)
+# with check_rendered.py's FLAGS (what DIR's components promise: --host-pid, --non-root), and
+# have the agent check the config volume it would read (config.toml and config.d/ drop-ins).
+check() {
+  local dir=$1 validate=$2 name out
+  shift 2
+  local flags=("$@")
+  name=$(echo "$dir" | tr / _)
+  out="$TMP/$name.yaml"
+  "$VENV/bin/kubectl" kustomize "$dir" >"$out"
+  if [ -n "$validate" ]; then
+    say "kubectl kustomize $dir"
+    grep -E '^kind:' "$out" | sort | uniq -c
+    for version in 1.29.0 1.37.0; do
+      say "kubernetes-validate --strict -k $version ($dir)"
+      "$VENV/bin/kubernetes-validate" --strict -k "$version" "$out" 2>&1 | tee "$TMP/validate.log"
+      # A missing schema is only a warning to the tool; accept it for the two CRD kinds alone.
+      if grep -v -E 'kind (ServiceMonitor|PrometheusRule) with api version monitoring.coreos.com/v1' \
+        "$TMP/validate.log" | grep -qE '^(WARN|ERROR)'; then
+        echo "kubernetes: validation FAILED for $dir"; exit 1
+      fi
+    done
+  fi
+  "$VENV/bin/python" check_rendered.py "$out" "$TMP/rules-$name.yml" "${flags[@]}" \
+    || { echo "kubernetes: $dir fails the checks above"; exit 1; }
+  "$GPU_STEWARD" check-config "$TMP/rules-$name.yml.config/config.toml" >"$TMP/check-config.log" \
+    || { cat "$TMP/check-config.log"; echo "kubernetes: the agent refuses the config of $dir"; exit 1; }
+  [ -f "$TMP/rules-$name.yml" ] && cp "$TMP/rules-$name.yml" "$TMP/rules.yml"
+  return 0
+}
+
+say "the shipped overlays: rendered, schema-validated, checked, their config accepted by the agent"
+check base validate
+check overlays/with-monitoring validate
+check overlays/full validate --host-pid
+check overlays/non-root validate --non-root
+check overlays/device-plugin validate
+check overlays/device-plugin-cdi validate
+check overlays/node-problem-detector validate
+
+# Every combination of the components that docs/install.md says combine: the device plugin's CDI
+# option needs the device plugin, and the device plugin needs root (it writes the kubelet's
+# directory), so non-root excludes it. Each is rendered from a kustomization made here, checked,
+# and its merged config checked by the agent; the largest one is schema-validated too.
+say "every combination of the components"
+COMBOS=$(mktemp -d -p .)
+trap 'rm -rf "$TMP" "$COMBOS"' EXIT
+components=(monitoring host-processes node-problem-detector device-plugin device-plugin-cdi non-root)
+count=0
+for mask in $(seq 0 $(( (1 << ${#components[@]}) - 1 ))); do
+  chosen=()
+  for i in "${!components[@]}"; do
+    (( mask & (1 << i) )) && chosen+=("${components[$i]}")
+  done
+  has() { [[ " ${chosen[*]} " == *" $1 "* ]]; }
+  has device-plugin-cdi && ! has device-plugin && continue
+  has non-root && has device-plugin && continue
+  dir="$COMBOS/combo-$mask"
+  mkdir -p "$dir"
+  # $dir is two levels below packaging/kubernetes/, as overlays/NAME is.
+  {
+    echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+    echo "kind: Kustomization"
+    echo "resources: [../../base]"
+    if [ "${#chosen[@]}" -eq 0 ]; then echo "components: []"; else
+      echo "components: [$(printf '../../components/%s,' "${chosen[@]}" | sed 's/,$//')]"
+    fi
+  } >"$dir/kustomization.yaml"
+  flags=()
+  has host-processes && flags+=(--host-pid)
+  has non-root && flags+=(--non-root)
+  validate=""
+  [ "$mask" -eq $(( (1 << 5) - 1 )) ] && validate=validate   # all but non-root: the largest
+  check "$dir" "$validate" "${flags[@]}"
+  count=$((count + 1))
+done
+say "$count combinations rendered and checked"
+say "the autoscaling examples: the HPA against the Kubernetes schemas"
+for version in 1.29.0 1.37.0; do
+  "$VENV/bin/kubernetes-validate" --strict -k "$version" examples/autoscaling/hpa.yaml \
+    examples/autoscaling/prometheus-adapter.yaml
+done
 say "promtool check rules on the PrometheusRule's groups"
 promtool check rules "$TMP/rules.yml"
 echo "kubernetes: OK"

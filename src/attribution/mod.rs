@@ -1,5 +1,6 @@
 //! Per-process facts NVML does not give: the process name, its user, and who it belongs to
-//! (container, Kubernetes pod, systemd unit, Slurm job), read from procfs.
+//! (container, Kubernetes pod, systemd unit, Slurm job: its cgroup, else its environment), read
+//! from procfs.
 //!
 //! The procfs root is configurable (`/host/proc` in a container with `hostPID`; a fixture tree
 //! in tests). Reading happens on the poller thread, at most once per process per poll: one
@@ -10,6 +11,7 @@
 pub use crate::snapshot::ProcessInfo;
 mod attach;
 pub mod cgroup;
+pub mod environ;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -106,9 +108,13 @@ impl ProcTable {
             .ok()
             .and_then(|s| real_uid(&s));
         let user = uid.map(|u| self.user_name(u)).unwrap_or_default();
-        let attribution = std::fs::read_to_string(dir.join("cgroup"))
+        let mut attribution = std::fs::read_to_string(dir.join("cgroup"))
             .map(|t| cgroup::parse(&t))
             .unwrap_or_default();
+        if attribution.slurm_job.is_none() {
+            // No Slurm cgroup (proctrack/linuxproc): the job's environment says it.
+            attribution.slurm_job = environ::slurm_job(dir);
+        }
         Some(ProcessInfo {
             name,
             user,

@@ -22,7 +22,15 @@ pub fn run(file: &Path) -> u8 {
                 eprintln!("{e}");
                 return 2;
             }
-            print!("{}: valid\n{}", file.display(), c.describe());
+            print!("{}: valid\n", file.display());
+            match config::dropins::list(file) {
+                Ok(d) if !d.is_empty() => {
+                    let names: Vec<String> = d.iter().map(|p| p.display().to_string()).collect();
+                    println!("drop-ins, merged in this order: {}", names.join(", "));
+                }
+                _ => {}
+            }
+            print!("{}", c.describe());
             for w in warnings(&c) {
                 eprintln!("{}: warning: {w}", file.display());
             }

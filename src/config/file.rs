@@ -36,6 +36,8 @@ pub struct FileConfig {
     pub reclaim: crate::reclaim::config::ReclaimSection,
     pub accounting: crate::reclaim::config::AccountingSection,
     pub sharing: crate::sharing::config::SharingSection,
+    pub slurm: crate::slurm::SlurmSection,
+    pub nvsentinel: crate::nvsentinel::NvsentinelSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -7,6 +7,7 @@
 //! The files the configuration names are read and checked here too: [`web`] (the web config,
 //! TLS and basic auth) and [`token`] (the API token); the HTTP layer serves what they yield.
 
+pub mod dropins;
 mod file;
 pub(crate) mod labels;
 mod sections;
@@ -118,6 +119,10 @@ pub struct Config {
     pub accounting: crate::reclaim::AccountingConfig,
     /// `[sharing]`: compute mode, time-slice, shared resources and the device plugin.
     pub sharing: SharingConfig,
+    /// `[slurm]`: drain this node when a GPU fails (docs/slurm.md).
+    pub slurm: crate::slurm::SlurmConfig,
+    /// `[nvsentinel]`: health events to NVSentinel's platform connector.
+    pub nvsentinel: crate::nvsentinel::NvsentinelConfig,
 }
 
 /// A configuration that cannot be used.
@@ -138,22 +143,13 @@ pub enum ConfigError {
     },
 }
 
-/// Loads `path` (if it exists, or fails if `required`) and applies `overrides`.
+/// Loads `path` (if it exists, or fails if `required`) with its `config.d/*.toml` drop-ins,
+/// and applies `overrides`.
 pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config, ConfigError> {
-    let (file, parsed) = match std::fs::read_to_string(path) {
-        Ok(text) => (
-            Some(path.to_path_buf()),
-            parse(&path.display().to_string(), &text)?,
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
-            (None, Parsed::default())
-        }
-        Err(source) => {
-            return Err(ConfigError::Read {
-                file: path.display().to_string(),
-                source,
-            })
-        }
+    // The file and the drop-ins of `config.d` beside it, merged (dropins.rs).
+    let (file, parsed) = match dropins::read(path, required)? {
+        Some(source) => (Some(path.to_path_buf()), parse(&source.name, &source.text)?),
+        None => (None, Parsed::default()),
     };
     let mut config = merge(file, parsed, overrides);
     load_rules(&mut config)?;
@@ -393,6 +389,8 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
         reclaim: f.reclaim.into_config(),
         accounting: f.accounting.into_config(),
         sharing,
+        slurm: f.slurm.into_config(),
+        nvsentinel: f.nvsentinel.into_config(),
     }
 }
 
@@ -448,7 +446,9 @@ impl Config {
              {reclaim}\
              {accounting}\
              {sharing}\
-             {mig}",
+             {mig}\
+             {slurm}\
+             {nvsentinel}",
             listen = self.listen,
             max_connections = self.max_connections,
             header_timeout = humantime::format_duration(self.header_timeout),
@@ -514,6 +514,8 @@ impl Config {
             reclaim = self.reclaim.describe(),
             accounting = self.accounting.describe(),
             sharing = self.sharing.describe(),
+            slurm = self.slurm.describe(),
+            nvsentinel = self.nvsentinel.describe(),
         )
     }
 }

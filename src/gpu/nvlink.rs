@@ -13,6 +13,7 @@
 //! `nvmlDeviceGetGpuFabricInfoV`: both are called through the raw symbols here.
 
 use std::mem;
+use std::time::Instant;
 
 use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
 use nvml_wrapper::Device;
@@ -22,7 +23,7 @@ use nvml_wrapper_sys::bindings::{
 
 use super::GpuReader;
 use crate::snapshot::{
-    Fabric, FabricState, GpuReading, LinkErrors, NvLinkErrors, NvLinks, NvmlCode,
+    Fabric, FabricState, GpuReading, LinkErrors, NvLinkErrors, NvLinks, NvmlCode, ThroughputWindow,
 };
 
 /// `NVML_NVLINK_MAX_LINKS` (nvml.h, driver 580).
@@ -112,10 +113,13 @@ pub(super) fn counters(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
         wanted.push((field_id::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link));
     }
     let values = field_values(r, d, &wanted);
+    let now = Instant::now();
     let Some(n) = out.nvlink.as_mut() else { return };
+    let before = n.total_kib().zip(n.sampled_at);
     let Some(v) = values else {
         n.errors = NvLinkErrors::default();
         (n.tx_bytes, n.rx_bytes) = (None, None);
+        (n.sampled_at, n.window) = (None, None);
         return;
     };
     n.errors = NvLinkErrors {
@@ -133,6 +137,15 @@ pub(super) fn counters(r: &mut GpuReader, d: &Device, out: &mut GpuReading) {
     };
     n.tx_bytes = sum(0);
     n.rx_bytes = sum(1);
+    n.sampled_at = n.total_kib().map(|_| now);
+    n.window = match (before, n.total_kib()) {
+        (Some((kib_before, at)), Some(kib_now)) => Some(ThroughputWindow {
+            kib_before,
+            kib_now,
+            elapsed: now.saturating_duration_since(at),
+        }),
+        _ => None,
+    };
 }
 
 /// Slow tier: the fabric info, on a GPU with NVLink (Hopper and newer answer; others and

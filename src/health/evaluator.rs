@@ -335,6 +335,7 @@ impl GpuState {
             severity,
             action,
             reason,
+            before_restart: false,
         }
     }
 }

@@ -2,20 +2,23 @@
 //! XIDs observed), newest last, served newest first by `GET /api/v1/events`.
 //!
 //! The poller appends once per poll and the HTTP handler copies out what a request asks for;
-//! both hold the lock only for that, so a slow client never stalls the poller. The journal is
-//! not persisted: it answers "what happened lately", the logs keep the history.
+//! both hold the lock only for that, so a slow client never stalls the poller. With a state
+//! directory, each appended event is also written to [`super::journal_file`] (one short write,
+//! no fsync: it answers "what happened lately", the logs keep the history), and what a previous
+//! run wrote comes back at start, marked `before_restart`.
 
 use std::collections::VecDeque;
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
+use super::journal_file::JournalFile;
 use super::{rfc3339, Action, Status};
 
 /// Entries kept; the oldest go first.
 pub const CAPACITY: usize = 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     /// A condition became active.
@@ -43,9 +46,9 @@ impl EventKind {
 }
 
 /// One change of one GPU's health.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthEvent {
-    #[serde(serialize_with = "rfc3339")]
+    #[serde(serialize_with = "rfc3339", deserialize_with = "from_rfc3339")]
     pub time: SystemTime,
     pub gpu: u32,
     pub uuid: String,
@@ -55,12 +58,23 @@ pub struct HealthEvent {
     pub severity: Status,
     pub action: Action,
     pub reason: String,
+    /// Read back from the journal file at start: it happened before this process started.
+    /// Absent (false) on the events of this run, and never written to the file.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub before_restart: bool,
+}
+
+fn from_rfc3339<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_rfc3339_weak(&s).map_err(serde::de::Error::custom)
 }
 
 #[derive(Debug)]
 pub struct Journal {
     entries: VecDeque<HealthEvent>,
     capacity: usize,
+    /// The copy in the state directory, when there is one.
+    file: Option<JournalFile>,
 }
 
 impl Default for Journal {
@@ -74,11 +88,24 @@ impl Journal {
         Journal {
             entries: VecDeque::with_capacity(capacity.min(CAPACITY)),
             capacity: capacity.max(1),
+            file: None,
         }
+    }
+
+    /// A journal that starts with `earlier` (read back from `file`, oldest first, already
+    /// marked `before_restart`) and writes every appended event to `file`.
+    pub fn persistent(file: JournalFile, earlier: Vec<HealthEvent>) -> Self {
+        let mut j = Journal::default();
+        j.append(earlier);
+        j.file = Some(file);
+        j
     }
 
     pub fn append(&mut self, events: impl IntoIterator<Item = HealthEvent>) {
         for e in events {
+            if let Some(f) = &mut self.file {
+                f.write(&e);
+            }
             if self.entries.len() == self.capacity {
                 self.entries.pop_front();
             }
@@ -161,6 +188,7 @@ mod tests {
             severity: Status::Warn,
             action: Action::None,
             reason: String::new(),
+            before_restart: false,
         }
     }
 

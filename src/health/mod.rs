@@ -12,13 +12,15 @@
 //! - [`xid`]: XID occurrences per GPU, the window and escalation;
 //! - [`nvlink`]: NVLink links, error rates and the GPU fabric;
 //! - [`evaluator`]: the state across polls and the condition diff;
-//! - [`journal`]: the bounded in-memory event journal behind `/api/v1/events`.
+//! - [`journal`]: the bounded event journal behind `/api/v1/events`, and [`journal_file`], its
+//!   copy in the state directory that outlives a restart.
 
 pub mod catalog;
 pub mod conditions;
 pub mod config;
 pub mod evaluator;
 pub mod journal;
+pub mod journal_file;
 pub mod nvlink;
 mod readiness;
 pub mod xid;
@@ -29,7 +31,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 pub use config::{HealthConfig, XidOverride};
 
@@ -41,7 +43,7 @@ pub use journal::{EventKind, HealthEvent, Journal};
 pub use readiness::{readiness, Readiness};
 
 /// Health status as the draft RFC "Health Check Response Format for HTTP APIs" spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Pass,
@@ -71,7 +73,7 @@ impl Status {
 }
 
 /// What an operator (or a remediation hook) should do about a GPU, from least to most drastic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     None,

@@ -41,6 +41,19 @@ pub(super) async fn health(State(state): State<AppState>) -> Response {
     } else if let Some(reason) = audit.failing.as_ref().filter(|_| r.status == Status::Warn) {
         r.reason = format!("{}; {reason}", r.reason);
     }
+    // What a component that talks to the outside cannot do now (Slurm, NVSentinel, the
+    // journal file): ready still, but said.
+    let warnings = crate::warnings::all();
+    for w in warnings.values() {
+        match r.status {
+            Status::Pass => {
+                r.status = Status::Warn;
+                r.reason.clone_from(w);
+            }
+            Status::Warn => r.reason = format!("{}; {w}", r.reason),
+            Status::Fail => {}
+        }
+    }
     let mut body = json!({
         "status": r.status,
         "version": "1",
@@ -51,6 +64,9 @@ pub(super) async fn health(State(state): State<AppState>) -> Response {
         "agent": agent(&p.snapshot, r.snapshot_age.as_secs_f64(), p.interval.as_secs_f64(), &audit, &p.page),
         "checks": checks(&p.snapshot, &p.health),
     });
+    if let Some(a) = body.get_mut("agent").and_then(Value::as_object_mut) {
+        a.insert("warnings".into(), json!(warnings));
+    }
     if r.status == Status::Pass {
         if let Some(o) = body.as_object_mut() {
             o.remove("output");

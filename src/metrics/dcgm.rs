@@ -169,7 +169,7 @@ pub(super) const FIELDS: &[Field] = &[
     field!("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO", false, true, true, Percent,
         "GPU utilization (in %).", "GPU utilization (ratio 0-1).",
         |g| r(g).gpu_util_percent.map(f64::from)),
-    field!("DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_MEMORY_COPY_UTIL_RATIO", false, true, true, Percent,
+    field!("DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_MEMORY_UTIL_RATIO", false, true, true, Percent,
         "Memory utilization (in %).", "Memory utilization (ratio 0-1).",
         |g| r(g).mem_util_percent.map(f64::from)),
     field!("DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_ENC_UTIL_RATIO", false, true, true, Percent,

@@ -128,7 +128,7 @@ pub(super) fn names() -> Vec<(&'static str, Keep)> {
         .map(|(name, keep, _, _)| (*name, *keep))
         .collect();
     out.extend(DIMENSIONED.iter().map(|(name, keep, ..)| (*name, *keep)));
-    out.push(("gpu_steward_gpu_info", Keep::Dup));
+    out.push(("gpu_steward_gpu_info", Keep::Always));
     for name in [
         "gpu_steward_temperature_threshold_celsius",
         "gpu_steward_clock_max_hertz",
@@ -291,10 +291,10 @@ fn render_identity(snapshot: &Snapshot, view: super::View, out: &mut Families) {
         pcie_max_gen.add_opt(&labels, id.max_pcie_generation);
         pcie_max_width.add_opt(&labels, id.max_pcie_width);
     }
-    // Identity is in the dcgm family's labels; limits and maxima are static: full page only.
-    if Keep::Dup.shown(view) {
-        out.push(info);
-    }
+    // Identity on every page: the documented join for names and versions, and what `status`
+    // and `check-health` show of a GPU whatever the name set. Limits and maxima are static:
+    // full page only.
+    out.push(info);
     out.push(up);
     if Keep::Full.shown(view) {
         for f in [

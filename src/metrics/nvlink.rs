@@ -4,39 +4,53 @@
 //! Lean (always, native family): links present and active, data bytes each way, the four error
 //! counters summed over the GPU's links, and on Hopper and newer the fabric state, health
 //! summary and identity, and the GPU's NVLink peers: at most 12 series per GPU, plus the one
-//! dcgm-compatible `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`. With `[metrics] nvlink_links = true` (the fuller
+//! dcgm-compatible throughput per name set (field 449 in 4.8, 1648 in 4.9: DCGM's rates, absent
+//! until the second poll). With `[metrics] nvlink_links = true` (the fuller
 //! profile) also per link its state and error counters (up to 18 × 4 series per GPU) and the
 //! raw fabric health mask.
 
 use super::dcgm::{Labelled, NameSet};
 use super::{flag, Families, Family};
-use crate::snapshot::{GpuSnapshot, GpuStatus, NvLinks, Snapshot};
+use crate::snapshot::{GpuSnapshot, GpuStatus, NvLinks, Snapshot, ThroughputWindow};
 
-/// dcgm-exporter's name of the NVLink data counter, by name set: 4.8 (`default-counters.csv`)
-/// and 4.9 (`reference/dcgm-names.md`, field 449). The only place these names are spelled.
+/// dcgm-exporter's NVLink throughput, by name set: 4.8 serves field 449
+/// (`DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`, `default-counters.csv`), 4.9 field 1648
+/// (`DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND`, `reference/dcgm-names.md`). The only place
+/// these names are spelled.
 pub const DCGM_NVLINK_TOTAL: [&str; 2] = [
     "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-    "DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND",
 ];
-const DCGM_NVLINK_HELP: &str = "Total number of NVLink bandwidth counters for all lanes.";
+const DCGM_NVLINK_HELP: [&str; 2] = [
+    "NVLink bandwidth for all links (DCGM field 449: transmitted + received KiB between the last two polls, per second, / 1000, in DCGM's MB/s).",
+    "NVLink throughput for all links (DCGM field 1648: transmitted + received bytes per second between the last two polls).",
+];
 
-/// The dcgm-compatible counter: KiB of data transmitted plus received over all links
-/// (INFERRED: DCGM derives field 449 from NVML's NVLink throughput counters, which count KiB;
-/// no capture of a bare-metal dcgm-exporter was at hand).
+/// Field 449 as DCGM computes it (NVIDIA/DCGM v4.6.0 `DcgmCacheManager.cpp`,
+/// `ReadAndCacheNvLinkBandwidth`): the transmit + receive KiB counters summed, their difference
+/// over the seconds between two reads, / 1000, truncated to an integer. DCGM publishes 0 on its
+/// first read; here the series is absent until a second poll gives a window (never a made-up 0).
+pub(super) fn dcgm_mb_per_second(w: &ThroughputWindow) -> Option<f64> {
+    w.kib_per_second().map(|kib| (kib / 1000.0).trunc())
+}
+
+/// Field 1648: the same window in bytes per second (KiB/s × 1024, not the legacy ÷ 1000).
+pub(super) fn dcgm_bytes_per_second(w: &ThroughputWindow) -> Option<f64> {
+    w.kib_per_second().map(|kib| kib * 1024.0)
+}
+
+/// The dcgm-compatible throughput gauge of each chosen name set. dcgm-exporter's CSV declares
+/// field 449 `counter`, but its value is DCGM's rate: served as what it is, a gauge.
 pub(super) fn render_dcgm(sets: &[(NameSet, Vec<Labelled>)], out: &mut Families) {
     for (set, gpus) in sets {
-        let name = match set {
-            NameSet::V48 => DCGM_NVLINK_TOTAL[0],
-            NameSet::V49 => DCGM_NVLINK_TOTAL[1],
+        let (i, value): (usize, fn(&ThroughputWindow) -> Option<f64>) = match set {
+            NameSet::V48 => (0, dcgm_mb_per_second),
+            NameSet::V49 => (1, dcgm_bytes_per_second),
         };
-        let mut f = Family::counter(name, DCGM_NVLINK_HELP);
+        let mut f = Family::gauge(DCGM_NVLINK_TOTAL[i], DCGM_NVLINK_HELP[i]);
         for (labels, g) in gpus {
-            let total = g
-                .reading
-                .nvlink
-                .as_ref()
-                .and_then(|n| Some((n.tx_bytes? + n.rx_bytes?) / 1024));
-            f.add_opt(labels, total.map(|v| v as f64));
+            let v = g.reading.nvlink.as_ref().and_then(|n| n.window.as_ref());
+            f.add_opt(labels, v.and_then(value));
         }
         out.push(f);
     }
@@ -202,4 +216,68 @@ pub(super) fn render_topology(snapshot: &Snapshot, out: &mut Families) {
         }
     }
     out.push(f);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// GPU 0 of the HGX scenario: (tx_kib_s, rx_kib_s) as the file says.
+    fn hgx_gpu0_kib_s() -> (u64, u64) {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scenarios/hgx-h100.toml");
+        let text = std::fs::read_to_string(path).expect("the HGX scenario is in the repository");
+        let doc: toml::Table = text.parse().expect("the HGX scenario is TOML");
+        let nvlink = &doc["gpu"].as_array().expect("[[gpu]] entries")[0]["nvlink"];
+        let kib = |k: &str| nvlink[k].as_integer().expect("an integer rate") as u64;
+        (kib("tx_kib_s"), kib("rx_kib_s"))
+    }
+
+    fn window(seconds: u64, kib_before: u64) -> ThroughputWindow {
+        let (tx, rx) = hgx_gpu0_kib_s();
+        ThroughputWindow {
+            kib_before,
+            kib_now: kib_before + (tx + rx) * seconds,
+            elapsed: Duration::from_secs(seconds),
+        }
+    }
+
+    #[test]
+    fn field_449_is_dcgm_s_rate_in_its_mb_per_second() {
+        let (tx, rx) = hgx_gpu0_kib_s();
+        // DCGM: (sum now - sum before) / seconds / 1000, whatever the counters' level.
+        let expected = ((tx + rx) as f64 / 1000.0).trunc();
+        assert_eq!(dcgm_mb_per_second(&window(3, 0)), Some(expected));
+        assert_eq!(dcgm_mb_per_second(&window(3, 300_137_537)), Some(expected));
+        // Truncated like DCGM's (long long) cast: 1999 KiB in 1 s is 1 "MB/s".
+        let w = ThroughputWindow {
+            kib_before: 0,
+            kib_now: 1999,
+            elapsed: Duration::from_secs(1),
+        };
+        assert_eq!(dcgm_mb_per_second(&w), Some(1.0));
+    }
+
+    #[test]
+    fn field_1648_is_bytes_per_second() {
+        let (tx, rx) = hgx_gpu0_kib_s();
+        let expected = (tx + rx) as f64 * 1024.0;
+        assert_eq!(dcgm_bytes_per_second(&window(2, 42)), Some(expected));
+    }
+
+    #[test]
+    fn no_rate_without_a_window_a_time_or_when_the_counters_went_back() {
+        let back = ThroughputWindow {
+            kib_before: 10,
+            kib_now: 5,
+            elapsed: Duration::from_secs(1),
+        };
+        assert_eq!(dcgm_mb_per_second(&back), None);
+        let no_time = ThroughputWindow {
+            elapsed: Duration::ZERO,
+            ..window(1, 0)
+        };
+        assert_eq!(dcgm_bytes_per_second(&no_time), None);
+    }
 }

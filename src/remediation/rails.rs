@@ -168,7 +168,7 @@ impl Rails {
         if since(at, now) >= REMEMBER {
             return;
         }
-        let key = (route.clone(), fingerprint.clone(), status, starts_at);
+        let key = (route.clone(), fingerprint, status, starts_at);
         self.handled.insert(key, at);
         // Pruned in batches, down to REMEMBER_MAX: one scan per REMEMBER_MAX / 10 inserts rather
         // than one per insert, which matters when a week of decisions is replayed at start.
@@ -179,14 +179,12 @@ impl Rails {
                 self.handled.retain(|_, t| *t >= cut);
             }
         }
+        // The firing stays remembered after its resolution: a new firing of the alert has a
+        // new startsAt (a new key), while the same firing replayed (Alertmanager resending, a
+        // receiver retrying after the resolution) must not run the route again.
         if status == Status::Firing {
-            let last = self.last_run.entry((route.clone(), gpu)).or_insert(at);
+            let last = self.last_run.entry((route, gpu)).or_insert(at);
             *last = (*last).max(at);
-        } else {
-            // The alert is over: a new firing of it (new startsAt) is a new alert.
-            self.handled.retain(|(r, fp, s, _), t| {
-                !(*r == route && *fp == fingerprint && *s == Status::Firing && *t <= at)
-            });
         }
         if since(at, now) < HOUR {
             let pos = self.recent.partition_point(|t| *t <= at);
@@ -329,6 +327,23 @@ mod tests {
         );
         // A week-old record is forgotten.
         assert_eq!(r.decide(&route, &old, false, 10, now), Decision::Run);
+    }
+
+    #[test]
+    fn a_firing_replayed_after_its_resolution_runs_nothing_more() {
+        let mut r = Rails::default();
+        let route = route(0, true);
+        let firing = alert(Status::Firing, "0", "f1", "t0");
+        let resolved = alert(Status::Resolved, "0", "f1", "t0");
+        assert_eq!(r.take(&route, &firing, false, 10, at(0)), Decision::Run);
+        assert_eq!(r.take(&route, &resolved, false, 10, at(1)), Decision::Run);
+        assert_eq!(
+            r.take(&route, &firing, false, 10, at(2)),
+            Decision::Skip(SkipReason::Duplicate)
+        );
+        // A new firing of the same alert (new startsAt) is a new alert.
+        let again = alert(Status::Firing, "0", "f1", "t3");
+        assert_eq!(r.take(&route, &again, false, 10, at(3)), Decision::Run);
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod file;
 mod functions;
 pub mod history;
 mod limits;
+mod printf;
 pub mod sample;
 pub mod task;
 pub mod template;

@@ -286,6 +286,61 @@ fn the_shipped_alert_tests_pass_on_the_agent() {
     run(&Path::new(env!("CARGO_MANIFEST_DIR")).join("alerts/tests/gpu-steward.test.yml"));
 }
 
+/// The shipped alerting rules files (every `alerts/*.rules.yml` without recording rules, which
+/// the agent does not evaluate).
+fn shipped_alerting_files() -> Vec<std::path::PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("alerts");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the alerts directory")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".rules.yml"))
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).expect("a rules file");
+            !text
+                .lines()
+                .any(|l| l.trim_start().starts_with("- record:"))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// A `[rules] files` glob over the .deb's alerts directory must not stop the agent: every
+/// shipped alerting file loads in the agent's own evaluator, annotations included.
+#[test]
+fn every_shipped_alerting_rules_file_loads_in_the_agent() {
+    let files = shipped_alerting_files();
+    assert!(files.len() >= 3, "only {files:?}");
+    for f in &files {
+        let patterns = [f.to_string_lossy().into_owned()];
+        RuleSet::load(&patterns).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    }
+}
+
+/// promtool and the agent agree on every shipped alerting rule: each promtool test file whose
+/// rules are all alerting rules runs through the agent too (alerts/test.sh runs promtool).
+#[test]
+fn every_shipped_alerting_test_file_passes_on_the_agent() {
+    let alerting = shipped_alerting_files();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("alerts/tests");
+    let mut ran = Vec::new();
+    for e in std::fs::read_dir(&dir).expect("alerts/tests").flatten() {
+        let path = e.path();
+        let text = std::fs::read_to_string(&path).expect("a test file");
+        let file: TestFile = serde_yaml::from_str(&text).expect("a test file parses");
+        let all_alerting = file.rule_files.iter().all(|r| {
+            let p = dir.join(r);
+            alerting.iter().any(|a| a.file_name() == p.file_name())
+        });
+        if all_alerting {
+            run(&path);
+            ran.push(path);
+        }
+    }
+    // gpu-steward, nvlink and operations; accounting holds recording rules.
+    assert_eq!(ran.len(), alerting.len(), "ran {ran:?} for {alerting:?}");
+}
+
 #[test]
 fn construct_tests_pass_on_the_agent() {
     run(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/rules/testdata/constructs.test.yml"));

@@ -5,10 +5,14 @@
 //!   Prometheus's `missingkey=zero`);
 //! - `{{ $value }}` or `{{ .Value }}`: the sample value, formatted as Go's `%v`;
 //! - `{{ $value | F }}` with F one of `humanize`, `humanize1024`, `humanizeDuration`,
-//!   `humanizePercentage`, formatted exactly as Prometheus's template functions do.
+//!   `humanizePercentage`, formatted exactly as Prometheus's template functions do;
+//! - `{{ $value | printf "%.1f" }}` or `{{ printf "%.1f" $value }}`: one `%f` or `%e` verb
+//!   ([`super::printf`]).
 //!
-//! Anything else (`if`, `range`, `printf`, `query`, ...) is refused at load time with the
-//! action's text, so that a file never expands differently here than in Prometheus.
+//! Anything else (`if`, `range`, other `printf` forms, `query`, ...) is refused at load time
+//! with the action's text, so that a file never expands differently here than in Prometheus.
+
+use super::printf::Format;
 
 /// A parsed template.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,12 +27,13 @@ enum Part {
     Value(Option<Func>),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 enum Func {
     Humanize,
     Humanize1024,
     HumanizeDuration,
     HumanizePercentage,
+    Printf(Format),
 }
 
 impl Template {
@@ -91,10 +96,23 @@ fn parse_action(action: &str) -> Result<Part, String> {
     let unsupported = || {
         format!(
             "unsupported template action '{{{{ {action} }}}}' (supported: $labels.NAME, $value, \
-             and $value piped to humanize, humanize1024, humanizeDuration or humanizePercentage)"
+             and $value piped to humanize, humanize1024, humanizeDuration, humanizePercentage \
+             or printf \"%.Nf\")"
         )
     };
-    let mut pipeline = action.split('|').map(str::trim);
+    // `printf "FMT" $value` is `$value | printf "FMT"` written the other way round.
+    if let Some(args) = action.strip_prefix("printf ") {
+        let args = args.trim();
+        let format = args
+            .strip_suffix("$value")
+            .or_else(|| args.strip_suffix(".Value"))
+            .ok_or_else(unsupported)?;
+        return Ok(Part::Value(Some(Func::Printf(Format::parse(
+            format.trim(),
+        )?))));
+    }
+    let stages = split_pipeline(action);
+    let mut pipeline = stages.iter().map(|s| s.trim());
     let head = pipeline.next().unwrap_or("");
     let func = match pipeline.next() {
         None => None,
@@ -102,6 +120,9 @@ fn parse_action(action: &str) -> Result<Part, String> {
         Some("humanize1024") => Some(Func::Humanize1024),
         Some("humanizeDuration") => Some(Func::HumanizeDuration),
         Some("humanizePercentage") => Some(Func::HumanizePercentage),
+        Some(s) if s.starts_with("printf ") => {
+            Some(Func::Printf(Format::parse(s["printf ".len()..].trim())?))
+        }
         Some(_) => return Err(unsupported()),
     };
     if pipeline.next().is_some() {
@@ -119,6 +140,24 @@ fn parse_action(action: &str) -> Result<Part, String> {
     }
 }
 
+/// The stages of a pipeline: split at `|` outside double quotes (a printf format may hold one).
+fn split_pipeline(action: &str) -> Vec<&str> {
+    let mut stages = Vec::new();
+    let (mut start, mut quoted) = (0, false);
+    for (i, c) in action.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            '|' if !quoted => {
+                stages.push(&action[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    stages.push(&action[start..]);
+    stages
+}
+
 fn is_label_name(s: &str) -> bool {
     let mut chars = s.chars();
     chars
@@ -129,7 +168,7 @@ fn is_label_name(s: &str) -> bool {
 
 impl Func {
     /// Prometheus's template functions (`template/template.go`).
-    fn apply(self, v: f64) -> String {
+    fn apply(&self, v: f64) -> String {
         match self {
             Func::Humanize => humanize(v, 1000.0, &["k", "M", "G", "T", "P", "E", "Z", "Y"], true),
             Func::Humanize1024 => humanize(
@@ -140,6 +179,7 @@ impl Func {
             ),
             Func::HumanizeDuration => humanize_duration(v),
             Func::HumanizePercentage => format!("{}%", go_g4(v * 100.0)),
+            Func::Printf(format) => format.apply(v),
         }
     }
 }
@@ -214,7 +254,7 @@ fn special(v: f64) -> Option<String> {
 }
 
 /// Go's exponent spelling: `e+04`, `e-05` (sign and at least two digits).
-fn go_exponent(mantissa: &str, exp: i32) -> String {
+pub(super) fn go_exponent(mantissa: &str, exp: i32) -> String {
     let sign = if exp < 0 { '-' } else { '+' };
     format!("{mantissa}e{sign}{:02}", exp.abs())
 }
@@ -306,13 +346,22 @@ mod tests {
         assert_eq!(h("{{ $value | humanizeDuration }}", 1.5), "1.5s");
         assert_eq!(h("{{ $value | humanizeDuration }}", 0.25), "250ms");
         assert_eq!(h("{{ $value | humanizePercentage }}", 0.1234), "12.34%");
+        // The shipped NVLink rules file's form, and Go's other spelling of it.
+        assert_eq!(h("{{ $value | printf \"%.1f\" }}", 2.25), "2.2");
+        assert_eq!(
+            h("{{ printf \"%.1f\" $value }} per min", 12.34),
+            "12.3 per min"
+        );
+        assert_eq!(h("{{ $value | printf \"a|%.0f\" }}", 3.0), "a|3");
     }
 
     #[test]
     fn refuses_what_it_cannot_expand() {
         for bad in [
             "{{ if $value }}x{{ end }}",
-            "{{ printf \"%.2f\" $value }}",
+            "{{ printf \"%d\" $value }}",
+            "{{ printf \"%.2f\" $labels.gpu }}",
+            "{{ $value | printf \"%.1f\" | humanize }}",
             "{{ $labels.gpu | humanize }}",
             "{{ $value | title }}",
             "{{ $labels.gpu",

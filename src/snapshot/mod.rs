@@ -11,7 +11,9 @@ mod process;
 mod sharing;
 mod topology;
 
-pub use nvlink::{Fabric, FabricFault, FabricState, LinkErrors, NvLinkErrors, NvLinks};
+pub use nvlink::{
+    Fabric, FabricFault, FabricState, LinkErrors, NvLinkErrors, NvLinks, ThroughputWindow,
+};
 pub use nvml::NvmlCode;
 pub use process::{
     Attribution, GpuProcess, KubeletStatus, LabelNames, PodMapping, PodRef, ProcessInfo,

@@ -2,6 +2,8 @@
 //! the board has no NVLink or NVML does not show it (a VM with the GPU passed through, as
 //! captured on the real H100, answers NOT_SUPPORTED): renderers leave the series out.
 
+use std::time::{Duration, Instant};
+
 /// The board's NVLinks (`nvmlDeviceGetNvLinkState` per link) and their counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NvLinks {
@@ -16,11 +18,40 @@ pub struct NvLinks {
     /// Per-link error counts by link number (`NVML_FI_DEV_NVLINK_ERROR_DL_*`); empty when the
     /// driver does not give them.
     pub per_link: Vec<LinkErrors>,
+    /// When `tx_bytes` and `rx_bytes` were read (both known), for the next poll's window.
+    pub sampled_at: Option<Instant>,
+    /// The last two reads of the data counters, for DCGM's rate fields; `None` on the first
+    /// read, or when either read lacked a direction.
+    pub window: Option<ThroughputWindow>,
 }
 
 impl NvLinks {
     pub fn active_count(&self) -> usize {
         self.active.iter().filter(|a| **a).count()
+    }
+
+    /// Transmitted plus received KiB, NVML's unit, as DCGM sums them for field 449.
+    pub fn total_kib(&self) -> Option<u64> {
+        Some((self.tx_bytes? + self.rx_bytes?) / 1024)
+    }
+}
+
+/// Two successive reads of the GPU's NVLink data counters (transmit + receive, KiB): what
+/// DCGM's `ReadAndCacheNvLinkBandwidth` divides by the time between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThroughputWindow {
+    pub kib_before: u64,
+    pub kib_now: u64,
+    pub elapsed: Duration,
+}
+
+impl ThroughputWindow {
+    /// KiB per second over the window; `None` when the counters went back (a driver reload
+    /// resets them: no rate can be known) or no time passed.
+    pub fn kib_per_second(&self) -> Option<f64> {
+        let secs = self.elapsed.as_secs_f64();
+        let delta = self.kib_now.checked_sub(self.kib_before)?;
+        (secs > 0.0).then(|| delta as f64 / secs)
     }
 }
 

@@ -8,6 +8,8 @@ use std::path::Path;
 pub struct DashboardQuery {
     pub origin: String,
     pub expr: String,
+    /// The query as the dashboard has it, Grafana's variables unreplaced.
+    pub raw: String,
 }
 
 /// Every `targets[].expr` of every panel (rows' nested panels included), and the series selector
@@ -37,6 +39,7 @@ pub fn queries(dir: &Path) -> Vec<DashboardQuery> {
                 out.push(DashboardQuery {
                     origin: format!("{name} variable '{}'", var["name"].as_str().unwrap_or("?")),
                     expr: substitute(selector),
+                    raw: selector.to_string(),
                 });
             }
         }
@@ -55,6 +58,7 @@ fn collect_panels(file: &str, panels: &serde_json::Value, out: &mut Vec<Dashboar
                         target["refId"].as_str().unwrap_or("?")
                     ),
                     expr: substitute(expr),
+                    raw: expr.to_string(),
                 });
             }
         }

@@ -8,6 +8,8 @@
 #![allow(dead_code)]
 
 pub mod dashboards;
+pub mod expected;
+pub mod truth;
 
 pub use crate::common::wait_for;
 
@@ -163,6 +165,20 @@ impl Prometheus {
     /// `/api/v1/query`: the result vector (or scalar), or the error Prometheus gives.
     pub fn query(&self, promql: &str) -> Result<serde_json::Value, String> {
         let path = format!("/api/v1/query?query={}", urlencode(promql));
+        let (status, body) =
+            http_get(self.port, &path).ok_or_else(|| "prometheus did not answer".to_string())?;
+        let v: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| format!("HTTP {status}: {e}: {body}"))?;
+        if v["status"] != "success" {
+            return Err(format!("HTTP {status}: {}", v["error"]));
+        }
+        Ok(v["data"]["result"].clone())
+    }
+
+    /// `/api/v1/query` evaluated at `time` (Unix seconds), so that a test can ask what a panel
+    /// showed at a moment it knows (just after an XID arrived) however long it takes to ask.
+    pub fn query_at(&self, promql: &str, time: f64) -> Result<serde_json::Value, String> {
+        let path = format!("/api/v1/query?query={}&time={time:.3}", urlencode(promql));
         let (status, body) =
             http_get(self.port, &path).ok_or_else(|| "prometheus did not answer".to_string())?;
         let v: serde_json::Value =

@@ -15,8 +15,10 @@
 //! second each resource looks at `kubelet.sock` (its inode) and at its own socket, and serves
 //! and registers again when either changed. A stat a second instead of inotify: no extra
 //! dependency, and a kubelet restart takes seconds anyway.
+//!
+//! The sockets are served by tonic and h2 as they are, with h2's limits ([`server::limited`]);
+//! the kubelet sends `:authority` `localhost` (docs/sharing.md: since when, who else is refused).
 
-pub mod authority;
 pub mod cdi;
 pub mod devices;
 pub mod proto;
@@ -32,7 +34,6 @@ use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tonic::codegen::tokio_stream::wrappers::UnixListenerStream;
-use tonic::codegen::tokio_stream::StreamExt;
 
 use self::devices::{AllocateOptions, GpuState, MigDevice};
 use self::proto::Device;
@@ -301,7 +302,10 @@ impl Inventory {
         let specs = cdi::load(&self.config.cdi_spec_dirs, &self.config.cdi_kind);
         let report = cdi::report(&self.config.cdi_kind, &specs, &wanted);
         for u in &report.unreadable {
-            tracing::warn!("device plugin: cannot read CDI spec {u}");
+            tracing::warn!(
+                "device plugin: cannot read CDI spec {}",
+                crate::terminal::escape(u)
+            );
         }
         match cdi::problem(&report, &self.config.cdi_spec_dirs) {
             Some(p) => tracing::error!("device plugin: {p}"),
@@ -466,14 +470,11 @@ impl Registrar {
         let mut shutdown = stop_rx;
         let resource = self.resource.clone();
         tokio::spawn(async move {
-            let result = tonic::transport::Server::builder()
+            let result = server::limited()
                 .add_service(PluginService(state))
-                .serve_with_incoming_shutdown(
-                    UnixListenerStream::new(listener).map(|c| c.map(authority::Relaxed::new)),
-                    async move {
-                        let _ = shutdown.wait_for(|s| *s).await;
-                    },
-                )
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
+                    let _ = shutdown.wait_for(|s| *s).await;
+                })
                 .await;
             if let Err(e) = result {
                 tracing::error!(resource = %resource, "device plugin: server stopped: {e}");

@@ -8,6 +8,7 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tonic::codec::ProstCodec;
@@ -17,6 +18,36 @@ use tonic::Status;
 
 use super::devices;
 use super::proto::{self, *};
+
+/// The largest decoded header list h2 accepts on a plugin socket (SETTINGS_MAX_HEADER_LIST_SIZE,
+/// also the cap on an unfinished header block's buffered bytes); a kubelet request carries a
+/// few hundred bytes of headers. hyper's default, written out.
+const MAX_HEADER_LIST: u32 = 16 << 10;
+/// The largest frame accepted (SETTINGS_MAX_FRAME_SIZE): the protocol's default, written out.
+const MAX_FRAME: u32 = 16 << 10;
+/// Streams open at once on one connection: the kubelet keeps one ListAndWatch open and makes
+/// one unary call at a time.
+const MAX_STREAMS: u32 = 64;
+/// Streams a client may reset before they are accepted (the "rapid reset" bound).
+const MAX_PENDING_RESETS: usize = 20;
+/// A PING after this much silence, and the connection dropped when it goes unanswered.
+const KEEPALIVE: (Duration, Duration) = (Duration::from_secs(60), Duration::from_secs(20));
+
+/// A tonic server with the plugin sockets' limits: h2 bounds what a local client can make the
+/// agent hold (header lists, unfinished header blocks, frames, streams, silent peers).
+pub fn limited() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .http2_max_header_list_size(MAX_HEADER_LIST)
+        .max_frame_size(MAX_FRAME)
+        .max_concurrent_streams(MAX_STREAMS)
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+        .http2_keepalive_interval(Some(KEEPALIVE.0))
+        .http2_keepalive_timeout(Some(KEEPALIVE.1))
+}
+
+/// The largest request message decoded: tonic's default (grpc-go's too), written out; a
+/// kubelet's largest request, GetPreferredAllocation on a node of many replicas, is a few KiB.
+const MAX_REQUEST: usize = 4 << 20;
 
 /// What one resource's service reads and counts.
 #[derive(Debug)]
@@ -61,7 +92,7 @@ where
     Resp: prost::Message + Send + 'static,
 {
     let codec: ProstCodec<Resp, Req> = ProstCodec::default();
-    let mut grpc = tonic::server::Grpc::new(codec);
+    let mut grpc = tonic::server::Grpc::new(codec).max_decoding_message_size(MAX_REQUEST);
     let mut f = Some(f);
     let svc = tower::service_fn(move |r: tonic::Request<Req>| {
         let result = match f.take() {
@@ -167,7 +198,7 @@ async fn list_and_watch(
     req: http::Request<tonic::body::Body>,
 ) -> http::Response<tonic::body::Body> {
     let codec: ProstCodec<ListAndWatchResponse, Empty> = ProstCodec::default();
-    let mut grpc = tonic::server::Grpc::new(codec);
+    let mut grpc = tonic::server::Grpc::new(codec).max_decoding_message_size(MAX_REQUEST);
     let svc = tower::service_fn(move |_: tonic::Request<Empty>| {
         let (tx, rx) = mpsc::channel::<Result<ListAndWatchResponse, Status>>(4);
         let mut devices = state.devices.clone();

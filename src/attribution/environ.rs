@@ -1,0 +1,64 @@
+//! The Slurm job of a process from its environment (`/proc/<pid>/environ`, `SLURM_JOB_ID`),
+//! for nodes where Slurm's cgroup plugins do not place jobs in cgroups of their own
+//! (`ProctrackType=proctrack/linuxproc` or `proctrack/pgid`): `slurmstepd` starts every task
+//! of a job with `SLURM_JOB_ID` set, and their children inherit it.
+//!
+//! The file belongs to another user and can be as large as the process made its environment:
+//! it is read with [`crate::bounded`] under [`MAX_ENVIRON_BYTES`] and a deadline; a larger one
+//! is skipped (the process keeps its cgroup attribution, which is the better source anyway).
+//! Must not: keep or log anything else of the environment (it holds secrets).
+
+use std::path::Path;
+
+/// The most bytes of an environment read; Linux allows more, but a job's environment is a
+/// few KiB to a few tens of KiB.
+pub const MAX_ENVIRON_BYTES: u64 = 256 * 1024;
+
+/// `SLURM_JOB_ID` of the process whose procfs directory is `dir`, if it has a numeric one.
+pub fn slurm_job(dir: &Path) -> Option<String> {
+    let limits = crate::bounded::Limits::own(MAX_ENVIRON_BYTES);
+    let bytes = crate::bounded::read(&dir.join("environ"), limits).ok()?;
+    parse(&bytes)
+}
+
+/// The `SLURM_JOB_ID=<digits>` entry of a NUL-separated environment block.
+pub fn parse(environ: &[u8]) -> Option<String> {
+    environ
+        .split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(b"SLURM_JOB_ID="))
+        .filter(|v| !v.is_empty() && v.len() <= 20 && v.iter().all(u8::is_ascii_digit))
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_job_id_comes_from_its_entry_only() {
+        assert_eq!(
+            parse(b"PATH=/bin\0SLURM_JOB_ID=4242\0SLURM_JOBID=1\0").as_deref(),
+            Some("4242")
+        );
+        assert_eq!(parse(b"XSLURM_JOB_ID=7\0").as_deref(), None);
+        assert_eq!(parse(b"SLURM_JOB_ID=12; rm -rf /\0"), None);
+        assert_eq!(parse(b"SLURM_JOB_ID=\0"), None);
+        assert_eq!(parse(b""), None);
+    }
+
+    #[test]
+    fn a_job_started_process_of_this_machine_is_read() {
+        let child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("SLURM_JOB_ID", "31337")
+            .spawn()
+            .expect("sleep");
+        let dir = Path::new("/proc").join(child.id().to_string());
+        let found = slurm_job(&dir);
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(found.as_deref(), Some("31337"));
+    }
+}

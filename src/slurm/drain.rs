@@ -1,0 +1,133 @@
+//! The change the Slurm component makes, as a typed request, and the one place that makes it:
+//! read the node, decide whether the change is ours to make, write the audit record, act.
+//!
+//! Self-contained on purpose: `Request` can become one more request type of the agent's single
+//! owner of changes to the node, with [`Drainer::handle`] as its executor.
+//!
+//! Must not: resume a node whose drain is not ours (the reason does not start with
+//! [`super::REASON_PREFIX`]), drain over an admin's drain (that would replace their reason), or
+//! call `scontrol update` without an audit record on disk. Blocking.
+
+use serde_json::json;
+
+use super::scontrol::{Error, NodeState, Scontrol};
+use super::REASON_PREFIX;
+use crate::audit::AuditLog;
+
+/// The audit component of these records.
+pub const COMPONENT: &str = "slurm";
+
+/// What the agent asks of Slurm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Drain the node with this reason (it starts with [`REASON_PREFIX`]).
+    Drain { reason: String },
+    /// Resume the node, if the drain is ours.
+    Resume,
+}
+
+/// What handling a request did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Done {
+    /// The node was drained (or resumed) by this call.
+    Changed,
+    /// Nothing to do: the node is already as asked.
+    AlreadyThere,
+    /// Someone else's drain is on the node: left as it is (their state and reason).
+    NotOurs { reason: String },
+}
+
+/// Why a request was not carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum Failed {
+    #[error("{0}")]
+    Scontrol(#[from] Error),
+    #[error("the audit record of the Slurm {what} could not be written ({error}); the node is left as it is")]
+    Audit { what: &'static str, error: String },
+}
+
+impl Failed {
+    /// The series' `result` label.
+    pub fn result(&self) -> &'static str {
+        match self {
+            Failed::Scontrol(e) => e.result,
+            Failed::Audit { .. } => "audit_failed",
+        }
+    }
+}
+
+/// Carries out requests for one node.
+#[derive(Debug, Clone)]
+pub struct Drainer {
+    pub scontrol: Scontrol,
+    pub node: String,
+    /// `None` when the audit log could not be opened: every change is then refused.
+    pub audit: Option<AuditLog>,
+}
+
+impl Drainer {
+    /// Reads the node, then drains or resumes it if that is ours to do, auditing first.
+    pub fn handle(&self, request: &Request, trigger: &str) -> Result<Done, Failed> {
+        let now = self.scontrol.show_node(&self.node)?;
+        match request {
+            Request::Drain { reason } => {
+                if now.drained() {
+                    return Ok(verdict_on_drained(&now));
+                }
+                self.audit("drain", &now, Some(reason), trigger)?;
+                self.scontrol.drain(&self.node, reason)?;
+            }
+            Request::Resume => {
+                if !now.drained() {
+                    return Ok(Done::AlreadyThere);
+                }
+                if !now.reason.starts_with(REASON_PREFIX) {
+                    return Ok(Done::NotOurs {
+                        reason: now.reason.clone(),
+                    });
+                }
+                self.audit("resume", &now, None, trigger)?;
+                self.scontrol.resume(&self.node)?;
+            }
+        }
+        Ok(Done::Changed)
+    }
+
+    fn audit(
+        &self,
+        what: &'static str,
+        now: &NodeState,
+        reason: Option<&String>,
+        trigger: &str,
+    ) -> Result<(), Failed> {
+        let fields = json!({
+            "node": self.node,
+            "state_before": now.state,
+            "reason_before": now.reason,
+            "reason": reason,
+            "trigger": trigger,
+        });
+        let Some(log) = &self.audit else {
+            return Err(Failed::Audit {
+                what,
+                error: "the audit log is not open".into(),
+            });
+        };
+        log.record(COMPONENT, what, fields)
+            .map_err(|e| Failed::Audit {
+                what,
+                error: e.to_string(),
+            })
+    }
+}
+
+/// A drained node asked to drain: ours already, or someone else's to keep.
+fn verdict_on_drained(now: &NodeState) -> Done {
+    if now.reason.starts_with(REASON_PREFIX) {
+        Done::AlreadyThere
+    } else {
+        Done::NotOurs {
+            reason: now.reason.clone(),
+        }
+    }
+}

@@ -1,0 +1,145 @@
+use super::scontrol::parse_node;
+use super::*;
+use crate::health::{Action, Condition, GpuHealth, GpuVerdict};
+
+/// `scontrol show node -o vm` from Slurm 22.05.8 (Debian's slurm-wlm), drained by an admin.
+const ADMIN_DRAINED: &str = "NodeName=vm Arch=x86_64 CoresPerSocket=1  CPUAlloc=1 CPUEfctv=2 CPUTot=2 CPULoad=5.67 AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=127.0.0.1 NodeHostName=vm Version=22.05.8 OS=Linux 6.18.44-fc-v595 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=1 AllocMem=1 FreeMem=777 Sockets=2 Boards=1 State=MIXED+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=main  BootTime=2026-11-26T06:06:46 SlurmdStartTime=2026-11-26T06:20:12 LastBusyTime=2026-11-26T06:20:22 CfgTRES=cpu=2,mem=1M,billing=2 AllocTRES=cpu=1,mem=1M CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s Reason=admin: bad fan [root@2026-11-26T06:20:32]\n";
+
+/// The same node idle, without a reason.
+const IDLE: &str = "NodeName=vm Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=2 CPUTot=2 State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=main  ExtSensorsTemp=n/s\n";
+
+#[test]
+fn the_one_line_node_record_gives_state_and_reason_without_the_stamp() {
+    let n = parse_node(ADMIN_DRAINED).expect("parsed");
+    assert_eq!(n.state, "MIXED+DRAIN");
+    assert_eq!(n.reason, "admin: bad fan");
+    assert!(n.drained());
+    let n = parse_node(IDLE).expect("parsed");
+    assert_eq!((n.state.as_str(), n.reason.as_str()), ("IDLE", ""));
+    assert!(!n.drained());
+    assert!(parse_node("Node nosuch not found\n").is_none());
+}
+
+fn gpu(index: u32, conditions: Vec<Condition>) -> GpuHealth {
+    GpuHealth {
+        index,
+        uuid: format!("GPU-{index}"),
+        verdict: GpuVerdict::new(conditions),
+        xid_window_counts: Default::default(),
+    }
+}
+
+fn condition(name: &str, severity: Status, action: Action) -> Condition {
+    Condition {
+        name: name.into(),
+        severity,
+        reason: String::new(),
+        action,
+        since: std::time::SystemTime::UNIX_EPOCH,
+    }
+}
+
+#[test]
+fn the_reason_names_the_first_failing_gpu_and_its_most_drastic_failing_condition() {
+    let mut h = NodeHealth::default();
+    h.gpus
+        .push(gpu(0, vec![condition("temp", Status::Warn, Action::None)]));
+    assert_eq!(failing_reason(&h), None, "warn does not drain");
+    h.gpus.push(gpu(
+        3,
+        vec![
+            condition("ecc_dbe", Status::Fail, Action::ResetGpu),
+            condition("xid_79", Status::Fail, Action::RebootNode),
+        ],
+    ));
+    assert_eq!(
+        failing_reason(&h).as_deref(),
+        Some("gpu-steward: GPU 3 GPU-3 xid_79 (reboot_node)")
+    );
+}
+
+#[test]
+fn a_long_reason_is_cut_to_slurms_limit_on_a_character_boundary() {
+    let s = cut("é".repeat(200), MAX_REASON_BYTES);
+    assert_eq!(s.len(), 254);
+    assert_eq!(cut("short".into(), MAX_REASON_BYTES), "short");
+}
+
+#[test]
+fn the_section_defaults_to_off_and_scontrol_on_the_path() {
+    let c: SlurmSection = toml::from_str("drain = true\nnode_name = \"gpu-07\"\n").expect("toml");
+    let c = c.into_config();
+    assert!(c.drain);
+    assert_eq!(
+        (c.node(), c.scontrol.as_str()),
+        ("gpu-07".into(), "scontrol")
+    );
+    assert!(
+        c.describe().contains("drain node 'gpu-07'"),
+        "{}",
+        c.describe()
+    );
+    assert_eq!(SlurmConfig::default().describe(), "slurm: off\n");
+    let e = toml::from_str::<SlurmSection>("drian = true\n").expect_err("typo");
+    assert!(e.to_string().contains("drian"), "{e}");
+}
+
+/// A stand-in `scontrol` (a real program, run as the agent runs it) that records its
+/// arguments and answers `show node` with an idle node.
+fn fake_scontrol(dir: &std::path::Path) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("scontrol");
+    let calls = dir.join("calls");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\n[ \"$1\" = show ] && echo 'NodeName=n1 Arch=x86_64 State=IDLE ThreadsPerCore=1'\nexit 0\n",
+            calls.display()
+        ),
+    )
+    .expect("script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    script.display().to_string()
+}
+
+#[test]
+fn a_drain_whose_audit_record_cannot_be_written_is_not_made() {
+    use super::drain::{Done, Drainer, Request};
+    use super::scontrol::Scontrol;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut d = Drainer {
+        scontrol: Scontrol {
+            program: fake_scontrol(dir.path()),
+            timeout: std::time::Duration::from_secs(5),
+        },
+        node: "n1".into(),
+        audit: None,
+    };
+    let reason = "gpu-steward: GPU 0 GPU-0 xid_79 (reboot_node)".to_string();
+    let drain = Request::Drain {
+        reason: reason.clone(),
+    };
+    let e = d.handle(&drain, "test").expect_err("refused");
+    assert_eq!(e.result(), "audit_failed");
+    let calls = std::fs::read_to_string(dir.path().join("calls")).expect("calls");
+    assert_eq!(calls, "show node -o n1\n", "read, never updated");
+
+    let audit_path = dir.path().join("audit.jsonl");
+    d.audit = Some(crate::audit::AuditLog::open(&audit_path).expect("audit"));
+    assert_eq!(d.handle(&drain, "test").expect("drained"), Done::Changed);
+    let calls = std::fs::read_to_string(dir.path().join("calls")).expect("calls");
+    assert_eq!(
+        calls.lines().last(),
+        Some(format!("update NodeName=n1 State=DRAIN Reason={reason}").as_str())
+    );
+    let audit = std::fs::read_to_string(&audit_path).expect("audit");
+    assert!(
+        audit.contains("\"component\":\"slurm\",\"event\":\"drain\"") && audit.contains(&reason),
+        "{audit}"
+    );
+    // An idle node is not ours to resume: nothing to do.
+    assert_eq!(
+        d.handle(&Request::Resume, "test").expect("read"),
+        Done::AlreadyThere
+    );
+}
