@@ -22,7 +22,7 @@ pub fn run(file: &Path) -> u8 {
                 eprintln!("{e}");
                 return 2;
             }
-            print!("{}: valid\n", file.display());
+            println!("{}: valid", file.display());
             match config::dropins::list(file) {
                 Ok(d) if !d.is_empty() => {
                     let names: Vec<String> = d.iter().map(|p| p.display().to_string()).collect();
