@@ -147,18 +147,18 @@ async fn converge(mig: &Arc<MigService>, when: &'static str) {
     };
     let service = mig.clone();
     let name = layout.clone();
-    // The audit records' trigger: the start, or a reload (SIGHUP).
+    // One word in the log and the audit records: `start`, or `sighup` for a reload.
     let trigger = if when == "start" { "start" } else { "sighup" };
     match tokio::task::spawn_blocking(move || service.apply(&name, false, false, trigger)).await {
         Ok(r) if r.ok() => {
-            tracing::info!(layout = %layout, outcome = %r.outcome, steps = r.steps, when, "MIG layout in place")
+            tracing::info!(layout = %layout, outcome = %r.outcome, steps = r.steps, trigger, "MIG layout in place")
         }
         Ok(r) => tracing::error!(
             layout = %layout,
             outcome = %r.outcome,
             error = r.error.as_deref().unwrap_or(""),
             pending = ?r.pending,
-            when,
+            trigger,
             "MIG layout not reached"
         ),
         Err(e) => tracing::error!(error = %e, "the MIG apply task failed"),

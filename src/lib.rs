@@ -33,7 +33,7 @@
 //!   no renderer, poller or actor (the rules are checked against the page in
 //!   [`rules::served`]); [`cli`]: the command
 //!   line and its subcommands; [`app`]: wiring, signals, graceful shutdown; [`logging`];
-//!   [`demo`].
+//!   [`human`] (durations written for people); [`demo`].
 
 pub mod app;
 pub mod attribution;
@@ -47,6 +47,7 @@ pub mod gpu;
 pub mod grpc;
 pub mod health;
 pub mod http;
+pub mod human;
 pub mod kubernetes;
 pub mod logging;
 pub mod metrics;

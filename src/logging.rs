@@ -23,7 +23,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Registry};
 
-use crate::config::LogFormat;
+use crate::config::{parse_log_level, LogFormat};
 
 /// Lets a reload change the level.
 pub struct LogHandle {
@@ -32,13 +32,15 @@ pub struct LogHandle {
     flag_level: Option<String>,
 }
 
-/// The filter directive in force given the flag, `RUST_LOG` and the config (an empty or
-/// invalid `RUST_LOG` is ignored, as if unset).
+/// The filter directive in force given the flag, `RUST_LOG` and the config. An empty
+/// `RUST_LOG` is unset; one `--log-level` would refuse is refused at start ([`check_rust_log`])
+/// and, should it appear later, ignored here rather than read as a target name (`verbose` as
+/// `EnvFilter` reads it is "trace for target `verbose`": every other line silenced).
 fn directive(flag: Option<&str>, rust_log: Option<&str>, config: Option<&str>) -> String {
     if let Some(l) = flag {
         return l.to_string();
     }
-    if let Some(l) = rust_log.filter(|l| !l.is_empty() && EnvFilter::try_new(l).is_ok()) {
+    if let Some(l) = rust_log.filter(|l| !l.trim().is_empty() && parse_log_level(l).is_ok()) {
         return l.to_string();
     }
     config.unwrap_or("info").to_string()
@@ -46,6 +48,21 @@ fn directive(flag: Option<&str>, rust_log: Option<&str>, config: Option<&str>) -
 
 fn rust_log() -> Option<String> {
     std::env::var("RUST_LOG").ok()
+}
+
+/// `RUST_LOG` checked as `--log-level` and `[log] level` are, when no flag overrides it: the
+/// same words are refused with the same reason, and the daemon does not start silenced.
+pub fn check_rust_log(flag: Option<&str>) -> Result<(), String> {
+    check(flag, rust_log().as_deref())
+}
+
+fn check(flag: Option<&str>, rust_log: Option<&str>) -> Result<(), String> {
+    match (flag, rust_log) {
+        (None, Some(l)) if !l.trim().is_empty() => parse_log_level(l)
+            .map(|_| ())
+            .map_err(|e| format!("RUST_LOG: {e}; or unset RUST_LOG")),
+        _ => Ok(()),
+    }
 }
 
 /// Installs the global subscriber. Call once, before anything logs.
@@ -148,7 +165,7 @@ impl LogHandle {
 
 #[cfg(test)]
 mod tests {
-    use super::{directive, safe_fields, OneLine};
+    use super::{check, directive, safe_fields, OneLine};
     use std::sync::{Arc, Mutex};
 
     #[derive(Clone, Default)]
@@ -241,6 +258,28 @@ mod tests {
             directive(None, Some("=[bad"), None),
             "info",
             "invalid RUST_LOG"
+        );
+        // Not "trace for target verbose", which would silence every other line.
+        assert_eq!(directive(None, Some("verbose"), Some("warn")), "warn");
+    }
+
+    #[test]
+    fn rust_log_refuses_what_log_level_refuses() {
+        let e = check(None, Some("verbose")).expect_err("refused");
+        assert_eq!(
+            e,
+            format!(
+                "RUST_LOG: {}; or unset RUST_LOG",
+                crate::config::parse_log_level("verbose").expect_err("refused")
+            )
+        );
+        assert!(e.contains("'verbose' is not a level"), "{e}");
+        assert_eq!(check(None, Some("gpu_steward=debug,warn")), Ok(()));
+        assert_eq!(check(None, Some("")), Ok(()));
+        assert_eq!(
+            check(Some("info"), Some("verbose")),
+            Ok(()),
+            "the flag wins"
         );
     }
 }

@@ -43,6 +43,10 @@ fn main() -> ExitCode {
 fn run(args: RunArgs) -> ExitCode {
     let (path, required) = args.config_path();
     let overrides = args.overrides();
+    if let Err(e) = logging::check_rust_log(overrides.log_level.as_deref()) {
+        eprintln!("gpu-steward: {e}");
+        return ExitCode::from(2);
+    }
     let config = match config::load(&path, required, &overrides).and_then(rules::served::checked) {
         Ok(c) => c,
         Err(e) => {

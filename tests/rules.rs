@@ -393,7 +393,7 @@ fn the_webhook_needs_the_token_and_labels_reach_the_hook_only_as_data() {
         let d = s.audit_events("decision");
         (d.len() == 2).then_some(d)
     });
-    assert_eq!(dup[0]["source"], "alertmanager");
+    assert_eq!(dup[0]["source"], "webhook");
     assert_eq!(dup[1]["decision"], "skip");
     assert!(dup[1]["reason"]
         .as_str()

@@ -109,7 +109,10 @@ fn status_in_a_terminal_shows_the_node_on_one_screen_with_colour() {
     // The node in trouble: four GPUs, the lost one and the ECC one failing, with reasons.
     assert!(lines[0].contains("4 GPU(s)"), "{pane}");
     assert!(lines[0].contains("fail"), "{pane}");
-    assert!(pane.contains("GPU  HEALTH  UTIL"), "{pane}");
+    assert!(
+        pane.contains("GPU MODEL          UUID     HEALTH UTIL"),
+        "{pane}"
+    );
     let fails = lines
         .iter()
         .filter(|l| {
@@ -247,16 +250,241 @@ fn status_asks_the_agent_on_its_api_socket() {
             socket.display()
         ))
         .start();
+    let empty = dir.path().join("config.toml");
+    std::fs::write(&empty, "").expect("config");
     let out = Command::new(bin())
-        .args(["status", "--config", "/dev/null", "--socket"])
+        .args(["status", "--config"])
+        .arg(&empty)
+        .arg("--socket")
         .arg(&socket)
         .output()
         .expect("status");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}{}", agent.log());
     assert!(
-        text.starts_with(&format!("gpu-steward at unix:{}", socket.display()))
-            && text.contains("8 GPU(s): 8 pass"),
+        text.starts_with("8 GPU(s): 8 pass")
+            && text.contains(&format!(" · unix:{}", socket.display())),
         "{text}"
+    );
+}
+
+/// A real `sleep` whose name (`/proc/PID/comm`, from the name it was started by) carries a
+/// terminal title sequence and a colour: what another user on the node can do.
+struct Renamed {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+/// The hostile name: `ESC ] 0 ; t BEL ESC [ 3 1 m x` (12 characters, under comm's 15).
+const HOSTILE: &str = "\u{1b}]0;t\u{7}\u{1b}[31mx";
+
+impl Renamed {
+    fn start() -> Renamed {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sleep = ["/bin/sleep", "/usr/bin/sleep"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("sleep is installed");
+        let link = dir.path().join(HOSTILE);
+        std::os::unix::fs::symlink(sleep, &link).expect("symlink");
+        let child = Command::new(&link).arg("300").spawn().expect("spawn");
+        let comm = format!("/proc/{}/comm", child.id());
+        wait_for("the renamed process", Duration::from_secs(5), || {
+            let c = std::fs::read_to_string(&comm).ok()?;
+            (c.trim_end_matches('\n') == HOSTILE).then_some(())
+        });
+        Renamed { child, _dir: dir }
+    }
+}
+
+impl Drop for Renamed {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// faults.toml with UUIDs on two GPUs and its one process being `pid`.
+fn faults_with(pid: u32) -> String {
+    let text = scenario("faults.toml");
+    let text = text.replacen(
+        "pci_bus_id = \"00000000:3B:00.0\"",
+        "pci_bus_id = \"00000000:3B:00.0\"\nuuid = \"GPU-0badc0de-1111-2222-3333-444455556666\"",
+        1,
+    );
+    let text = text.replacen(
+        "pci_bus_id = \"00000000:5D:00.0\"",
+        "pci_bus_id = \"00000000:5D:00.0\"\nuuid = \"GPU-5d5d5d5d-1111-2222-3333-444455556666\"",
+        1,
+    );
+    assert!(
+        text.contains("pid = 51001"),
+        "faults.toml still has its process"
+    );
+    text.replacen("pid = 51001", &format!("pid = {pid}"), 1)
+}
+
+#[test]
+fn status_in_80x24_keeps_counts_memory_and_says_what_it_left_out() {
+    let renamed = Renamed::start();
+    let pid = renamed.child.id();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = Agent::with_scenario(&faults_with(pid)).start();
+    let audit = write_audit(dir.path());
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[audit]\nfile = \"{}\"\n", audit.display()),
+    )
+    .expect("config");
+    let command = format!(
+        "{} status --url http://127.0.0.1:{} --config {}; sleep 60",
+        bin(),
+        agent.port,
+        config.display()
+    );
+    let tmux = Tmux::start(80, 24, &command);
+    let pid_text = pid.to_string();
+    let pane = wait_for("the status screen", Duration::from_secs(20), || {
+        let p = tmux.capture(false);
+        (p.contains("LAST CHANGES") && p.contains(&pid_text)).then_some(p)
+    });
+    let lines: Vec<&str> = pane.lines().collect();
+    assert!(lines.len() <= 24, "{pane}");
+    assert!(lines.iter().all(|l| l.chars().count() <= 80), "{pane}");
+    // faults.toml: one GPU lost and one with an uncorrectable ECC error fail; NVML is up.
+    assert!(
+        lines[0].starts_with("4 GPU(s): ") && lines[0].contains(", 2 fail · ready"),
+        "{pane}"
+    );
+    // Which GPU: model and the short UUID the scenario gave it.
+    let row = |i: &str| {
+        lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{i:>3} ")))
+            .unwrap_or_else(|| panic!("GPU {i} row in\n{pane}"))
+    };
+    assert!(
+        row("1").contains("H200") && row("1").contains("0badc0de"),
+        "{pane}"
+    );
+    assert!(
+        row("2").contains("5d5d5d5d") && row("2").contains("91C"),
+        "{pane}"
+    );
+    // The scenario's process: 129536 MiB is 126.5 GiB, in its column, name escaped.
+    let p = lines
+        .iter()
+        .find(|l| l.contains(&format!(" {pid} ")))
+        .unwrap_or_else(|| panic!("process row in\n{pane}"));
+    assert!(p.contains(" 126.5 "), "{pane}");
+    assert!(p.contains(r"\u{1b}]0;t\u{7}\u{1b}[31mx"), "{pane}");
+    // Every section is on screen; the 41 changes do not fit and the screen says so.
+    assert!(pane.contains("RECLAIM off"), "{pane}");
+    let changes = lines
+        .iter()
+        .position(|l| l.starts_with("LAST CHANGES"))
+        .expect("changes header");
+    assert!(
+        lines[changes + 1].contains("11:22:33 sharing apply.end"),
+        "{pane}"
+    );
+    let last = lines.iter().rev().find(|l| !l.is_empty()).expect("a line");
+    assert!(
+        last.starts_with("  … ") && last.contains(" more ("),
+        "{pane}"
+    );
+    // No colour but the health cells': the hostile name painted nothing.
+    let coloured = tmux.capture(true);
+    let prow = coloured
+        .lines()
+        .find(|l| l.contains(&format!(" {pid} ")))
+        .expect("process row");
+    assert!(!prow.contains("\u{1b}[31m"), "{prow:?}");
+}
+
+#[test]
+fn status_with_a_missing_or_broken_config_exits_2_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("nope.toml");
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "[audit]\nfile = \n").expect("write");
+    for file in [&missing, &broken] {
+        let out = Command::new(bin())
+            .args(["status", "--url", "http://127.0.0.1:9", "--config"])
+            .arg(file)
+            .output()
+            .expect("status");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(&file.display().to_string()), "{err}");
+        assert!(!err.contains("cannot ask the agent"), "{err}");
+    }
+}
+
+/// Where docs/status.md keeps the screen this test writes.
+const DOC_BEGIN: &str =
+    "<!-- status 80x24: written by tests/status.rs (GPU_STEWARD_BLESS_DOCS=1) -->\n```text\n";
+const DOC_END: &str = "```\n<!-- end of status 80x24 -->";
+
+/// The screen in docs/status.md is what `status` shows in an 80×24 terminal on the demo node
+/// (tests/scenarios/dgx-h100.toml, the bundled scenario), with the port and the clock written
+/// as the docs give them. `GPU_STEWARD_BLESS_DOCS=1` rewrites the block.
+#[test]
+fn the_screen_in_docs_status_md_is_what_status_shows() {
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml")).start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let audit = dir.path().join("audit.jsonl");
+    std::fs::write(
+        &audit,
+        record(
+            "2026-01-15T11:22:33.000Z",
+            "sharing",
+            "apply.end",
+            ",\"trigger\":\"cli\",\"ok\":true,\"applied\":8",
+        ),
+    )
+    .expect("audit");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[audit]\nfile = \"{}\"\n", audit.display()),
+    )
+    .expect("config");
+    let command = format!(
+        "{} status --url http://127.0.0.1:{} --config {}; sleep 60",
+        bin(),
+        agent.port,
+        config.display()
+    );
+    let tmux = Tmux::start(80, 24, &command);
+    let pane = wait_for("the status screen", Duration::from_secs(20), || {
+        let p = tmux.capture(false);
+        p.contains("LAST CHANGES").then_some(p)
+    });
+    let port = format!("127.0.0.1:{}", agent.port);
+    let mut shown: Vec<String> = pane
+        .trim_end()
+        .lines()
+        .map(|l| l.replace(&port, "127.0.0.1:9400"))
+        .collect();
+    // The clock: `… · ready · HH:MM:SS · http://…`.
+    let at = shown[0].find(" · ready · ").expect("ready") + " · ready · ".len();
+    shown[0].replace_range(at..at + 8, "18:25:20");
+    let screen = shown.join("\n") + "\n";
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/status.md");
+    let doc = std::fs::read_to_string(&path).expect("docs/status.md");
+    let start = doc.find(DOC_BEGIN).expect("the block's start marker") + DOC_BEGIN.len();
+    let end = start + doc[start..].find(DOC_END).expect("the block's end marker");
+    if std::env::var_os("GPU_STEWARD_BLESS_DOCS").is_some() {
+        let mut new = doc.clone();
+        new.replace_range(start..end, &screen);
+        std::fs::write(&path, new).expect("write docs/status.md");
+        return;
+    }
+    assert_eq!(
+        doc[start..end],
+        screen,
+        "docs/status.md is out of date: run GPU_STEWARD_BLESS_DOCS=1 cargo test --test status"
     );
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::agent_client::{self, Target};
+use crate::terminal::escape;
 
 /// NPD's exit statuses.
 pub const OK: u8 = 0;
@@ -61,7 +62,10 @@ fn check(
         (Some(_), Some(_)) => {
             return (UNKNOWN, "give --url or --socket, not both".into());
         }
-        (url, socket) => match Target::new(url, socket) {
+        (url, socket) => match url
+            .map_or(Ok(()), agent_address_only)
+            .and(Target::new(url, socket))
+        {
             Ok(t) => t,
             Err(e) => return (UNKNOWN, e),
         },
@@ -79,8 +83,7 @@ fn check(
     let where_ = target.describe();
     let (status, body) = match agent_client::get(&target, &path, timeout) {
         Ok(a) => (a.status, a.body),
-        // The error starts with the agent's address and the path.
-        Err(e) => return (UNKNOWN, format!("cannot ask the agent at {e}")),
+        Err(e) => return (UNKNOWN, cannot_ask(&target, &path, &e)),
     };
     if status == 404 && gpu.is_some() {
         let why = String::from_utf8_lossy(&body);
@@ -98,7 +101,7 @@ fn check(
             format!("the agent at {where_} answered {path} with no JSON"),
         );
     };
-    match verdict(&json, gpu.is_some()) {
+    match verdict(&json, gpu) {
         Some(v) => v,
         None => (
             UNKNOWN,
@@ -112,10 +115,43 @@ fn valid_gpu(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
 }
 
+/// `--url` names the agent, not a page: a path other than the health one would be silently
+/// replaced by `/health/gpus`, so it is refused with what to write instead. `status` uses it too.
+pub(crate) fn agent_address_only(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .unwrap_or(url);
+    let path = rest.find(['/', '?']).map_or("", |i| &rest[i..]);
+    if matches!(path, "" | "/" | "/health/gpus" | "/health/gpus/") {
+        return Ok(());
+    }
+    let base = &url[..url.len() - path.len()];
+    Err(format!(
+        "--url '{}' names the path '{}'; give the agent's address only, like '{}' \
+         (the commands ask their own paths)",
+        escape(url),
+        escape(path),
+        escape(base)
+    ))
+}
+
+/// Why the agent could not be asked, always with the URL that was tried (some errors, such as
+/// a host that does not resolve, do not carry it).
+fn cannot_ask(target: &Target, path: &str, e: &str) -> String {
+    let tried = format!("{}{path}", target.describe());
+    let why = e
+        .strip_prefix(&tried)
+        .map_or(e, |r| r.trim_start_matches(':').trim_start());
+    format!("cannot ask the agent at {tried}: {why}")
+}
+
 /// One GPU's check, as `/health/gpus` writes it.
 struct Check<'a> {
     gpu: String,
     uuid: &'a str,
+    /// The model without `NVIDIA `, when the agent has read it.
+    model: Option<&'a str>,
     status: &'a str,
     action: &'a str,
     conditions: Vec<(&'a str, &'a str, &'a str)>,
@@ -137,6 +173,11 @@ fn read_check<'a>(key: &str, c: &'a Value) -> Option<Check<'a>> {
     Some(Check {
         gpu: key.strip_prefix("gpu:").unwrap_or(key).to_string(),
         uuid: c.get("componentId")?.as_str()?,
+        model: c
+            .get("name")
+            .and_then(Value::as_str)
+            .map(|m| m.trim_start_matches("NVIDIA "))
+            .filter(|m| !m.is_empty()),
         status: c.get("status")?.as_str()?,
         action: c.get("action")?.as_str()?,
         conditions,
@@ -144,13 +185,18 @@ fn read_check<'a>(key: &str, c: &'a Value) -> Option<Check<'a>> {
 }
 
 /// The exit status and line for the agent's answer; `None` when it is not of the expected shape.
-fn verdict(json: &Value, one: bool) -> Option<(u8, String)> {
+fn verdict(json: &Value, gpu: Option<&str>) -> Option<(u8, String)> {
+    let one = gpu.is_some();
     let mut checks = Vec::new();
-    if one {
+    if let Some(asked) = gpu {
         let key = json.get("componentId")?.as_str()?;
         checks.push(read_check(key, json)?);
-        // The single GPU answer has no index: name it by UUID.
-        checks[0].gpu = String::new();
+        // The single GPU answer has no index: the one asked for when it was one, else the UUID.
+        checks[0].gpu = if asked.parse::<u32>().is_ok() {
+            asked.to_string()
+        } else {
+            String::new()
+        };
     } else {
         let status = json.get("status")?.as_str()?;
         let map = json.get("checks")?.as_object()?;
@@ -170,11 +216,21 @@ fn verdict(json: &Value, one: bool) -> Option<(u8, String)> {
             checks.push(read_check(key, list.as_array()?.first()?)?);
         }
     }
+    // `GPU 3 (GPU-…, H100 80GB HBM3)`; a GPU lost before it was ever read has no UUID.
     let name = |c: &Check| {
-        if c.gpu.is_empty() {
-            format!("GPU {}", c.uuid)
+        let uuid = if c.uuid.is_empty() {
+            "uuid unknown"
         } else {
-            format!("GPU {} ({})", c.gpu, c.uuid)
+            c.uuid
+        };
+        let about = match c.model {
+            Some(m) => format!("{uuid}, {m}"),
+            None => uuid.to_string(),
+        };
+        if c.gpu.is_empty() {
+            format!("GPU {about}")
+        } else {
+            format!("GPU {} ({about})", c.gpu)
         }
     };
     let describe = |c: &Check, severity: &str| {
@@ -241,7 +297,7 @@ mod tests {
             "gpu:0": gpu("pass", "none", &[]),
             "gpu:3": gpu("fail", "reset_gpu", &[("xid_48", "fail", "XID 48: double-bit ECC"), ("thermal_slowdown", "warn", "hot")]),
         }});
-        let (code, line) = verdict(&body, false).expect("shape");
+        let (code, line) = verdict(&body, None).expect("shape");
         assert_eq!(code, NON_OK);
         assert_eq!(
             line,
@@ -251,7 +307,7 @@ mod tests {
             "gpu:0": gpu("warn", "none", &[("thermal_slowdown", "warn", "HW slowdown")]),
             "gpu:1": gpu("pass", "none", &[]),
         }});
-        let (code, line) = verdict(&body, false).expect("shape");
+        let (code, line) = verdict(&body, None).expect("shape");
         assert_eq!(
             (code, line.as_str()),
             (
@@ -260,9 +316,55 @@ mod tests {
             )
         );
         let body = json!({"status": "fail", "checks": {}, "output": "NVML is not initialised"});
-        assert_eq!(verdict(&body, false).expect("shape").0, NON_OK);
-        assert_eq!(verdict(&json!({"status": "pass"}), false), None);
-        assert_eq!(verdict(&json!([1, 2]), false), None);
+        assert_eq!(verdict(&body, None).expect("shape").0, NON_OK);
+        assert_eq!(verdict(&json!({"status": "pass"}), None), None);
+        assert_eq!(verdict(&json!([1, 2]), None), None);
+    }
+
+    #[test]
+    fn a_gpu_is_named_by_index_uuid_and_model_and_never_by_an_empty_name() {
+        let mut lost = gpu("fail", "reboot_node", &[("gpu_lost", "fail", "lost")]);
+        lost[0]["componentId"] = json!("");
+        let body = json!({"status": "fail", "checks": {"gpu:0": lost}});
+        let (_, line) = verdict(&body, None).expect("shape");
+        assert_eq!(
+            line,
+            "GPU 0 (uuid unknown) fails, action reboot_node: gpu_lost (lost)"
+        );
+        let mut one = gpu("fail", "reset_gpu", &[("ecc_dbe", "fail", "1 DBE")])[0].clone();
+        one["name"] = json!("NVIDIA H200");
+        let (_, line) = verdict(&one, Some("0")).expect("shape");
+        assert_eq!(
+            line,
+            "GPU 0 (GPU-x, H200) fails, action reset_gpu: ecc_dbe (1 DBE)"
+        );
+        let (_, line) = verdict(&one, Some("GPU-x")).expect("shape");
+        assert!(line.starts_with("GPU GPU-x, H200 fails"), "{line}");
+    }
+
+    #[test]
+    fn a_url_with_a_page_path_is_refused_and_an_unreachable_one_is_named() {
+        assert_eq!(agent_address_only("http://127.0.0.1:9400"), Ok(()));
+        assert_eq!(agent_address_only("http://127.0.0.1:9400/"), Ok(()));
+        assert_eq!(agent_address_only("http://h:1/health/gpus"), Ok(()));
+        let e = agent_address_only("http://127.0.0.1:9400/metrics").expect_err("refused");
+        assert!(
+            e.contains("'/metrics'") && e.contains("like 'http://127.0.0.1:9400'"),
+            "{e}"
+        );
+        let (code, line) = check(
+            Some("http://no-such-host.invalid:9400"),
+            None,
+            None,
+            Duration::from_secs(2),
+        );
+        assert_eq!(code, UNKNOWN);
+        assert!(
+            line.starts_with(
+                "cannot ask the agent at http://no-such-host.invalid:9400/health/gpus: "
+            ),
+            "{line}"
+        );
     }
 
     #[test]

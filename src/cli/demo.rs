@@ -16,7 +16,8 @@ pub struct Prepared {
 }
 
 /// The daemon's arguments, or the exit status after saying why there are none: 2 for no
-/// simulator or a missing scenario file, 1 when the bundled scenario cannot be written.
+/// simulator, a missing scenario file or one the simulator refuses, 1 when the bundled
+/// scenario cannot be written.
 pub fn prepare(mut args: DemoArgs) -> Result<Prepared, u8> {
     // Flag > environment > the named config file's `[server] listen` > 127.0.0.1:9400. The
     // config file read without being named (/etc/gpu-steward/config.toml, the installed agent's)
@@ -57,11 +58,15 @@ pub fn prepare(mut args: DemoArgs) -> Result<Prepared, u8> {
     };
     // Set before any thread starts: the simulator reads it at nvmlInit_v2.
     std::env::set_var("NVML_SIM_SCENARIO", &scenario);
+    let lib = args.run.nvml_lib.clone().unwrap_or_default();
+    if let Err(e) = scenario_loads(&lib, &scenario) {
+        eprintln!("gpu-steward: {e}");
+        return Err(2);
+    }
     // [sharing] runs the stand-in nvidia-smi (compute-policy) of the simulated node, its state
     // beside the scenario. Without it the demo still runs; the time-slice is then unreadable.
     let mut dir = scenario.clone().into_os_string();
     dir.push(".nvidia-smi");
-    let lib = args.run.nvml_lib.clone().unwrap_or_default();
     match demo::stand_in(&lib, std::path::Path::new(&dir)) {
         Ok(p) => args.run.nvidia_smi = Some(p),
         Err(e) => eprintln!("gpu-steward: no stand-in nvidia-smi for the demo: {e}"),
@@ -70,4 +75,27 @@ pub fn prepare(mut args: DemoArgs) -> Result<Prepared, u8> {
         run: args.run,
         scenario: guard,
     })
+}
+
+/// Whether the simulator starts on `scenario`: a scenario it refuses would otherwise leave the
+/// demo serving 0 GPUs forever. The simulator has already written its reason, with the
+/// scenario's `FILE:LINE:COL`, on stderr; this adds what to do. A scenario that asks for an
+/// initialisation error (`[driver] init_error`, to show the agent with NVML down) is a demo too.
+fn scenario_loads(lib: &str, scenario: &std::path::Path) -> Result<(), String> {
+    let Err(e) = crate::gpu::Session::open(lib) else {
+        return Ok(());
+    };
+    let asks_for_it = std::fs::read_to_string(scenario)
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .is_some_and(|t| t.get("driver").and_then(|d| d.get("init_error")).is_some());
+    if asks_for_it {
+        return Ok(());
+    }
+    Err(format!(
+        "the simulated node did not start on scenario '{}' ({}): the simulator's line above \
+         gives the scenario's FILE:LINE:COL; fix that and run the demo again",
+        scenario.display(),
+        e.reason
+    ))
 }

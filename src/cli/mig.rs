@@ -22,7 +22,8 @@ pub fn run(args: &MigArgs) -> u8 {
     match run_inner(args) {
         Ok(()) => 0,
         Err((code, message)) => {
-            eprintln!("gpu-steward: {}", message.trim_end());
+            // The same prefix as `gpu-steward sharing`: the command that speaks.
+            eprintln!("gpu-steward mig: {}", message.trim_end());
             code
         }
     }
@@ -192,7 +193,7 @@ fn stop_on_signals() -> std::io::Result<StopOnSignals> {
                     _ = hup.recv() => "SIGHUP",
                 };
                 eprintln!(
-                    "gpu-steward: {name}: stopping the apply before its next step and rolling \
+                    "gpu-steward mig: {name}: stopping the apply before its next step and rolling \
                      back what it did (at most {} s)",
                     crate::shutdown::CHANGE_BUDGET.as_secs()
                 );
@@ -244,7 +245,13 @@ fn report(name: &str, r: Result<Outcome, ApplyError>) -> Result<(), Failure> {
             Ok(())
         }
         Err(e) => {
-            let mut msg = format!("apply '{name}' failed: {e}");
+            // A refusal reads as the dry run's "would be refused"; a failed step as failed.
+            let verb = match &e {
+                ApplyError::Refused(_) | ApplyError::Audit(_) => "was refused",
+                ApplyError::Infeasible(_) => "cannot be applied",
+                ApplyError::Failed { .. } => "failed",
+            };
+            let mut msg = format!("apply '{name}' {verb}: {e}");
             if let ApplyError::Failed {
                 left: Some(left), ..
             } = &e

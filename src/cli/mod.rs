@@ -93,7 +93,7 @@ pub struct SharingArgs {
     pub config: Option<PathBuf>,
     /// Run on the simulated node of this scenario (the simulator, its state in FILE.state, and
     /// the stand-in nvidia-smi with its state in FILE.nvidia-smi/), as `demo` does.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "GPU_STEWARD_SCENARIO", value_name = "FILE")]
     pub scenario: Option<PathBuf>,
     /// NVML library to load [default: libnvidia-ml.so.1].
     #[arg(long, env = "GPU_STEWARD_NVML_LIB", value_name = "PATH")]
@@ -146,7 +146,7 @@ pub struct MigArgs {
     pub nvml_lib: Option<String>,
     /// Run on the simulated node of this scenario (the simulator, with its MIG state kept in
     /// FILE.state between commands), as `demo` does.
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(long, env = "GPU_STEWARD_SCENARIO", value_name = "FILE", global = true)]
     pub scenario: Option<PathBuf>,
     /// Take the layouts from this mig-parted YAML file instead of the config.
     #[arg(

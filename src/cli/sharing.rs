@@ -35,13 +35,13 @@ pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
     let mut config = match config::load(&path, required, &overrides) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln!("gpu-steward sharing: {e}");
             return 2;
         }
     };
     if let Some(scenario) = &args.scenario {
         if let Err(e) = simulated(scenario, args.nvml_lib.as_deref(), &mut config) {
-            eprintln!("gpu-steward: {e}");
+            eprintln!("gpu-steward sharing: {e}");
             return 2;
         }
     }
@@ -52,7 +52,7 @@ pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
             Ok(a) => Some(a),
             Err(e) => {
                 eprintln!(
-                    "gpu-steward: cannot open the audit log: {e}; nothing was changed (set [audit] \
+                    "gpu-steward sharing: cannot open the audit log: {e}; nothing was changed (set [audit] \
                      file to a writable path)"
                 );
                 return 1;
@@ -69,7 +69,7 @@ pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
     if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(j) => println!("{j}"),
-            Err(e) => eprintln!("gpu-steward: {e}"),
+            Err(e) => eprintln!("gpu-steward sharing: {e}"),
         }
     } else {
         print!("{}", report.render_text());
@@ -87,7 +87,7 @@ pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
     if report.audit_failed {
         // Said on stderr too, where --json output or a pipe would not hide it.
         if let Some(e) = &report.error {
-            eprintln!("gpu-steward: sharing apply refused: {e}");
+            eprintln!("gpu-steward sharing: apply refused: {e}");
         }
     }
     if report.ok {

@@ -6,7 +6,7 @@
 //! logs and journals the events it returns.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use super::conditions::{self, finding, Finding};
 use super::xid::XidHistory;
@@ -217,7 +217,7 @@ impl GpuState {
                 format!(
                     "{per_minute:.1} PCIe replays per minute over the last {}, above the {limit} \
                      expected of a Gen{} x{} link; check the slot, riser and cabling",
-                    humantime::format_duration(span),
+                    crate::human::duration(span),
                     r.pcie_generation.unwrap_or(0),
                     r.pcie_width.unwrap_or(0),
                 ),
@@ -306,7 +306,7 @@ impl GpuState {
                     super::Action::None,
                     format!(
                         "cleared after {}; was: {}",
-                        humantime::format_duration(Duration::from_secs(active_for.as_secs())),
+                        crate::human::duration(active_for),
                         old.reason
                     ),
                 ));

@@ -90,10 +90,11 @@ impl LinkHistory {
             Status::Fail,
             Action::ResetGpu,
             format!(
-                "NVLink link(s) {} of {} down: peer-to-peer traffic runs slower or not at all; \
+                "NVLink {} down ({} of {}): peer-to-peer traffic runs slower or not at all; \
                  drain the GPU and reset it to retrain the links (nvidia-smi nvlink -s shows \
                  them); if a link stays down after a reset, the board or NVSwitch needs service",
-                down.join(", "),
+                links(&down),
+                down.len(),
                 active.len()
             ),
         ))
@@ -137,7 +138,7 @@ impl LinkHistory {
                     "{per_minute:.1} NVLink replay and recovery errors per minute over the last \
                      {}, above {limit}; a link is retraining: expect slow collectives; drain \
                      and reset the GPU, and replace the board if it recurs",
-                    humantime::format_duration(span)
+                    crate::human::duration(span)
                 ),
             )
         })
@@ -225,3 +226,13 @@ fn fabric(gpu: &GpuSnapshot) -> Vec<Finding> {
 #[cfg(test)]
 #[path = "nvlink_tests.rs"]
 mod tests;
+
+/// `link 3`, `links 3 and 7`, `links 3, 7 and 9`: the link numbers read as numbers, not as a
+/// count.
+fn links(down: &[String]) -> String {
+    match down {
+        [] => "no link".into(),
+        [one] => format!("link {one}"),
+        [rest @ .., last] => format!("links {} and {last}", rest.join(", ")),
+    }
+}

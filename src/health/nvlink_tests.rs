@@ -102,7 +102,7 @@ fn a_link_that_goes_down_fails_the_gpu_and_clears_when_it_is_back() {
     );
     assert!(h.gpus[0].verdict.conditions[0]
         .reason
-        .contains("link(s) 3 of 18"));
+        .contains("NVLink link 3 down (1 of 18)"));
     if let Some(n) = g.reading.nvlink.as_mut() {
         n.active[3] = true;
     }

@@ -12,6 +12,7 @@ mod events;
 #[cfg(any(test, feature = "fixture"))]
 #[doc(hidden)]
 pub mod fixture;
+mod gpus;
 mod health;
 mod metered;
 mod mig;
@@ -85,6 +86,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health/gpus", get(health::gpus))
         .route("/health/gpus/{gpu}", get(health::gpu))
         .route("/api/v1/events", get(events::events))
+        .route("/api/v1/gpus", get(gpus::gpus))
         .route("/api/v1/mig", get(mig::state))
         .merge(api::mutating(
             Router::new().route("/api/v1/mig/apply", axum::routing::post(mig::apply)),
@@ -190,6 +192,7 @@ async fn landing() -> Html<String> {
          <li><a href=\"/health\">/health</a>: agent and per-GPU health (application/health+json)</li>\
          <li><a href=\"/health/gpus\">/health/gpus</a>: per-GPU health, 503 when a GPU fails</li>\
          <li><a href=\"/api/v1/events\">/api/v1/events</a>: health events, newest first (?since=)</li>\
+         <li><a href=\"/api/v1/gpus\">/api/v1/gpus</a>: each GPU as plain data (identity, health, telemetry, processes)</li>\
          <li><a href=\"/api/v1/mig\">/api/v1/mig</a>: MIG mode and instances per GPU</li>\
          <li><a href=\"/api/v1/topology\">/api/v1/topology</a>: how the GPUs connect (NVLink, PCIe)</li>\
          <li><a href=\"/api/v1/reclaim\">/api/v1/reclaim</a>: idle-GPU candidates and what happens when</li>\

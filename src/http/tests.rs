@@ -298,3 +298,76 @@ async fn the_socket_peer_and_the_tcp_switch_decide_like_the_token() {
     );
     assert_eq!(ask(false, Some(me), None).await, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn api_gpus_serves_each_gpu_as_plain_data_and_a_lost_one_keeps_its_uuid() {
+    use crate::snapshot::{Attribution, GpuProcess, Memory, ProcessInfo, ProcessKind};
+    let mut busy = gpu(0, GpuStatus::Up);
+    busy.reading.memory = Some(Memory {
+        total: 85_520_809_984,
+        reserved: 555_745_280,
+        used: 74_742_497_280,
+        free: 10_222_567_424,
+    });
+    busy.reading.temperature_c = Some(64);
+    busy.reading.power_mw = Some(618_250);
+    busy.reading.processes = Some(vec![GpuProcess {
+        pid: 31001,
+        kind: ProcessKind::Compute,
+        used_memory_bytes: Some(74_088_185_856),
+        sm_util_percent: None,
+        mem_util_percent: None,
+        gpu_instance_id: None,
+        compute_instance_id: None,
+        info: Some(Arc::new(ProcessInfo {
+            name: "python3".into(),
+            user: "alice".into(),
+            attribution: Attribution {
+                slurm_job: Some("4242".into()),
+                ..Attribution::default()
+            },
+        })),
+    }]);
+    let s = state(
+        NvmlStatus::Up,
+        vec![busy, gpu(1, GpuStatus::Lost)],
+        Duration::ZERO,
+    );
+    let (status, body) = call(s, "GET", "/api/v1/gpus").await;
+    assert_eq!(status, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let g0 = &v["gpus"][0];
+    // The fixture's values, as set above and in `fixture::gpu`.
+    assert_eq!(g0["index"], 0);
+    assert_eq!(g0["uuid"], "GPU-00000000");
+    assert_eq!(g0["model"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(g0["pci_bus_id"], "00000000:18:00.0");
+    assert_eq!(g0["state"], "up");
+    assert_eq!(g0["health"]["status"], "pass");
+    assert_eq!(g0["utilization_percent"], 50);
+    assert_eq!(g0["memory"]["total_bytes"], 85_520_809_984_u64);
+    assert_eq!(g0["memory"]["used_bytes"], 74_742_497_280_u64);
+    assert_eq!(g0["memory"]["free_bytes"], 10_222_567_424_u64);
+    assert_eq!(g0["memory"]["reserved_bytes"], 555_745_280);
+    assert_eq!(g0["temperature_celsius"], 64);
+    assert_eq!(g0["power_watts"], 618.25);
+    // Not read is null, never 0; no reclaim view, no idle time.
+    assert!(g0["idle_seconds"].is_null() && g0["mig"].is_null(), "{g0}");
+    let p = &g0["processes"][0];
+    assert_eq!(
+        (&p["pid"], &p["name"], &p["user"], &p["slurm_job"]),
+        (
+            &serde_json::json!(31001),
+            &serde_json::json!("python3"),
+            &serde_json::json!("alice"),
+            &serde_json::json!("4242")
+        )
+    );
+    assert_eq!(p["memory_bytes"], 74_088_185_856_u64);
+    assert!(p["pod"].is_null(), "{p}");
+    let g1 = &v["gpus"][1];
+    assert_eq!(g1["state"], "lost");
+    assert_eq!(g1["uuid"], "GPU-00000001");
+    assert_eq!(g1["health"]["status"], "fail");
+    assert_eq!(g1["health"]["conditions"][0]["name"], "gpu_lost");
+}

@@ -95,7 +95,11 @@ impl Actor {
             self.count(action, "audit_failed");
             return false;
         }
-        tracing::warn!(gpu = unit.gpu, unit = %unit.key, pids = ?pids(targets), action, dry_run = config.dry_run, "idle GPU: reclaiming");
+        if config.dry_run {
+            tracing::info!(gpu = unit.gpu, unit = %unit.key, pids = ?pids(targets), action, dry_run = true, "idle GPU: would reclaim (dry run)");
+        } else {
+            tracing::warn!(gpu = unit.gpu, unit = %unit.key, pids = ?pids(targets), action, dry_run = false, "idle GPU: reclaiming");
+        }
         if config.dry_run {
             self.count(action, "dry_run");
             return true;

@@ -355,13 +355,12 @@ fn health_findings(
                 let who: Vec<String> = u
                     .holders
                     .iter()
-                    .map(|h| {
-                        format!(
-                            "{} ({}, {})",
-                            h.pid,
-                            h.name.as_deref().unwrap_or("?"),
-                            h.user.as_deref().unwrap_or("?")
-                        )
+                    .map(|h| match (h.name.as_deref(), h.user.as_deref()) {
+                        (Some(n), Some(u)) => format!("{} ({n}, user {u})", h.pid),
+                        (Some(n), None) => format!("{} ({n}, user unknown)", h.pid),
+                        (None, Some(u)) => format!("{} (name unknown, user {u})", h.pid),
+                        // Another pid namespace without hostPID, or gone since NVML listed it.
+                        (None, None) => format!("{} (owner unknown)", h.pid),
                     })
                     .collect();
                 finding(
@@ -375,9 +374,7 @@ fn health_findings(
                         u.holders.len(),
                         gib(u.held_memory_bytes),
                         r.utilization_threshold * 100.0,
-                        humantime::format_duration(Duration::from_secs(
-                            now.duration_since(since).unwrap_or_default().as_secs()
-                        )),
+                        crate::human::duration(now.duration_since(since).unwrap_or_default()),
                         who.join(", ")
                     ),
                 )
@@ -397,9 +394,7 @@ fn health_findings(
                     format!(
                         "allocated to {} for {} with no process on the GPU",
                         pods.join(", "),
-                        humantime::format_duration(Duration::from_secs(
-                            now.duration_since(since).unwrap_or_default().as_secs()
-                        ))
+                        crate::human::duration(now.duration_since(since).unwrap_or_default())
                     ),
                 )
             }

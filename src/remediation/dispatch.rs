@@ -35,7 +35,8 @@ impl Source {
     fn as_str(self) -> &'static str {
         match self {
             Source::Rules => "rules",
-            Source::Alertmanager => "alertmanager",
+            // The same word as `trigger`: one name for one way in.
+            Source::Alertmanager => "webhook",
         }
     }
 
