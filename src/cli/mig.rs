@@ -247,7 +247,9 @@ fn report(name: &str, r: Result<Outcome, ApplyError>) -> Result<(), Failure> {
         Err(e) => {
             // A refusal reads as the dry run's "would be refused"; a failed step as failed.
             let verb = match &e {
-                ApplyError::Refused(_) | ApplyError::Audit(_) => "was refused",
+                ApplyError::Refused(_) | ApplyError::Audit(_) | ApplyError::Busy(_) => {
+                    "was refused"
+                }
                 ApplyError::Infeasible(_) => "cannot be applied",
                 ApplyError::Failed { .. } => "failed",
             };
