@@ -52,29 +52,41 @@ pub fn requested() -> bool {
     REQUESTED.load(Ordering::SeqCst)
 }
 
+/// When the stop was asked for; `None` before any stop.
+fn stopped_at() -> Option<Instant> {
+    if !requested() {
+        return None;
+    }
+    AT.get().copied()
+}
+
 /// When a MIG change in flight must have finished or rolled back: [`CHANGE_BUDGET`] after the
 /// stop, one deadline for every wait on it (the start-time apply's and the stop's own), so that
 /// waiting twice cannot double it; `None` before any stop.
 pub fn change_deadline() -> Option<Instant> {
-    if !requested() {
-        return None;
-    }
-    AT.get().map(|t| *t + CHANGE_BUDGET)
+    stopped_at().map(|t| t + CHANGE_BUDGET)
 }
 
 /// How long the last wait of the stop (the runtime's, for blocking work such as a hung NVML
 /// call) may take: at most `most`, and never past [`STOP_BUDGET`] from the stop less `margin`
 /// (the process still has to exit). `most` when no stop was asked for.
 pub fn last_wait(most: Duration, margin: Duration) -> Duration {
-    if !requested() {
-        return most;
-    }
-    let Some(at) = AT.get() else {
+    last_wait_after(stopped_at(), Instant::now(), most, margin)
+}
+
+/// [`last_wait`] for a stop at `at` (none: `most`), seen at `now`.
+fn last_wait_after(
+    at: Option<Instant>,
+    now: Instant,
+    most: Duration,
+    margin: Duration,
+) -> Duration {
+    let Some(at) = at else {
         return most;
     };
     let left = STOP_BUDGET
         .saturating_sub(margin)
-        .saturating_sub(at.elapsed());
+        .saturating_sub(now.saturating_duration_since(at));
     left.min(most)
 }
 
@@ -90,27 +102,31 @@ pub fn hook_deadline() -> Option<Instant> {
 mod tests {
     use super::*;
 
+    // The process-wide stop flag is never set here: other unit tests of this binary run
+    // programs, which a stopping agent refuses to start (exec.rs).
     #[test]
     fn every_wait_after_the_stop_shares_one_deadline_inside_the_budget() {
-        assert_eq!(change_deadline(), None, "no stop asked for yet");
+        let most = Duration::from_secs(60);
         assert_eq!(
-            last_wait(Duration::from_secs(4), Duration::from_secs(1)),
-            Duration::from_secs(4)
+            last_wait_after(None, Instant::now(), most, Duration::from_secs(1)),
+            most,
+            "no stop asked for: the wait is what was asked"
         );
-        request();
-        let first = change_deadline().expect("a deadline after the stop");
-        request();
-        assert_eq!(
-            change_deadline(),
-            Some(first),
-            "a second request moves nothing"
-        );
+        let at = Instant::now();
+        // Right after the stop: the budget less the margin.
+        let w = last_wait_after(Some(at), at, most, Duration::from_secs(1));
+        assert_eq!(w, STOP_BUDGET - Duration::from_secs(1));
         // Past the change budget, the last wait gets what is left of the stop budget.
-        let at = *AT.get().expect("the stop's time");
-        assert_eq!(first, at + CHANGE_BUDGET);
-        let w = last_wait(Duration::from_secs(60), Duration::from_secs(1));
-        assert!(w <= STOP_BUDGET - Duration::from_secs(1), "{w:?}");
-        assert!(last_wait(Duration::from_millis(5), Duration::ZERO) <= Duration::from_millis(5));
+        let later = at + CHANGE_BUDGET;
+        let w = last_wait_after(Some(at), later, most, Duration::from_secs(1));
+        assert_eq!(w, STOP_BUDGET - Duration::from_secs(1) - CHANGE_BUDGET);
+        assert!(
+            last_wait_after(Some(at), at, Duration::from_millis(5), Duration::ZERO)
+                <= Duration::from_millis(5)
+        );
+        // Past the budget: no wait at all.
+        let w = last_wait_after(Some(at), at + STOP_BUDGET, most, Duration::ZERO);
+        assert_eq!(w, Duration::ZERO);
     }
 
     #[test]

@@ -148,7 +148,7 @@ fn expect_output(at: &str, command: &str, expected: &[String], actual: &str) {
 
 #[test]
 fn the_walkthrough_runs_as_written() {
-    sim_lib(); // says how to build the simulator when it is missing
+    let sim = sim_lib(); // says how to build the simulator when it is missing
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let doc = std::fs::read_to_string(manifest.join("docs/walkthrough.md")).expect("the page");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -169,10 +169,20 @@ fn the_walkthrough_runs_as_written() {
         std::fs::copy(e.path(), scenarios.join(e.file_name())).expect("a scenario copies");
     }
     // The page puts `target/debug` on PATH (its `export` runs here too, in a shell of its own,
-    // and finds no `target/` in the scratch root): the built binary's directory stands for it.
-    let bin_dir = Path::new(bin())
-        .parent()
-        .expect("the binary is in a directory");
+    // and finds no `target/` in the scratch root): a directory with the built binary and the
+    // simulator beside it (as `cargo build --workspace` leaves them) stands for it. `cargo test`
+    // alone leaves the simulator in `deps/` only, where `--scenario` would not find it.
+    let bin_dir = scratch.path().join("bin");
+    std::fs::create_dir_all(&bin_dir).expect("scratch bin");
+    for (from, name) in [
+        (Path::new(bin()), "gpu-steward"),
+        (sim.as_path(), "libnvml_sim.so"),
+    ] {
+        let to = bin_dir.join(name);
+        if std::fs::hard_link(from, &to).is_err() {
+            std::fs::copy(from, &to).expect("copy into the scratch bin");
+        }
+    }
     let mut shell = Shell {
         cwd: root.clone(),
         root,

@@ -99,6 +99,17 @@ fn fake_scontrol(dir: &std::path::Path) -> String {
     )
     .expect("script");
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // Another test thread forking while the script was open for writing keeps a writer on it
+    // until that child execs, and running it then fails with ETXTBSY: wait until it runs.
+    for _ in 0..200 {
+        match std::process::Command::new(&script).arg("probe").output() {
+            Err(e) if e.raw_os_error() == Some(nix::libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            _ => break,
+        }
+    }
+    let _ = std::fs::remove_file(&calls);
     script.display().to_string()
 }
 

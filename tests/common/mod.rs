@@ -304,7 +304,16 @@ pub fn with_profiling_every_poll(config: &str, interval: &str) -> String {
     if config.contains("profiling_interval") {
         return config.to_string();
     }
-    let line = format!("profiling_interval = \"{interval}\"\n");
+    // The poll interval goes in the file too (the harness also passes `--interval`), so that
+    // the file stands on its own: a second process run with it alone must accept it.
+    let has_interval = config
+        .lines()
+        .any(|l| l.trim_start().starts_with("interval"));
+    let line = if has_interval {
+        format!("profiling_interval = \"{interval}\"\n")
+    } else {
+        format!("interval = \"{interval}\"\nprofiling_interval = \"{interval}\"\n")
+    };
     match config.find("[poller]\n") {
         Some(at) => {
             let end = at + "[poller]\n".len();
