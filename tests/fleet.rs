@@ -300,6 +300,32 @@ fn the_journal_outlives_a_restart_and_a_damaged_one_is_set_aside() {
     assert_eq!(back["before_restart"], true, "{back}");
     assert_eq!(back["time"], before["time"]);
     assert_eq!(back["reason"], before["reason"]);
+    // `status` shows it too, marked (issue 32: the operator sees what happened before).
+    let empty = state.path().join("empty.toml");
+    std::fs::write(&empty, "").expect("an empty config");
+    let out = std::process::Command::new(common::bin())
+        .args([
+            "status",
+            "--url",
+            &format!("http://127.0.0.1:{}", after.port),
+        ])
+        .arg("--config")
+        .arg(&empty)
+        .output()
+        .expect("status");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{screen}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.contains("GPU 1 raised xid_79 [fail")
+                && l.ends_with("(before the agent's restart)")),
+        "{screen}"
+    );
     drop(after);
 
     // A damaged journal: set aside, reported, and the agent starts.

@@ -1,9 +1,11 @@
 //! `gpu-steward status [--url URL | --socket PATH] [--watch]`: one screen of the node from the
-//! running agent. It asks the agent (`/api/v1/gpus`, `/readyz`, `/api/v1/reclaim`: plain JSON,
+//! running agent. It asks the agent (`/api/v1/gpus`, `/readyz`, `/api/v1/reclaim`,
+//! `/api/v1/events`: plain JSON,
 //! no Prometheus text is parsed here) and reads the tail of the audit log named by the
 //! configuration, then prints per GPU its model, short UUID, health and reasons, utilization,
 //! memory, temperature, power, MIG layout and idle time; the processes with their user and pod;
-//! the reclaim candidates; and the last changes to the node.
+//! the reclaim candidates; the newest health events (those from before a restart marked); and
+//! the last changes to the node.
 //!
 //! On a terminal the screen is fitted to its size ([`screen`]) and health is coloured; into a
 //! pipe every line is printed whole and plain (and `NO_COLOR` turns colour off). A value the
@@ -14,6 +16,7 @@
 //! Must not: change anything, or call NVML.
 
 mod changes;
+mod events;
 mod screen;
 
 use std::collections::BTreeMap;
@@ -138,6 +141,8 @@ struct Node {
     /// `None`: reclaim is off; else the candidates as lines.
     reclaim: Option<Vec<String>>,
     changes: Result<Vec<String>, String>,
+    /// The journal's newest events (`None`: the agent did not say).
+    events: Option<Vec<String>>,
     ready: bool,
 }
 
@@ -192,6 +197,7 @@ fn gather(target: &Target, audit_file: &Path) -> Result<Node, String> {
         processes: Vec::new(),
         reclaim: None,
         changes: Ok(Vec::new()),
+        events: None,
         ready: false,
     };
     let (status, gpus) = json(target, "/api/v1/gpus")?;
@@ -229,7 +235,12 @@ fn gather(target: &Target, audit_file: &Path) -> Result<Node, String> {
             );
         }
     }
-    node.changes = changes::last(audit_file, 50, std::time::SystemTime::now());
+    let now = std::time::SystemTime::now();
+    if let Ok((200, e)) = json(target, "/api/v1/events") {
+        let stamp = humantime::format_rfc3339_seconds(now).to_string();
+        node.events = Some(events::lines(&e, stamp.get(..10).unwrap_or("")));
+    }
+    node.changes = changes::last(audit_file, 50, now);
     Ok(node)
 }
 

@@ -68,7 +68,7 @@ pub(super) fn render(
         "{:>3} {:<14} {:<8} {:<6} {:>4} {:>11} {:>4} {:>5} {:>7} {}",
         "GPU", "MODEL", "UUID", "HEALTH", "UTIL", "MEMORY GiB", "TEMP", "POWER", "IDLE", "MIG"
     );
-    let sections = [processes(node), reclaim(node), changes(node)];
+    let sections = [processes(node), reclaim(node), events(node), changes(node)];
     let full = |gpu_lines: &[Line], blanks: bool, rooms: Option<&[usize]>| {
         let mut out: Vec<Line> = vec![(header.clone(), None)];
         let blank = |out: &mut Vec<Line>| {
@@ -252,6 +252,23 @@ fn reclaim(node: &Node) -> Section {
     }
 }
 
+fn events(node: &Node) -> Section {
+    match &node.events {
+        None => Section {
+            title: "HEALTH EVENTS".into(),
+            items: vec![("  the agent did not say (GET /api/v1/events)".into(), None)],
+        },
+        Some(e) => Section {
+            title: "HEALTH EVENTS (journal, newest first)".into(),
+            items: if e.is_empty() {
+                vec![("  none".into(), None)]
+            } else {
+                e.iter().map(|l| (format!("  {l}"), None)).collect()
+            },
+        },
+    }
+}
+
 fn changes(node: &Node) -> Section {
     match &node.changes {
         Err(e) => Section {
@@ -314,6 +331,9 @@ mod tests {
             changes: Ok((0..changes)
                 .map(|i| format!("10:00:{i:02} mig x"))
                 .collect()),
+            events: Some(vec![
+                "10:00:00 GPU 0 raised xid_79 [fail, reboot_node]: XID 79".into(),
+            ]),
             ready: true,
         };
         for i in 0..gpus {
@@ -374,10 +394,12 @@ mod tests {
         );
         // Every section present, each cut one with how many lines it left out.
         let at = |t: &str| lines.iter().position(|l| l.starts_with(t)).expect(t);
-        let (p, r, c) = (at("PROCESSES (12)"), at("RECLAIM"), at("LAST CHANGES"));
+        let (p, r) = (at("PROCESSES (12)"), at("RECLAIM"));
+        let (e, c) = (at("HEALTH EVENTS"), at("LAST CHANGES"));
         let shown = r - p - 2;
         assert_eq!(lines[r - 1], more(12 - shown), "{lines:#?}");
-        assert!(lines[c - 1].contains("GPU 1: idle"), "{lines:#?}");
+        assert!(lines[e - 1].contains("GPU 1: idle"), "{lines:#?}");
+        assert!(lines[c - 1].contains("raised xid_79"), "{lines:#?}");
         let changes = lines.len() - c - 2;
         assert_eq!(lines[lines.len() - 1], more(40 - changes), "{lines:#?}");
         // A process row keeps its memory column.
