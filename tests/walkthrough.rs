@@ -166,7 +166,11 @@ fn the_walkthrough_runs_as_written() {
     std::fs::create_dir_all(&scenarios).expect("scratch tests/scenarios");
     for e in std::fs::read_dir(manifest.join("tests/scenarios")).expect("tests/scenarios") {
         let e = e.expect("a directory entry");
-        std::fs::copy(e.path(), scenarios.join(e.file_name())).expect("a scenario copies");
+        // Only the scenario files: a demo run leaves its stand-in's state directory beside
+        // its scenario (`<scenario>.nvidia-smi/`).
+        if e.file_type().is_ok_and(|t| t.is_file()) {
+            std::fs::copy(e.path(), scenarios.join(e.file_name())).expect("a scenario copies");
+        }
     }
     // The page puts `target/debug` on PATH (its `export` runs here too, in a shell of its own,
     // and finds no `target/` in the scratch root): a directory with the built binary and the
