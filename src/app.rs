@@ -21,12 +21,12 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
+use crate::changes::{MigApply, MigReport, Owner};
 use crate::config::{self, Config, Overrides};
 use crate::health::NodeHealth;
 use crate::kubernetes::{self, KubeletFeed};
 use crate::logging::LogHandle;
 use crate::metrics::{self, Collector, RenderConfig};
-use crate::mig::service::MigService;
 use crate::poller::{self, Control, FromActors, PollerConfig};
 use crate::publication::Published;
 use crate::reclaim::cri::{self, PodLabelFeed};
@@ -141,27 +141,30 @@ fn reclaim_settings(c: &Config, feeds: &Feeds) -> crate::reclaim::Settings {
 }
 
 /// Applies the configured `[mig] layout`, if any, and logs how it went.
-async fn converge(mig: &Arc<MigService>, when: &'static str) {
-    let Some(layout) = mig.configured_layout() else {
+async fn converge(owner: &Arc<Owner>, when: &'static str) {
+    let Some(layout) = owner.setup().mig.layout else {
         return;
     };
-    let service = mig.clone();
-    let name = layout.clone();
     // One word in the log and the audit records: `start`, or `sighup` for a reload.
     let trigger = if when == "start" { "start" } else { "sighup" };
-    match tokio::task::spawn_blocking(move || service.apply(&name, false, false, trigger)).await {
-        Ok(r) if r.ok() => {
-            tracing::info!(layout = %layout, outcome = %r.outcome, steps = r.steps, trigger, "MIG layout in place")
+    let change = MigApply::configured(&layout, false, false, trigger);
+    match owner.call(change).await {
+        Some(r) => {
+            let r = MigReport::new(&layout, r);
+            if r.ok() {
+                tracing::info!(layout = %layout, outcome = %r.outcome, steps = r.steps, trigger, "MIG layout in place")
+            } else {
+                tracing::error!(
+                    layout = %layout,
+                    outcome = %r.outcome,
+                    error = r.error.as_deref().unwrap_or(""),
+                    pending = ?r.pending,
+                    trigger,
+                    "MIG layout not reached"
+                )
+            }
         }
-        Ok(r) => tracing::error!(
-            layout = %layout,
-            outcome = %r.outcome,
-            error = r.error.as_deref().unwrap_or(""),
-            pending = ?r.pending,
-            trigger,
-            "MIG layout not reached"
-        ),
-        Err(e) => tracing::error!(error = %e, "the MIG apply task failed"),
+        None => tracing::error!("the MIG apply task failed"),
     }
 }
 
@@ -176,34 +179,24 @@ struct Actors {
 /// Starts remediation (which refuses to start without its audit log), the rules and reclaim.
 fn start_actors(
     config: &Config,
+    owner: &Arc<Owner>,
     feeds: &Feeds,
     published: &watch::Receiver<Arc<Published>>,
     stop: &watch::Receiver<bool>,
 ) -> Result<Actors, AppError> {
-    let audit = if config.remediation.routes.is_empty() {
-        None
-    } else {
+    if !config.remediation.routes.is_empty() {
         // Remediation without its audit trail is not started: hooks would run unrecorded.
-        Some(
-            crate::audit::AuditLog::open(&config.audit_file).map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!(
-                        "cannot open the audit log {} that [remediation] needs: {e}; fix [audit] file",
-                        config.audit_file.display()
-                    ),
-                )
-            })?,
-        )
-    };
+        owner.audit_ready().map_err(|e| {
+            std::io::Error::other(format!("{e}; [remediation] needs it: fix [audit] file"))
+        })?;
+    }
     let node = crate::remediation::dispatch::Node {
         published: published.clone(),
         procfs: config.processes.procfs.clone(),
-        nvml_lib: config.nvml_lib.clone(),
     };
     let remediation = crate::remediation::dispatch::spawn(
         config.remediation.clone(),
-        audit,
+        owner.clone(),
         Some(node),
         stop.clone(),
     );
@@ -221,7 +214,11 @@ fn start_actors(
         collectors.push(metrics);
     }
     // Reclaim stops when the publications do, after the poller: its last run is recorded.
-    let reclaim = crate::reclaim::task::spawn(reclaim_settings(config, feeds), published.clone());
+    let reclaim = crate::reclaim::task::spawn(
+        reclaim_settings(config, feeds),
+        owner.clone(),
+        published.clone(),
+    );
     collectors.push(reclaim.series.clone());
     let for_poller = FromActors {
         collectors,
@@ -238,6 +235,7 @@ fn start_actors(
 /// connector (`[slurm]`, `[nvsentinel]`; both change only on restart).
 fn start_fleet(
     config: &Config,
+    owner: &Arc<Owner>,
     published: &watch::Receiver<Arc<Published>>,
     stop: &watch::Receiver<bool>,
     collectors: &mut Vec<Arc<dyn Collector>>,
@@ -245,7 +243,7 @@ fn start_fleet(
     if config.slurm.drain {
         collectors.push(crate::slurm::task::spawn(
             &config.slurm,
-            &config.audit_file,
+            owner.clone(),
             published.clone(),
             stop.clone(),
         ));
@@ -355,11 +353,9 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         kubelet,
         pod_labels,
     };
-    let sharing = Sharing::new(
-        config.sharing.clone(),
-        config.nvml_lib.clone(),
-        config.audit_file.clone(),
-    );
+    // The one owner of changes: every change to the node, from any component, goes through it.
+    let owner = Owner::new(&config);
+    let sharing = Sharing::new(config.sharing.clone(), owner.clone());
     let pconfig = poller_config(&config, &feeds, &sharing);
     let first = Snapshot::starting(SystemTime::now());
     let health = Arc::new(NodeHealth::default());
@@ -385,10 +381,10 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             Err(e) => tracing::error!("{e}"),
         }
     }
-    let mig = Arc::new(MigService::new(&config));
-    let mut actors = start_actors(&config, &feeds, &published, &stop)?;
+    let mut actors = start_actors(&config, &owner, &feeds, &published, &stop)?;
     start_fleet(
         &config,
+        &owner,
         &published,
         &stop,
         &mut actors.for_poller.collectors,
@@ -399,16 +395,17 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             enabled: config.api_enabled,
             token_file: config.api_token_file.clone(),
             tcp: config.api_tcp,
-            audit_file: Some(config.audit_file.clone()),
+            recorder: Some(owner.clone()),
         }),
-        mig: Some(mig.clone()),
+        changes: Some(owner.clone()),
         sharing: Some(sharing.clone()),
         remediation: Some(actors.remediation),
         reclaim: Some(actors.reclaim.view.clone()),
     });
     let servers = start_http(&config, state, web, &stop).await?;
-    if let Some(i) = mig.interrupted() {
-        match mig.configured_layout() {
+    let intent = crate::mig::intent::intent_path(&config.audit_file);
+    if let Some(i) = crate::mig::intent::read_intent(&intent) {
+        match owner.setup().mig.layout {
             Some(l) => {
                 tracing::warn!(layout = %i.layout, pid = i.pid, "a MIG apply was interrupted (the agent was killed during it); converging to the configured layout '{l}'")
             }
@@ -420,7 +417,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     // The configured MIG layout is in place before the first snapshot: until then /readyz
     // answers 503 (a reboot loses every instance; the kubelet must not see the GPUs first).
     // A stop during it lets it finish or roll back; a reload waits for it.
-    let stopping = converge_at_start(&mig, &mut signals).await;
+    let stopping = converge_at_start(&owner, &mut signals).await;
     actors.reclaim.started(Duration::from_secs(5)).await;
     let poller = if stopping {
         None
@@ -437,15 +434,14 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         let control = poller.control.clone();
         // A MIG or sharing apply from now on (the start's, the API's, a reload's) wakes the
         // poller when it is done, so the next poll shows the change.
-        mig.set_waker(control.clone());
-        sharing.set_waker(control.clone());
+        owner.set_waker(control.clone());
         // The device plugin and the memory guard live as long as the daemon.
         sharing.start(&config, published, stop.clone());
         let handles = Handles {
             control: &control,
             feeds,
             sharing: &sharing,
-            mig: &mig,
+            owner: &owner,
             reclaim: &actors.reclaim,
         };
         wait_for_signals(&mut signals, config, &source, &log, &counters, handles).await?;
@@ -456,7 +452,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let _ = stop_tx.send(true);
     // A MIG apply in flight (a reload's or the API's) stops before its next step and rolls
     // back; it gets the change budget, the rest of the stop runs beside it.
-    let change = wait_idle(mig.clone(), crate::shutdown::CHANGE_BUDGET);
+    let change = wait_idle(owner.clone(), crate::shutdown::CHANGE_BUDGET);
     // The servers drain for at most DRAIN each, side by side; the margin covers the tasks' exit.
     let drained = futures_join_all(servers);
     if tokio::time::timeout(DRAIN + Duration::from_millis(100), drained)
@@ -504,8 +500,8 @@ impl Signals {
 /// Converges to the configured layout while answering SIGTERM and SIGINT: a stop lets the apply
 /// finish or roll back (it checks [`crate::shutdown`] between steps) within the change budget.
 /// SIGHUP stays queued for the signal loop. Returns whether a stop was asked for.
-async fn converge_at_start(mig: &Arc<MigService>, signals: &mut Signals) -> bool {
-    let apply = converge(mig, "start");
+async fn converge_at_start(owner: &Arc<Owner>, signals: &mut Signals) -> bool {
+    let apply = converge(owner, "start");
     tokio::pin!(apply);
     tokio::select! {
         _ = &mut apply => return crate::shutdown::requested(),
@@ -528,13 +524,13 @@ async fn converge_at_start(mig: &Arc<MigService>, signals: &mut Signals) -> bool
 
 /// Waits until no MIG apply runs, at most until `budget` after the stop (the one deadline of
 /// [`crate::shutdown::change_deadline`]; `budget` from now before any stop); whether it got there.
-fn wait_idle(mig: Arc<MigService>, budget: Duration) -> impl std::future::Future<Output = bool> {
+fn wait_idle(owner: Arc<Owner>, budget: Duration) -> impl std::future::Future<Output = bool> {
     let deadline = crate::shutdown::change_deadline().map_or_else(
         || tokio::time::Instant::now() + budget,
         tokio::time::Instant::from_std,
     );
     async move {
-        while mig.busy() {
+        while owner.busy() {
             if tokio::time::Instant::now() >= deadline {
                 return false;
             }
@@ -556,7 +552,7 @@ struct Handles<'a> {
     control: &'a std::sync::mpsc::Sender<Control>,
     feeds: Feeds,
     sharing: &'a Arc<Sharing>,
-    mig: &'a Arc<MigService>,
+    owner: &'a Arc<Owner>,
     reclaim: &'a Reclaim,
 }
 
@@ -607,11 +603,11 @@ async fn wait_for_signals(
                         log.set_config_level(new.log_level.as_deref());
                         let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(&new, &h.feeds, h.sharing))));
                         h.reclaim.reconfigure(reclaim_settings(&new, &h.feeds));
+                        h.owner.reconfigure(&new);
                         h.sharing.reload(&current, &new);
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
-                        h.mig.reconfigure(&new);
-                        let m = h.mig.clone();
+                        let m = h.owner.clone();
                         // In the background: the signal loop must keep answering SIGTERM.
                         tokio::spawn(async move { converge(&m, "reload").await });
                         current = new;

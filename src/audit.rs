@@ -33,6 +33,22 @@ pub const COMPONENTS: &[&str] = &["api", "mig", "sharing", "reclaim", "remediati
 /// The default place of the audit log.
 pub const DEFAULT_FILE: &str = "/var/lib/gpu-steward/audit.jsonl";
 
+/// The name of the refusal every component counts when a record could not be written: the
+/// one spelling of it (metric labels, API answers).
+pub const AUDIT_FAILED: &str = "audit_failed";
+
+/// A record that could not be written: nothing was done. The text names the file and the cause.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct AuditFailed(pub String);
+
+impl AuditFailed {
+    /// The label of this refusal ([`AUDIT_FAILED`]).
+    pub fn name(&self) -> &'static str {
+        AUDIT_FAILED
+    }
+}
+
 /// An append-only, fsynced JSON-lines log; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct AuditLog {

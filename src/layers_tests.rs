@@ -73,7 +73,43 @@ const RULES: &[(&str, &[&str], &str)] = &[
         ],
         "the snapshot is data at the bottom",
     ),
+    (
+        "mig",
+        &["changes", "http", "app", "cli"],
+        "MIG's planner and applier are building blocks the owner of changes runs",
+    ),
+    (
+        "gpu",
+        &["changes", "mig", "sharing", "poller", "http", "app", "cli"],
+        "the NVML boundary knows nobody who calls it",
+    ),
+    (
+        "audit",
+        &[
+            "changes",
+            "mig",
+            "sharing",
+            "reclaim",
+            "remediation",
+            "slurm",
+        ],
+        "the audit log is written through the owner of changes and knows none of its users",
+    ),
+    (
+        "sharing/apply.rs",
+        &["changes"],
+        "the sharing applier is a building block the owner of changes runs",
+    ),
+    (
+        "slurm/drain.rs",
+        &["changes"],
+        "the Slurm drainer is a building block the owner of changes runs",
+    ),
 ];
+
+/// Where the audit log may be opened for writing: its own module, and the owner of changes,
+/// which holds the one writer of the process (test code aside).
+const AUDIT_WRITERS: &[&str] = &["audit.rs", "audit/", "changes/"];
 
 /// What config may take from `rules/`: the loaded rule files, which import no engine.
 const CONFIG_MAY_IMPORT: &[&str] = &["rules::set"];
@@ -144,6 +180,38 @@ fn every_layer_imports_only_what_stands_below_it() {
         }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+#[test]
+fn only_the_owner_of_changes_opens_the_audit_log() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut broken = Vec::new();
+    for file in files {
+        let rel = file
+            .strip_prefix(&src)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        if AUDIT_WRITERS.iter().any(|w| rel.starts_with(w)) || rel.ends_with("tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        // Test modules at the end of a file may open logs of their own.
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        for (n, line) in code.lines().enumerate() {
+            let line = line.split("//").next().unwrap_or("");
+            if line.contains("AuditLog::open") || line.contains("AuditLog {") {
+                broken.push(format!("{rel}:{}: opens the audit log", n + 1));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "every record goes through crate::changes::Owner (one writer):\n{}",
+        broken.join("\n")
+    );
 }
 
 #[test]

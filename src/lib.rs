@@ -39,6 +39,7 @@ pub mod app;
 pub mod attribution;
 pub mod audit;
 pub mod bounded;
+pub mod changes;
 pub mod cli;
 pub mod config;
 pub mod demo;

@@ -7,12 +7,12 @@
 use std::path::PathBuf;
 
 use super::{MigArgs, MigCommand};
-use crate::audit::AuditLog;
+use crate::changes::{MigApply, MigFailed};
 use crate::config::{self, Config, Overrides};
 use crate::gpu::Session;
-use crate::mig::apply::{self, ApplyError, Outcome, Request};
+use crate::mig::apply::{self, ApplyError, Outcome};
 use crate::mig::config::read_mig_parted;
-use crate::mig::intent::{with_intent, LOCK_WAIT};
+use crate::mig::intent::LOCK_WAIT;
 use crate::mig::layout::Layouts;
 use crate::mig::plan::plan;
 use crate::mig::show;
@@ -90,6 +90,43 @@ fn run_inner(args: &MigArgs) -> Result<(), Failure> {
             Some((layout.clone(), pick(layout)?))
         }
     };
+    if let (MigCommand::Apply { dry_run, force, .. }, Some((name, layout))) =
+        (&args.command, chosen.clone())
+    {
+        // A Ctrl-C, a SIGTERM or a SIGHUP (a closed terminal) stops the apply between two
+        // steps and rolls back what it did, as in the daemon: killing it mid-step would
+        // leave GPU instances without their compute instances.
+        let _signals = if *dry_run {
+            None
+        } else {
+            Some(stop_on_signals().map_err(|e| {
+                (
+                    1,
+                    format!("cannot catch signals ({e}); nothing was changed"),
+                )
+            })?)
+        };
+        let on_wait = Box::new(|pid: Option<u32>| {
+            let who = pid.map_or_else(|| "another process".into(), |p| format!("pid {p}"));
+            eprintln!(
+                "gpu-steward: waiting for the MIG apply of {who} to finish (at most {} s)…",
+                LOCK_WAIT.as_secs()
+            );
+        });
+        // The owner of changes, as in the daemon: its NVML session, the audit log and the
+        // node lock.
+        let owner = crate::changes::Owner::new(&cfg);
+        let r = owner.handle(MigApply {
+            layout_name: name.clone(),
+            layout: Some(layout),
+            dry_run: *dry_run,
+            force: *force,
+            trigger: "cli",
+            wait: LOCK_WAIT,
+            on_wait,
+        });
+        return report(&name, r);
+    }
     let session = Session::open(&cfg.nvml_lib).map_err(|e| (1, e.reason))?;
     let ctl = session.mig();
     match (&args.command, chosen) {
@@ -111,52 +148,6 @@ fn run_inner(args: &MigArgs) -> Result<(), Failure> {
             let p = plan(&gpus, &layout).map_err(|e| (2, format!("layout '{name}': {e}")))?;
             out(&show::plan_text(&name, &p));
             Ok(())
-        }
-        (MigCommand::Apply { dry_run, force, .. }, Some((name, layout))) => {
-            let audit = if *dry_run {
-                None
-            } else {
-                Some(AuditLog::open(&cfg.audit_file).map_err(|e| {
-                    (
-                        1,
-                        format!(
-                            "cannot open the audit log '{}': {e}; every MIG change is audited, \
-                             so nothing was changed (set [audit] file)",
-                            cfg.audit_file.display()
-                        ),
-                    )
-                })?)
-            };
-            let req = Request {
-                layout_name: &name,
-                layout: &layout,
-                dry_run: *dry_run,
-                force: *force,
-                trigger: "cli",
-            };
-            if *dry_run {
-                return report(&name, apply::apply(&ctl, &cfg.mig, None, &req));
-            }
-            // A Ctrl-C, a SIGTERM or a SIGHUP (a closed terminal) stops the apply between two
-            // steps and rolls back what it did, as in the daemon: killing it mid-step would
-            // leave GPU instances without their compute instances.
-            let _signals = stop_on_signals().map_err(|e| {
-                (
-                    1,
-                    format!("cannot catch signals ({e}); nothing was changed"),
-                )
-            })?;
-            let on_wait = |pid: Option<u32>| {
-                let who = pid.map_or_else(|| "another process".into(), |p| format!("pid {p}"));
-                eprintln!(
-                    "gpu-steward: waiting for the MIG apply of {who} to finish (at most {} s)…",
-                    LOCK_WAIT.as_secs()
-                );
-            };
-            let r = with_intent(&cfg.audit_file, &name, LOCK_WAIT, on_wait, || {
-                apply::apply(&ctl, &cfg.mig, audit.as_ref(), &req)
-            });
-            report(&name, r)
         }
         _ => Err((2, "no layout given".into())),
     }
@@ -211,7 +202,12 @@ fn stop_on_signals() -> std::io::Result<StopOnSignals> {
     Ok(StopOnSignals { _waiter: waiter })
 }
 
-fn report(name: &str, r: Result<Outcome, ApplyError>) -> Result<(), Failure> {
+fn report(name: &str, r: Result<Outcome, MigFailed>) -> Result<(), Failure> {
+    let r = match r {
+        Ok(o) => Ok(o),
+        Err(MigFailed::UnknownLayout(e)) => return Err((2, e)),
+        Err(MigFailed::Apply(e)) => Err(e),
+    };
     match r {
         Ok(Outcome::NothingToDo(_)) => {
             out(&format!(

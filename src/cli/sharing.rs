@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 
 use super::SharingArgs;
-use crate::audit::AuditLog;
 use crate::config::{self, Overrides};
 
 /// Points `config` at the simulated node of `scenario`: the simulator, and the stand-in
@@ -45,27 +44,14 @@ pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
             return 2;
         }
     }
-    let audit = if dry_run {
-        None
-    } else {
-        match AuditLog::open(&config.audit_file) {
-            Ok(a) => Some(a),
-            Err(e) => {
-                eprintln!(
-                    "gpu-steward sharing: cannot open the audit log: {e}; nothing was changed (set [audit] \
-                     file to a writable path)"
-                );
-                return 1;
-            }
-        }
-    };
-    let report = crate::sharing::apply::run(
-        &config.sharing,
-        &config.nvml_lib,
-        audit.as_ref(),
+    // The same owner of changes as in the daemon: it records, lends its NVML session, and
+    // refuses the apply when the audit log cannot be written.
+    let owner = crate::changes::Owner::new(&config);
+    let report = owner.handle(crate::changes::sharing::SharingApply {
+        config: config.sharing.clone(),
         dry_run,
-        "cli",
-    );
+        trigger: "cli",
+    });
     if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(j) => println!("{j}"),

@@ -1,10 +1,10 @@
 //! The GPU settings the sharing subsystem observes and changes: the compute mode
 //! (`nvmlDeviceGetComputeMode` / `nvmlDeviceSetComputeMode`).
 //!
-//! Remediation's built-in actions write the power limit and the compute mode through the free
-//! functions at the end, each with a session of its own (the poller's stays with the poller),
-//! opened by [`Session::open`] like every other, reading the value back so that the caller
-//! records what the driver now says.
+//! Remediation's built-in actions write the power limit and the compute mode
+//! ([`Session::set_power_limit`], [`Session::fence`]) on the owner of changes' session
+//! ([`crate::changes`]; the poller's stays with the poller), reading the value back so that
+//! the caller records what the driver now says.
 //!
 //! Plain data out; writes fail with a [`ControlError`], reads with a typed code. Setting the
 //! compute mode needs root, takes effect at once and lasts until the driver unloads (Linux
@@ -180,14 +180,4 @@ impl Session {
         // wrapper's Rust names.
         Ok(from_wrapper(now).as_str().to_string())
     }
-}
-
-/// [`Session::set_power_limit`] with a session of its own (the poller's stays with the poller).
-pub fn set_power_limit(lib: &str, uuid: &str, watts: Option<u32>) -> Result<f64, ControlError> {
-    Session::open(lib)?.set_power_limit(uuid, watts)
-}
-
-/// [`Session::fence`] with a session of its own.
-pub fn set_compute_mode(lib: &str, uuid: &str, prohibit: bool) -> Result<String, ControlError> {
-    Session::open(lib)?.fence(uuid, prohibit)
 }

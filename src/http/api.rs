@@ -23,15 +23,15 @@ use super::AppState;
 pub use crate::config::token::load_token;
 
 /// `[api]` as the HTTP layer needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ApiConfig {
     pub enabled: bool,
     pub token_file: PathBuf,
     /// false: mutating routes answer only on the Unix socket (`[api] tcp = false`).
     pub tcp: bool,
-    /// Where each admitted request is recorded, with its peer, before it is handled; `None`:
-    /// not recorded (tests of the router alone).
-    pub audit_file: Option<PathBuf>,
+    /// Who records each admitted request, with its peer, before it is handled (the owner of
+    /// changes, the one audit writer); `None`: not recorded (tests of the router alone).
+    pub recorder: Option<Arc<crate::changes::Owner>>,
 }
 
 impl ApiConfig {
@@ -40,7 +40,7 @@ impl ApiConfig {
             enabled: false,
             token_file: PathBuf::new(),
             tcp: true,
-            audit_file: None,
+            recorder: None,
         })
     }
 }
@@ -72,7 +72,7 @@ async fn record_and_run(
     request: Request,
     next: Next,
 ) -> Response {
-    let Some(file) = api.audit_file.clone() else {
+    let Some(owner) = api.recorder.clone() else {
         return next.run(request).await;
     };
     let peer = match (
@@ -88,8 +88,8 @@ async fn record_and_run(
         "method": request.method().as_str(), "path": request.uri().path(),
     });
     let written = tokio::task::spawn_blocking(move || {
-        crate::audit::AuditLog::open(&file)
-            .and_then(|log| log.record("api", "request", fields))
+        owner
+            .record("api", "request", fields)
             .map_err(|e| e.to_string())
     })
     .await
@@ -100,7 +100,7 @@ async fn record_and_run(
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(serde_json::json!({
-                "outcome": "audit_failed",
+                "outcome": crate::audit::AUDIT_FAILED,
                 "error": format!("cannot write the audit log: {e}; nothing was done, retry when it can"),
             })),
         )

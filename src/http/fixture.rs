@@ -72,7 +72,7 @@ pub fn fields(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppFie
     AppFields {
         published: rx,
         api: api::ApiConfig::disabled(),
-        mig: None,
+        changes: None,
         sharing: None,
         remediation: None,
         reclaim: None,

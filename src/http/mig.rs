@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::AppState;
-use crate::mig::service::MigOutcome;
+use crate::changes::{MigApply, MigOutcome, MigReport};
 use crate::snapshot::GpuStatus;
 
 pub(super) async fn state(State(state): State<AppState>) -> Response {
@@ -54,7 +54,7 @@ struct ApplyBody {
 }
 
 pub(super) async fn apply(State(state): State<AppState>, body: Bytes) -> Response {
-    let Some(service) = state.mig.clone() else {
+    let Some(owner) = state.changes.clone() else {
         return (StatusCode::NOT_FOUND, "MIG management is not running\n").into_response();
     };
     let req: ApplyBody = match serde_json::from_slice(&body) {
@@ -69,13 +69,10 @@ pub(super) async fn apply(State(state): State<AppState>, body: Bytes) -> Respons
                 .into_response()
         }
     };
-    let report = match tokio::task::spawn_blocking(move || {
-        service.apply(&req.layout, req.dry_run, req.force, "api")
-    })
-    .await
-    {
-        Ok(r) => r,
-        Err(_) => {
+    let change = MigApply::configured(&req.layout, req.dry_run, req.force, "api");
+    let report = match owner.call(change).await {
+        Some(r) => MigReport::new(&req.layout, r),
+        None => {
             return (StatusCode::INTERNAL_SERVER_ERROR, "the apply task failed\n").into_response()
         }
     };

@@ -54,8 +54,9 @@ pub struct AppFields {
     pub published: watch::Receiver<Arc<Published>>,
     /// `[api]`: whether routes that change the node are on, and where their token is.
     pub api: Arc<api::ApiConfig>,
-    /// MIG layouts applied through `POST /api/v1/mig/apply`; `None` in tests that need none.
-    pub mig: Option<Arc<crate::mig::service::MigService>>,
+    /// The owner of changes: MIG layouts applied through `POST /api/v1/mig/apply`; `None` in
+    /// tests that need none.
+    pub changes: Option<Arc<crate::changes::Owner>>,
     /// The sharing subsystem (`/api/v1/sharing`); `None` in router tests.
     pub sharing: Option<Arc<crate::sharing::Sharing>>,
     /// The remediation dispatcher (`POST /api/v1/alertmanager` feeds it).

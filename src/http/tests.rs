@@ -210,7 +210,7 @@ async fn mutating_routes_need_the_api_switch_and_the_token() {
             enabled,
             token_file: token_file.clone(),
             tcp: true,
-            audit_file: None,
+            recorder: None,
         });
         let app = guarded_app(config);
         async move {
@@ -267,7 +267,7 @@ async fn the_socket_peer_and_the_tcp_switch_decide_like_the_token() {
             enabled: true,
             token_file: token_file.clone(),
             tcp,
-            audit_file: None,
+            recorder: None,
         });
         let app = guarded_app(config);
         async move {

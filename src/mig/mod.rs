@@ -14,5 +14,4 @@ pub mod config;
 pub mod intent;
 pub mod layout;
 pub mod plan;
-pub mod service;
 pub mod show;

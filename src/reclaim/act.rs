@@ -9,8 +9,10 @@
 //!   immediately before each `kill(2)`: a pid now naming another process is left alone;
 //! - a zombie is gone: it is never signalled again and counts as reclaimed;
 //! - in dry run nothing is executed: the decision is audited and counted as `dry_run`;
-//! - the decision record is written before anything is executed: when it cannot be written
-//!   nothing is (counted as `audit_failed`), and the caller hands the step back to the ladder.
+//! - the decision record is written before anything is executed, by the owner of changes
+//!   ([`crate::changes`], which then lends the act its turn and records the outcome): when it
+//!   cannot be written nothing is (counted as `audit_failed`), and the caller hands the step
+//!   back to the ladder.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,7 +24,8 @@ use serde_json::{json, Value};
 
 use super::config::{ActionKind, HookCommand, ReclaimConfig};
 use super::idle::{Holder, UnitState, UnitStatus};
-use crate::audit::AuditLog;
+use crate::audit::AUDIT_FAILED;
+use crate::changes::{Begun, Done, Owner, Record};
 use crate::exec::{self, CommandSpec};
 use crate::procs::{self, ProcessIdentity, SignalResult};
 
@@ -38,7 +41,8 @@ const AFTER_KILL: Duration = Duration::from_secs(2);
 #[derive(Clone, Debug)]
 pub struct Actor {
     pub procfs: PathBuf,
-    pub audit: Option<AuditLog>,
+    /// The owner of changes, while the audit log can be written (`None`: dry run is forced).
+    pub owner: Option<Arc<Owner>>,
     pub counts: ActionCounts,
 }
 
@@ -55,13 +59,22 @@ impl Actor {
     /// Appends to the audit log; false when the record could not be written (the audit log
     /// counts the failure and logs the first of a run of them; nothing may be executed then).
     /// Every record says what started it: the reclaim ladder (`"trigger": "reclaim"`).
-    pub fn audit(&self, event: &str, mut fields: Value) -> bool {
-        if let Value::Object(m) = &mut fields {
-            m.entry("trigger").or_insert_with(|| "reclaim".into());
-        }
-        match &self.audit {
-            Some(log) => log.record("reclaim", event, fields).is_ok(),
+    pub fn audit(&self, event: &str, fields: Value) -> bool {
+        match &self.owner {
+            Some(owner) => owner.record("reclaim", event, with_trigger(fields)).is_ok(),
             None => true,
+        }
+    }
+
+    /// Records a decision through the owner; the right to act on it. Without an owner (the
+    /// audit log cannot be written, so this is a forced dry run) there is nothing to act on.
+    fn begin(&self, event: &str, fields: Value) -> Result<Option<Begun>, ()> {
+        match &self.owner {
+            Some(owner) => owner
+                .begin("reclaim", Record::new(event, with_trigger(fields)))
+                .map(Some)
+                .map_err(|_| ()),
+            None => Ok(None),
         }
     }
 
@@ -70,18 +83,22 @@ impl Actor {
     pub fn warn(&self, unit: &UnitStatus, targets: &[Holder], config: &ReclaimConfig) -> bool {
         let hook = config.warn.as_ref().and_then(|w| w.hook.clone());
         let doc = describe(unit, targets, "warn", config.dry_run);
-        if !self.audit("warn", doc.clone()) {
-            self.count("warn", "audit_failed");
+        let Ok(begun) = self.begin("warn", doc.clone()) else {
+            self.count("warn", AUDIT_FAILED);
             return false;
-        }
+        };
         tracing::warn!(gpu = unit.gpu, unit = %unit.key, pids = ?pids(targets), dry_run = config.dry_run, "idle GPU: warning its holders");
-        match hook {
-            None => self.count("warn", "logged"),
-            Some(_) if config.dry_run => self.count("warn", "dry_run"),
-            Some(hook) => {
+        match (hook, begun) {
+            (None, _) => self.count("warn", "logged"),
+            (Some(_), _) if config.dry_run => self.count("warn", "dry_run"),
+            (Some(hook), Some(begun)) => {
                 let me = self.clone();
-                spawn("reclaim-warn", move || me.run_hook("warn", &hook, &doc));
+                spawn("reclaim-warn", move || {
+                    begun.act(|_| me.run_hook("warn", &hook, &doc));
+                });
             }
+            // No owner: reclaim is in a forced dry run (see `Stage`), so this is not reached.
+            (Some(_), None) => self.count("warn", "dry_run"),
         }
         true
     }
@@ -91,48 +108,56 @@ impl Actor {
     pub fn reclaim(&self, unit: &UnitStatus, targets: &[Holder], config: &ReclaimConfig) -> bool {
         let action = config.action.as_str();
         let doc = describe(unit, targets, "reclaim", config.dry_run);
-        if !self.audit("reclaim", doc.clone()) {
-            self.count(action, "audit_failed");
+        let Ok(begun) = self.begin("reclaim", doc.clone()) else {
+            self.count(action, AUDIT_FAILED);
             return false;
-        }
+        };
         if config.dry_run {
             tracing::info!(gpu = unit.gpu, unit = %unit.key, pids = ?pids(targets), action, dry_run = true, "idle GPU: would reclaim (dry run)");
         } else {
             tracing::warn!(gpu = unit.gpu, unit = %unit.key, pids = ?pids(targets), action, dry_run = false, "idle GPU: reclaiming");
         }
-        if config.dry_run {
-            self.count(action, "dry_run");
-            return true;
-        }
+        let begun = match begun {
+            Some(b) if !config.dry_run => b,
+            _ => {
+                self.count(action, "dry_run");
+                return true;
+            }
+        };
         let me = self.clone();
         match (config.action, config.hook.clone()) {
-            (ActionKind::Hook, Some(hook)) => {
-                spawn("reclaim-hook", move || me.run_hook("hook", &hook, &doc))
-            }
+            (ActionKind::Hook, Some(hook)) => spawn("reclaim-hook", move || {
+                begun.act(|_| me.run_hook("hook", &hook, &doc));
+            }),
             (ActionKind::Hook, None) => self.count("hook", "error"),
             (ActionKind::Signal, _) => {
                 let who: Vec<ProcessIdentity> = identities(targets);
                 let grace = config.grace;
                 spawn("reclaim-signal", move || {
-                    let report = terminate(&me.procfs, &who, grace);
-                    let result = if report.iter().all(|r| r.gone) {
-                        "success"
-                    } else {
-                        "failure"
-                    };
-                    me.count("signal", result);
-                    me.audit(
-                        "reclaim.result",
-                        json!({"action": "signal", "result": result, "gpu": doc["gpu"],
-                               "uuid": doc["uuid"], "processes": report.iter().map(PidReport::json).collect::<Vec<_>>()}),
-                    );
+                    begun.act(|_| {
+                        let report = terminate(&me.procfs, &who, grace);
+                        let result = if report.iter().all(|r| r.gone) {
+                            "success"
+                        } else {
+                            "failure"
+                        };
+                        me.count("signal", result);
+                        let after = json!({"action": "signal", "result": result, "gpu": doc["gpu"],
+                               "uuid": doc["uuid"], "processes": report.iter().map(PidReport::json).collect::<Vec<_>>()});
+                        Done {
+                            value: (),
+                            after: Some(Record::new("reclaim.result", with_trigger(after))),
+                            touched: true,
+                        }
+                    });
                 });
             }
         }
         true
     }
 
-    fn run_hook(&self, step: &'static str, hook: &HookCommand, doc: &Value) {
+    /// Runs a hook with the unit on stdin; its outcome, for the owner to record.
+    fn run_hook(&self, step: &'static str, hook: &HookCommand, doc: &Value) -> Done<()> {
         let spec = CommandSpec {
             name: format!("reclaim.{step}"),
             argv: hook.command.clone(),
@@ -144,13 +169,23 @@ impl Actor {
         if !out.outcome.success() {
             tracing::error!(hook = %spec.name, outcome = %out.outcome, stderr = %out.stderr.trim(), "reclaim hook failed");
         }
-        self.audit(
-            &format!("{step}.result"),
-            json!({"action": step, "result": result, "outcome": out.outcome.to_string(),
+        let after = json!({"action": step, "result": result, "outcome": out.outcome.to_string(),
                    "duration_ms": out.duration.as_millis() as u64, "gpu": doc["gpu"], "uuid": doc["uuid"],
-                   "stdout": out.stdout, "stderr": out.stderr}),
-        );
+                   "stdout": out.stdout, "stderr": out.stderr});
+        Done {
+            value: (),
+            after: Some(Record::new(format!("{step}.result"), with_trigger(after))),
+            touched: true,
+        }
     }
+}
+
+/// Every record says what started it: the reclaim ladder (`"trigger": "reclaim"`).
+fn with_trigger(mut fields: Value) -> Value {
+    if let Value::Object(m) = &mut fields {
+        m.entry("trigger").or_insert_with(|| "reclaim".into());
+    }
+    fields
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {

@@ -61,7 +61,11 @@ fn unit(holders: Vec<Holder>) -> UnitStatus {
 fn actor(dir: &Path) -> Actor {
     Actor {
         procfs: PathBuf::from(PROC),
-        audit: Some(AuditLog::open(&dir.join("audit.jsonl")).expect("audit")),
+        owner: Some(crate::changes::Owner::with(crate::changes::Setup {
+            nvml_lib: String::new(),
+            audit_file: dir.join("audit.jsonl"),
+            mig: Default::default(),
+        })),
         counts: ActionCounts::default(),
     }
 }

@@ -18,7 +18,7 @@ use super::act::{ActionCounts, Actor};
 use super::config::{AccountingConfig, ReclaimConfig};
 use super::idle::{IdleConfig, IdleTracker, UnitState, UnitStatus};
 use super::ladder::{self, Decision, Ladder, Next, Undo};
-use crate::audit::AuditLog;
+use crate::changes::Owner;
 use crate::health::conditions::{finding, Finding};
 use crate::health::{Action, Status};
 use crate::snapshot::Snapshot;
@@ -81,6 +81,8 @@ pub struct Stage {
     ladder: Ladder,
     accounts: Accounts,
     actor: Actor,
+    /// The owner of changes: records reclaim's decisions and lends its acts their turn.
+    owner: Arc<Owner>,
     audit: Result<PathBuf, String>,
     last_persist: Option<Instant>,
     state_write_errors: u64,
@@ -104,7 +106,7 @@ fn keep_aside(path: &std::path::Path) -> Option<PathBuf> {
 }
 
 impl Stage {
-    pub fn new(s: &Settings) -> Stage {
+    pub fn new(s: &Settings, owner: Arc<Owner>) -> Stage {
         let accounts = match (&s.accounting.state_dir, s.accounting.enabled) {
             (Some(dir), true) => Accounts::load(dir).unwrap_or_else(|e| {
                 // Kept aside, not overwritten by the next write: the totals may be recoverable.
@@ -123,9 +125,10 @@ impl Stage {
             accounts,
             actor: Actor {
                 procfs: s.procfs.clone(),
-                audit: None,
+                owner: None,
                 counts: ActionCounts::default(),
             },
+            owner,
             audit: Err("not opened".into()),
             last_persist: None,
             state_write_errors: 0,
@@ -145,21 +148,21 @@ impl Stage {
     pub fn reconfigure(&mut self, s: &Settings) {
         self.actor.procfs = s.procfs.clone();
         if !s.reclaim.enabled {
-            self.actor.audit = None;
+            self.actor.owner = None;
             self.audit = Err("reclaim is off".into());
             return;
         }
-        if self.actor.audit.as_ref().map(|a| a.path()) == Some(s.audit_file.as_path()) {
+        if self.actor.owner.is_some() && self.audit.as_ref().ok() == Some(&s.audit_file) {
             return;
         }
-        match AuditLog::open(&s.audit_file) {
-            Ok(log) => {
-                self.actor.audit = Some(log);
-                self.audit = Ok(s.audit_file.clone());
+        match self.owner.audit_ready() {
+            Ok(path) => {
+                self.actor.owner = Some(self.owner.clone());
+                self.audit = Ok(path);
             }
             Err(e) => {
                 tracing::error!(error = %e, "cannot open the audit log; reclaim stays in dry run until it can be written");
-                self.actor.audit = None;
+                self.actor.owner = None;
                 self.audit = Err(e.to_string());
             }
         }
@@ -410,6 +413,14 @@ mod tests {
     use super::*;
     use crate::reclaim::testkit::{gpu, proc, snap};
 
+    fn owner(s: &Settings) -> Arc<Owner> {
+        Owner::with(crate::changes::Setup {
+            nvml_lib: String::new(),
+            audit_file: s.audit_file.clone(),
+            mig: Default::default(),
+        })
+    }
+
     fn settings(audit_file: PathBuf) -> Settings {
         Settings {
             reclaim: ReclaimConfig {
@@ -437,7 +448,7 @@ mod tests {
         // A file under a regular file cannot be created.
         let tmp = tempfile::NamedTempFile::new().expect("tempfile");
         let s = settings(tmp.path().join("audit.jsonl"));
-        let mut stage = Stage::new(&s);
+        let mut stage = Stage::new(&s, owner(&s));
         let idle = |t| snap(t, vec![gpu(0, Some(0), vec![proc(pid, 4096, Some(0))])]);
         let (view, findings) = stage.observe(&idle(0), &s);
         assert!(view.dry_run && view.audit.is_err());
@@ -467,7 +478,7 @@ mod tests {
         let mut s = settings(dir.path().join("audit.jsonl"));
         s.accounting.state_dir = Some(dir.path().to_path_buf());
         std::fs::write(dir.path().join("accounting.json"), "{not json").expect("write");
-        let mut stage = Stage::new(&s);
+        let mut stage = Stage::new(&s, owner(&s));
         stage.observe(
             &snap(0, vec![gpu(0, Some(0), vec![proc(1, 4096, Some(0))])]),
             &s,
@@ -479,7 +490,7 @@ mod tests {
         // A second corrupt file (here: counters that cannot be ours) gets a copy of its own.
         let negative = r#"{"version":1,"owners":[],"idle_held":[[[0,"GPU-0"],-3.0]]}"#;
         std::fs::write(dir.path().join("accounting.json"), negative).expect("write");
-        let _ = Stage::new(&s);
+        let _ = Stage::new(&s, owner(&s));
         let first = std::fs::read_to_string(dir.path().join("accounting.json.unreadable.1"));
         assert_eq!(first.expect("first copy kept"), "{not json");
         let second = std::fs::read_to_string(dir.path().join("accounting.json.unreadable.2"));
@@ -491,7 +502,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut s = settings(dir.path().join("audit.jsonl"));
         s.reclaim.enabled = false;
-        let mut stage = Stage::new(&s);
+        let mut stage = Stage::new(&s, owner(&s));
         let idle = |t| snap(t, vec![gpu(0, Some(0), vec![proc(1, 4096, Some(0))])]);
         stage.observe(&idle(0), &s);
         let (view, findings) = stage.observe(&idle(600), &s);

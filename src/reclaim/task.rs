@@ -57,7 +57,11 @@ impl Reclaim {
 }
 
 /// Starts the actor on the runtime it is called from.
-pub fn spawn(settings: Settings, mut published: watch::Receiver<Arc<Published>>) -> Reclaim {
+pub fn spawn(
+    settings: Settings,
+    owner: Arc<crate::changes::Owner>,
+    mut published: watch::Receiver<Arc<Published>>,
+) -> Reclaim {
     let (view_tx, view) = watch::channel(None);
     let (findings_tx, findings) = watch::channel(ExtraFindings::default());
     let (settings_tx, mut settings_rx) = watch::channel(settings);
@@ -67,7 +71,7 @@ pub fn spawn(settings: Settings, mut published: watch::Receiver<Arc<Published>>)
         let mut current = settings_rx.borrow_and_update().clone();
         let s = current.clone();
         // Loading the accounting state reads a file: off the async workers.
-        let Ok(mut stage) = tokio::task::spawn_blocking(move || Stage::new(&s)).await else {
+        let Ok(mut stage) = tokio::task::spawn_blocking(move || Stage::new(&s, owner)).await else {
             tracing::error!("the reclaim stage failed to start; reclaim and accounting are off");
             return;
         };

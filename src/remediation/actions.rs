@@ -8,8 +8,8 @@
 //! - `power_limit` sets the GPU's power limit; on resolution, back to the default limit.
 //! - `fence` sets compute mode `PROHIBITED` (no new CUDA contexts); on resolution, `DEFAULT`.
 //!
-//! Blocking (procfs reads, NVML writes through [`crate::gpu::control`]); run on a blocking
-//! thread.
+//! Blocking (procfs reads, NVML writes on the owner of changes' session, [`Acting::nvml`]);
+//! run on a blocking thread, as a change the owner has recorded.
 
 use std::path::Path;
 use std::time::Instant;
@@ -21,7 +21,7 @@ use crate::snapshot::Snapshot;
 
 use super::alert::{Alert, Status};
 use super::config::ActionKind;
-use crate::gpu::control;
+use crate::changes::{Acting, NvmlGuard};
 use crate::snapshot::GpuSnapshot;
 
 /// What an action did: the metric's result label and the details for the audit log.
@@ -36,7 +36,7 @@ pub fn run(
     alert: &Alert,
     snapshot: &Snapshot,
     procfs: &Path,
-    nvml_lib: &str,
+    acting: &Acting<'_>,
 ) -> ActionOutput {
     let started = Instant::now();
     let (result, details) = match target(alert, snapshot) {
@@ -51,14 +51,19 @@ pub fn run(
                 ActionKind::SignalProcesses(_) => ("success", json!({"skipped": "resolved"})),
                 ActionKind::PowerLimit(w) => {
                     let want = firing.then_some(w);
-                    written(control::set_power_limit(nvml_lib, gpu.uuid(), want).map(|now| {
-                        json!({"uuid": gpu.uuid(), "requested_watts": want, "power_limit_watts": now})
+                    written(session(acting).and_then(|nvml| {
+                        nvml.session()
+                            .set_power_limit(gpu.uuid(), want)
+                            .map(|now| json!({"uuid": gpu.uuid(), "requested_watts": want, "power_limit_watts": now}))
+                            .map_err(|e| e.to_string())
                     }))
                 }
-                ActionKind::Fence => written(
-                    control::set_compute_mode(nvml_lib, gpu.uuid(), firing)
-                        .map(|now| json!({"uuid": gpu.uuid(), "compute_mode": now})),
-                ),
+                ActionKind::Fence => written(session(acting).and_then(|nvml| {
+                    nvml.session()
+                        .fence(gpu.uuid(), firing)
+                        .map(|now| json!({"uuid": gpu.uuid(), "compute_mode": now}))
+                        .map_err(|e| e.to_string())
+                })),
             }
         }
     };
@@ -69,10 +74,17 @@ pub fn run(
     }
 }
 
-fn written(r: Result<Value, control::ControlError>) -> (&'static str, Value) {
+/// The owner's NVML write session (one NVML change at a time, across the agent).
+fn session<'a>(acting: &'a Acting<'_>) -> Result<NvmlGuard<'a>, String> {
+    acting
+        .nvml()
+        .map_err(|e| format!("cannot open NVML to write: {e}"))
+}
+
+fn written(r: Result<Value, String>) -> (&'static str, Value) {
     match r {
         Ok(v) => ("success", v),
-        Err(e) => ("failure", json!({"error": e.to_string()})),
+        Err(e) => ("failure", json!({"error": e})),
     }
 }
 

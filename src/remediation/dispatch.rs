@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
-use crate::audit::AuditLog;
+use crate::changes::{Acting, Done, Owner, Record};
 use crate::exec::{self, CommandSpec};
 use crate::publication::Published;
 
@@ -91,8 +91,9 @@ pub enum Refused {
 pub struct Handle {
     tx: mpsc::Sender<Notice>,
     pub metrics: Arc<HookMetrics>,
-    /// Where a webhook batch's receipt is recorded before it is queued.
-    audit: Option<AuditLog>,
+    /// Who records a webhook batch's receipt before it is queued (the owner of changes;
+    /// `None` while no route is configured: nothing would be decided).
+    recorder: Option<Arc<Owner>>,
 }
 
 impl Handle {
@@ -118,14 +119,14 @@ impl Handle {
         // be written (its decisions could not be either), the sender hears it now, with a 503
         // it retries, instead of a 202 for alerts that would then all be refused unrecorded.
         // Blocks for one fsync: called off the async workers.
-        if let (Source::Alertmanager, Some(log)) = (source, &self.audit) {
+        if let (Source::Alertmanager, Some(owner)) = (source, &self.recorder) {
             let firing = alerts
                 .iter()
                 .filter(|a| a.status == super::alert::Status::Firing)
                 .count();
             let receipt = json!({"trigger": source.trigger(), "source": source.as_str(), "alerts": n, "firing": firing,
                                  "resolved": n - firing});
-            if let Err(e) = log.record("remediation", "webhook.received", receipt) {
+            if let Err(e) = owner.record("remediation", "webhook.received", receipt) {
                 return Err(Refused::Unrecorded {
                     alerts: n,
                     reason: e.to_string(),
@@ -139,18 +140,17 @@ impl Handle {
     }
 }
 
-/// What built-in actions read: the newest snapshot and where procfs is.
+/// What built-in actions read: the newest snapshot and where procfs is (they write to GPUs
+/// through the owner of changes' NVML session).
 pub struct Node {
     pub published: watch::Receiver<Arc<Published>>,
     pub procfs: std::path::PathBuf,
-    /// The NVML library the poller loads, for the actions that write to a GPU.
-    pub nvml_lib: String,
 }
 
 /// Starts the dispatcher; it stops when `stop` turns true.
 pub fn spawn(
     config: RemediationConfig,
-    audit: Option<AuditLog>,
+    owner: Arc<Owner>,
     node: Option<Node>,
     mut stop: watch::Receiver<bool>,
 ) -> Handle {
@@ -164,19 +164,21 @@ pub fn spawn(
     {
         metrics.declare(name);
     }
+    // No route, no decision: nothing to record (and a webhook is taken without a receipt).
+    let recording = !config.routes.is_empty();
     let handle = Handle {
         tx,
         metrics: metrics.clone(),
-        audit: audit.clone(),
+        recorder: recording.then(|| owner.clone()),
     };
     let runner = Arc::new(Runner {
         config,
-        audit,
+        owner,
         node,
         metrics,
         gpu_locks: Mutex::new(HashMap::new()),
     });
-    let replay_from = runner.audit.as_ref().map(|log| log.path().to_path_buf());
+    let replay_from = recording.then(|| runner.owner.setup().audit_file);
     let dry_run = runner.config.dry_run;
     let routes = runner.config.routes.clone();
     tokio::spawn(async move {
@@ -241,7 +243,8 @@ impl Step {
 
 struct Runner {
     config: RemediationConfig,
-    audit: Option<AuditLog>,
+    /// The owner of changes: records every decision, and carries out every step.
+    owner: Arc<Owner>,
     node: Option<Node>,
     metrics: Arc<HookMetrics>,
     /// One lock per GPU key: actions on a GPU run one at a time, in decision order.
@@ -324,7 +327,7 @@ impl Runner {
                     "not running hooks: the decision could not be written to the audit log"
                 );
                 for hook in &route.hooks {
-                    self.metrics.observe(hook, "audit_failed", None);
+                    self.metrics.observe(hook, crate::audit::AUDIT_FAILED, None);
                 }
                 continue;
             }
@@ -350,14 +353,8 @@ impl Runner {
 
     /// Writes an audit record; false when it could not be written (hooks then do not run).
     fn audit(&self, event: &str, fields: serde_json::Value) -> bool {
-        match &self.audit {
-            None => true,
-            Some(log) => match log.record("remediation", event, fields) {
-                Ok(()) => true,
-                // Counted, and logged once per run of failures, by the audit log.
-                Err(_) => false,
-            },
-        }
+        // Counted, and logged once per run of failures, by the audit log.
+        self.owner.record("remediation", event, fields).is_ok()
     }
 
     /// Waits for the GPU's turn, then runs the steps on a blocking thread. The whole run, its
@@ -414,28 +411,35 @@ impl Runner {
                 tracing::info!(hook = %name, alertname = alert.name(), "dry run: not run");
                 continue;
             }
-            if !self.audit("hook.start", merge(&base, step.describe())) {
+            let start = Record::new("hook.start", merge(&base, step.describe()));
+            let Ok(begun) = self.owner.begin("remediation", start) else {
                 // Not run, nor the steps after it: a route is a sequence.
-                self.metrics.observe(&name, "audit_failed", None);
+                self.metrics
+                    .observe(&name, crate::audit::AUDIT_FAILED, None);
                 tracing::error!(hook = %name, alertname = alert.name(), "not running the hook: its start could not be written to the audit log");
                 break;
-            }
-            let (result, duration, details) = match &step {
-                Step::Hook(spec) => self.run_hook(spec, alert),
-                Step::Action(action) => self.run_action(action, alert),
             };
-            self.metrics.observe(&name, result, duration);
-            self.audit(
-                "hook.end",
-                merge(
+            begun.act(|node: &Acting<'_>| {
+                let (result, duration, details) = match &step {
+                    Step::Hook(spec) => self.run_hook(spec, alert),
+                    Step::Action(action) => self.run_action(action, alert, node),
+                };
+                self.metrics.observe(&name, result, duration);
+                let end = merge(
                     &merge(&base, details),
                     json!({
                         "hook": name,
                         "result": result,
                         "duration_ms": duration.map(|d| d.as_millis() as u64),
                     }),
-                ),
-            );
+                );
+                Done {
+                    value: (),
+                    after: Some(Record::new("hook.end", end)),
+                    // A hook may change anything; an action touches a GPU or its processes.
+                    touched: result != "error",
+                }
+            });
         }
     }
 
@@ -466,12 +470,13 @@ impl Runner {
         &self,
         action: &Action,
         alert: &Alert,
+        acting: &Acting<'_>,
     ) -> (&'static str, Option<std::time::Duration>, serde_json::Value) {
         let Some(node) = &self.node else {
             return ("error", None, json!({"error": "no node state to act on"}));
         };
         let snapshot = node.published.borrow().snapshot.clone();
-        let out = super::actions::run(action.kind, alert, &snapshot, &node.procfs, &node.nvml_lib);
+        let out = super::actions::run(action.kind, alert, &snapshot, &node.procfs, acting);
         tracing::info!(action = %action.name, alertname = alert.name(), result = out.result, details = %out.details, "built-in action done");
         (out.result, Some(out.duration), out.details)
     }
@@ -529,7 +534,7 @@ mod tests {
         let h = Handle {
             tx,
             metrics: Arc::default(),
-            audit: None,
+            recorder: None,
         };
         assert_eq!(
             h.submit(alerts(QUEUE + 1), Source::Alertmanager),

@@ -62,7 +62,7 @@ impl HookMetrics {
             "timeout",
             "error",
             "dry_run",
-            "audit_failed",
+            crate::audit::AUDIT_FAILED,
         ] {
             m.runs.entry((hook.to_string(), r)).or_default();
         }

@@ -335,27 +335,20 @@ pub fn observe(session: &Session, config: &SharingConfig) -> Result<Vec<Observed
         .collect())
 }
 
-/// Observe → diff → apply against the NVML library `nvml_lib`, auditing to `audit`.
+/// Observe → diff → apply on `session` (the change owner's), auditing to `audit`.
 pub fn run(
     config: &SharingConfig,
-    nvml_lib: &str,
+    session: &Session,
     audit: Option<&AuditLog>,
     dry_run: bool,
     trigger: &str,
 ) -> Report {
-    let session = match Session::open(nvml_lib) {
-        Ok(s) => s,
-        Err(e) => return Report::failed(trigger, dry_run, e.reason),
-    };
-    let observed = match observe(&session, config) {
+    let observed = match observe(session, config) {
         Ok(o) => o,
         Err(e) => return Report::failed(trigger, dry_run, e),
     };
     let plan = plan::plan(config, &observed);
-    let mut node = NvmlNode {
-        session: &session,
-        config,
-    };
+    let mut node = NvmlNode { session, config };
     apply_plan(plan, observed, &mut node, audit, dry_run, trigger)
 }
 

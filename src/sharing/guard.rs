@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use super::plugin::devices::GpuState;
 use super::settings::{GuardAction, MemoryGuardConfig, TimeSlicing};
 use super::status::StatusSink;
-use crate::audit::AuditLog;
+use crate::changes::{Acting, Done, Owner, Record};
 use crate::procs::{self, ProcessIdentity};
 use crate::publication::Published;
 use crate::snapshot::{OverLimit, Snapshot};
@@ -126,7 +126,7 @@ pub fn spawn(
     ts: TimeSlicing,
     config: MemoryGuardConfig,
     procfs: PathBuf,
-    audit_file: PathBuf,
+    owner: Arc<Owner>,
     mut published: watch::Receiver<Arc<Published>>,
     status: StatusSink,
     mut stop: watch::Receiver<bool>,
@@ -134,7 +134,6 @@ pub fn spawn(
     tokio::spawn(async move {
         let mut state = GuardState::default();
         let mut reported: Vec<(String, u32)> = Vec::new();
-        let mut audit: Option<AuditLog> = None;
         loop {
             let p = published.borrow_and_update().clone();
             let gpus: Vec<GpuState> = p
@@ -175,21 +174,17 @@ pub fn spawn(
                     state.not_signalled(&offender.over);
                     continue;
                 }
-                if audit.is_none() {
-                    audit = AuditLog::open(&audit_file)
-                        .map_err(|e| tracing::error!(error = %e, "memory guard: cannot open the audit log; not signalling"))
-                        .ok();
-                }
-                let Some(a) = audit.clone() else { continue };
-                let (procfs, config) = (procfs.clone(), config.clone());
+                let (procfs, config, owner) = (procfs.clone(), config.clone(), owner.clone());
                 let over = offender.over.clone();
                 let label =
-                    tokio::task::spawn_blocking(move || act(&offender, &config, &procfs, &a))
+                    tokio::task::spawn_blocking(move || act(&offender, &config, &procfs, &owner))
                         .await
-                        .unwrap_or("failed");
-                if label == "audit_failed" {
-                    state.not_signalled(&over);
-                }
+                        .unwrap_or(Ok("failed"))
+                        .unwrap_or_else(|()| {
+                            // Not sent, so not remembered as sent: tried again at the next poll.
+                            state.not_signalled(&over);
+                            crate::audit::AUDIT_FAILED
+                        });
                 status.update(|s| *s.guard_signals_total.entry(label).or_default() += 1);
             }
             status.update(|s| {
@@ -205,47 +200,64 @@ pub fn spawn(
     });
 }
 
-/// Signals (or, in a dry run, only records) one offender; returns the result label.
+/// Signals (or, in a dry run, only records) one offender; the result label, or `Err` when the
+/// decision could not be recorded (nothing was sent).
 fn act(
     o: &Offender,
     config: &MemoryGuardConfig,
     procfs: &std::path::Path,
-    audit: &AuditLog,
-) -> &'static str {
+    owner: &Arc<Owner>,
+) -> Result<&'static str, ()> {
     let who: Option<ProcessIdentity> = procs::identify(procfs, o.over.pid);
     let signal = config.signal.parse::<nix::sys::signal::Signal>().ok();
-    // The decision is recorded before the signal: without the record, nothing is sent.
-    if who.is_some() && signal.is_some() && !config.dry_run {
-        let decision = json!({
-            "gpu": o.over.gpu, "uuid": o.over.uuid, "pid": o.over.pid, "process": o.name,
-            "used_bytes": o.over.used_bytes, "limit_bytes": o.over.limit_bytes,
-            "signal": config.signal,
-        });
-        if audit
-            .record("sharing", "memory_guard.decision", decision)
-            .is_err()
-        {
-            return "audit_failed";
-        }
-    }
-    let (label, detail) = match (who, signal) {
-        (None, _) => ("gone", String::new()),
-        (Some(_), None) => ("failed", format!("unknown signal '{}'", config.signal)),
-        (Some(_), Some(_)) if config.dry_run => ("dry_run", String::new()),
-        (Some(who), Some(sig)) => match procs::signal_verified(procfs, &who, sig) {
-            procs::SignalResult::Failed(e) => ("failed", e),
-            r => (r.label(), String::new()),
-        },
+    let outcome = |label: &'static str, detail: String| {
+        Record::new(
+            "memory_guard.signal",
+            json!({
+                "gpu": o.over.gpu, "uuid": o.over.uuid, "pid": o.over.pid, "process": o.name,
+                "used_bytes": o.over.used_bytes, "limit_bytes": o.over.limit_bytes,
+                "over_since": humantime::format_rfc3339_millis(o.since).to_string(),
+                "signal": config.signal, "dry_run": config.dry_run, "result": label, "detail": detail,
+            }),
+        )
     };
-    let record = json!({
-        "gpu": o.over.gpu, "uuid": o.over.uuid, "pid": o.over.pid, "process": o.name,
-        "used_bytes": o.over.used_bytes, "limit_bytes": o.over.limit_bytes,
-        "over_since": humantime::format_rfc3339_millis(o.since).to_string(),
-        "signal": config.signal, "dry_run": config.dry_run, "result": label, "detail": detail,
-    });
-    if let Err(e) = audit.record("sharing", "memory_guard.signal", record) {
-        tracing::error!(error = %e, "memory guard: cannot write the audit record");
-    }
+    let label = match (who, signal) {
+        (Some(who), Some(sig)) if !config.dry_run => {
+            // The decision is recorded before the signal: without the record, nothing is sent.
+            let decision = Record::new(
+                "memory_guard.decision",
+                json!({
+                    "gpu": o.over.gpu, "uuid": o.over.uuid, "pid": o.over.pid, "process": o.name,
+                    "used_bytes": o.over.used_bytes, "limit_bytes": o.over.limit_bytes,
+                    "signal": config.signal,
+                }),
+            );
+            let begun = owner.begin("sharing", decision).map_err(|_| ())?;
+            begun.act(|_: &Acting<'_>| {
+                let (label, detail) = match procs::signal_verified(procfs, &who, sig) {
+                    procs::SignalResult::Failed(e) => ("failed", e),
+                    r => (r.label(), String::new()),
+                };
+                Done {
+                    value: label,
+                    after: Some(outcome(label, detail)),
+                    touched: label == "sent",
+                }
+            })
+        }
+        (who, signal) => {
+            let (label, detail) = match (who, signal) {
+                (None, _) => ("gone", String::new()),
+                (Some(_), None) => ("failed", format!("unknown signal '{}'", config.signal)),
+                (Some(_), Some(_)) => ("dry_run", String::new()),
+            };
+            let r = outcome(label, detail);
+            if let Err(e) = owner.record("sharing", &r.event, r.fields) {
+                tracing::error!(error = %e, "memory guard: cannot write the audit record");
+            }
+            label
+        }
+    };
     tracing::warn!(
         pid = o.over.pid,
         gpu = o.over.gpu,
@@ -261,7 +273,7 @@ fn act(
         o.over.used_bytes >> 20,
         o.over.limit_bytes >> 20
     );
-    label
+    Ok(label)
 }
 
 #[cfg(test)]
@@ -322,10 +334,15 @@ mod tests {
     #[test]
     fn no_signal_is_sent_when_its_decision_cannot_be_recorded() {
         // /dev/full takes the open and answers every write with ENOSPC, like a full disk.
-        let Ok(audit) = AuditLog::open(std::path::Path::new("/dev/full")) else {
+        let owner = crate::changes::Owner::with(crate::changes::Setup {
+            nvml_lib: String::new(),
+            audit_file: "/dev/full".into(),
+            mig: Default::default(),
+        });
+        if owner.audit_ready().is_err() {
             eprintln!("SKIPPED: /dev/full cannot be opened here");
             return;
-        };
+        }
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
@@ -347,11 +364,15 @@ mod tests {
             dry_run: false,
             ..MemoryGuardConfig::default()
         };
-        let label = act(&offender, &config, std::path::Path::new("/proc"), &audit);
+        let label = act(&offender, &config, std::path::Path::new("/proc"), &owner);
         let alive = child.try_wait().map(|s| s.is_none()).unwrap_or(false);
         let _ = child.kill();
         let _ = child.wait();
-        assert_eq!(label, "audit_failed");
+        assert_eq!(
+            label,
+            Err(()),
+            "refused: its decision could not be recorded"
+        );
         assert!(alive, "signalled without a record");
         // And it is due again at the next poll.
         let mut state = GuardState::default();

@@ -3,60 +3,40 @@
 //! and publishes [`SharingStatus`] for metrics through the [`StatusSink`] it shares with the
 //! device plugin and the memory guard (it starts them; they do not import it).
 
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
 
-use super::apply::{self, Report};
+use super::apply::Report;
 use super::settings::SharingConfig;
 use super::status::{SharingFeed, StatusSink};
-use crate::audit::AuditLog;
+use crate::changes::sharing::SharingApply;
+use crate::changes::Owner;
 use crate::snapshot::SharingStatus;
-
-/// What an apply runs against; replaced on reload.
-#[derive(Debug, Clone)]
-struct Current {
-    config: SharingConfig,
-    nvml_lib: String,
-    audit_file: PathBuf,
-}
 
 /// The daemon's sharing handle (cheap to clone through `Arc`).
 #[derive(Debug)]
 pub struct Sharing {
-    current: Mutex<Current>,
-    /// Opened by the first apply that changes something (a node without `[sharing]` never
-    /// creates the file); an apply that cannot open it changes nothing.
-    audit: Mutex<Option<AuditLog>>,
+    /// What an apply runs against; replaced on reload.
+    current: Mutex<SharingConfig>,
+    /// The owner of changes: applies (and the memory guard's signals) go through it, which
+    /// records them, lends its NVML session and wakes the poller after a change.
+    owner: Arc<Owner>,
     /// One apply at a time (start, SIGHUP and API may race).
     running: tokio::sync::Mutex<()>,
     last: Mutex<Option<Arc<Report>>>,
     status: StatusSink,
-    /// The poller's control, told after an apply that changed the node so that its next poll
-    /// starts at once and reads compute modes off the slow tier's schedule (set once it runs).
-    waker: Mutex<Option<std::sync::mpsc::Sender<crate::poller::Control>>>,
 }
 
 impl Sharing {
-    pub fn new(config: SharingConfig, nvml_lib: String, audit_file: PathBuf) -> Arc<Self> {
+    pub fn new(config: SharingConfig, owner: Arc<Owner>) -> Arc<Self> {
         Arc::new(Sharing {
-            current: Mutex::new(Current {
-                config,
-                nvml_lib,
-                audit_file,
-            }),
-            audit: Mutex::new(None),
+            current: Mutex::new(config),
+            owner,
             running: tokio::sync::Mutex::new(()),
             last: Mutex::new(None),
             status: StatusSink::new(),
-            waker: Mutex::new(None),
         })
-    }
-
-    /// Where to say that the node changed: the poller's control (set once it runs).
-    pub fn set_waker(&self, control: std::sync::mpsc::Sender<crate::poller::Control>) {
-        *self.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(control);
     }
 
     pub fn feed(&self) -> SharingFeed {
@@ -64,34 +44,15 @@ impl Sharing {
     }
 
     pub fn config(&self) -> SharingConfig {
-        self.lock_current().config.clone()
-    }
-
-    fn lock_current(&self) -> std::sync::MutexGuard<'_, Current> {
-        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Takes a reloaded configuration (applied by the next [`Sharing::apply`]).
-    pub fn reconfigure(&self, config: SharingConfig, nvml_lib: String, audit_file: PathBuf) {
-        let mut current = self.lock_current();
-        if current.audit_file != audit_file {
-            *self.audit.lock().unwrap_or_else(PoisonError::into_inner) = None;
-        }
-        *current = Current {
-            config,
-            nvml_lib,
-            audit_file,
-        };
-    }
-
-    fn audit_log(&self, path: &Path) -> Result<AuditLog, String> {
-        let mut slot = self.audit.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(a) = slot.as_ref() {
-            return Ok(a.clone());
-        }
-        let a = AuditLog::open(path).map_err(|e| e.to_string())?;
-        *slot = Some(a.clone());
-        Ok(a)
+    pub fn reconfigure(&self, config: SharingConfig) {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = config;
     }
 
     /// Starts what the configuration asks for: the device plugin, the memory guard, and the
@@ -115,7 +76,7 @@ impl Sharing {
                 ts.clone(),
                 c.memory_guard.clone(),
                 config.processes.procfs.clone(),
-                config.audit_file.clone(),
+                self.owner.clone(),
                 published,
                 self.status.clone(),
                 stop,
@@ -137,7 +98,7 @@ impl Sharing {
         {
             tracing::warn!("[sharing.device_plugin], the shared resources and [sharing.memory_guard] change only on restart");
         }
-        self.reconfigure(n.clone(), new.nvml_lib.clone(), new.audit_file.clone());
+        self.reconfigure(n.clone());
         if n.manages_node() {
             let s = self.clone();
             tokio::spawn(async move { s.apply("sighup", false).await });
@@ -164,42 +125,16 @@ impl Sharing {
     /// Observe → diff → apply (or only plan, when `dry_run`), logged once with its outcome.
     pub async fn apply(self: &Arc<Self>, trigger: &'static str, dry_run: bool) -> Arc<Report> {
         let _one = self.running.lock().await;
-        let me = self.clone();
-        let report = tokio::task::spawn_blocking(move || {
-            let Current {
-                config,
-                nvml_lib,
-                audit_file,
-            } = me.lock_current().clone();
-            let audit = match me.audit_log(&audit_file) {
-                Ok(a) => Some(a),
-                Err(_) if dry_run => None,
-                Err(e) => {
-                    return apply::Report::audit_failed(
-                        trigger,
-                        dry_run,
-                        format!("cannot open the audit log ({e}); nothing was changed"),
-                    )
-                }
-            };
-            apply::run(&config, &nvml_lib, audit.as_ref(), dry_run, trigger)
-        })
-        .await
-        .unwrap_or_else(|e| {
-            apply::Report::failed(trigger, dry_run, format!("the apply task failed: {e}"))
-        });
+        let change = SharingApply {
+            config: self.config(),
+            dry_run,
+            trigger,
+        };
+        let report =
+            self.owner.call(change).await.unwrap_or_else(|| {
+                Report::failed(trigger, dry_run, "the apply task failed".into())
+            });
         log(&report);
-        // Whatever was changed (made, or made and undone) shows at the next poll, now.
-        if !dry_run && !report.steps.is_empty() {
-            if let Some(w) = self
-                .waker
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .as_ref()
-            {
-                let _ = w.send(crate::poller::Control::Changed);
-            }
-        }
         if !dry_run {
             let result = if report.ok { "ok" } else { "failed" };
             self.update_status(|s| {

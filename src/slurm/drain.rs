@@ -1,8 +1,8 @@
 //! The change the Slurm component makes, as a typed request, and the one place that makes it:
 //! read the node, decide whether the change is ours to make, write the audit record, act.
 //!
-//! Self-contained on purpose: `Request` can become one more request type of the agent's single
-//! owner of changes to the node, with [`Drainer::handle`] as its executor.
+//! Run as a change of the agent's single owner of changes ([`crate::changes`]), which lends
+//! it the audit record (`record`).
 //!
 //! Must not: resume a node whose drain is not ours (the reason does not start with
 //! [`super::REASON_PREFIX`]), drain over an admin's drain (that would replace their reason), or
@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::scontrol::{Error, NodeState, Scontrol};
 use super::REASON_PREFIX;
-use crate::audit::AuditLog;
+use crate::audit::AuditFailed;
 
 /// The audit component of these records.
 pub const COMPONENT: &str = "slurm";
@@ -51,7 +51,7 @@ impl Failed {
     pub fn result(&self) -> &'static str {
         match self {
             Failed::Scontrol(e) => e.result,
-            Failed::Audit { .. } => "audit_failed",
+            Failed::Audit { .. } => crate::audit::AUDIT_FAILED,
         }
     }
 }
@@ -61,20 +61,26 @@ impl Failed {
 pub struct Drainer {
     pub scontrol: Scontrol,
     pub node: String,
-    /// `None` when the audit log could not be opened: every change is then refused.
-    pub audit: Option<AuditLog>,
 }
+
+/// Writes one audit record of the component (the change owner's writer).
+pub type RecordFn<'a> = dyn Fn(&str, serde_json::Value) -> Result<(), AuditFailed> + 'a;
 
 impl Drainer {
     /// Reads the node, then drains or resumes it if that is ours to do, auditing first.
-    pub fn handle(&self, request: &Request, trigger: &str) -> Result<Done, Failed> {
+    pub fn handle(
+        &self,
+        request: &Request,
+        trigger: &str,
+        record: &RecordFn<'_>,
+    ) -> Result<Done, Failed> {
         let now = self.scontrol.show_node(&self.node)?;
         match request {
             Request::Drain { reason } => {
                 if now.drained() {
                     return Ok(verdict_on_drained(&now));
                 }
-                self.audit("drain", &now, Some(reason), trigger)?;
+                self.audit(record, "drain", &now, Some(reason), trigger)?;
                 self.scontrol.drain(&self.node, reason)?;
             }
             Request::Resume => {
@@ -86,7 +92,7 @@ impl Drainer {
                         reason: now.reason.clone(),
                     });
                 }
-                self.audit("resume", &now, None, trigger)?;
+                self.audit(record, "resume", &now, None, trigger)?;
                 self.scontrol.resume(&self.node)?;
             }
         }
@@ -95,6 +101,7 @@ impl Drainer {
 
     fn audit(
         &self,
+        record: &RecordFn<'_>,
         what: &'static str,
         now: &NodeState,
         reason: Option<&String>,
@@ -107,17 +114,10 @@ impl Drainer {
             "reason": reason,
             "trigger": trigger,
         });
-        let Some(log) = &self.audit else {
-            return Err(Failed::Audit {
-                what,
-                error: "the audit log is not open".into(),
-            });
-        };
-        log.record(COMPONENT, what, fields)
-            .map_err(|e| Failed::Audit {
-                what,
-                error: e.to_string(),
-            })
+        record(what, fields).map_err(|e| Failed::Audit {
+            what,
+            error: e.to_string(),
+        })
     }
 }
 

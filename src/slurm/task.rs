@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +18,8 @@ use tokio::time::Instant;
 use super::drain::{Done, Drainer, Request};
 use super::scontrol::Scontrol;
 use super::{failing_reason, SlurmConfig, CALL_TIMEOUT};
+use crate::changes::slurm::SlurmChange;
+use crate::changes::Owner;
 use crate::publication::Published;
 use crate::snapshot::NvmlStatus;
 
@@ -90,35 +91,27 @@ const RESULTS: [&str; 7] = [
     "failure",
     "timeout",
     "error",
-    "audit_failed",
+    crate::audit::AUDIT_FAILED,
 ];
 
 /// Starts the actor; its series are returned for the page.
 pub fn spawn(
     config: &SlurmConfig,
-    audit_file: &Path,
+    owner: Arc<Owner>,
     published: watch::Receiver<Arc<Published>>,
     stop: watch::Receiver<bool>,
 ) -> Arc<SlurmMetrics> {
-    let audit = match crate::audit::AuditLog::open(audit_file) {
-        Ok(log) => Some(log),
-        Err(e) => {
-            let text = format!(
-                "cannot open the audit log '{}' ({e}): Slurm drains and resumes are refused; fix [audit] file",
-                audit_file.display()
-            );
-            tracing::error!("{text}");
-            crate::warnings::set(COMPONENT, Some(text));
-            None
-        }
-    };
+    if let Err(e) = owner.audit_ready() {
+        let text = format!("{e}: Slurm drains and resumes are refused; fix [audit] file");
+        tracing::error!("{text}");
+        crate::warnings::set(COMPONENT, Some(text));
+    }
     let drainer = Drainer {
         scontrol: Scontrol {
             program: config.scontrol.clone(),
             timeout: CALL_TIMEOUT,
         },
         node: config.node(),
-        audit,
     };
     tracing::info!(node = %drainer.node, scontrol = %drainer.scontrol.program, "slurm: draining this node when a GPU fails");
     let metrics = Arc::new(SlurmMetrics {
@@ -127,7 +120,7 @@ pub fn spawn(
             ..Counts::default()
         }),
     });
-    tokio::spawn(run(drainer, published, stop, metrics.clone()));
+    tokio::spawn(run(owner, drainer, published, stop, metrics.clone()));
     metrics
 }
 
@@ -144,6 +137,7 @@ fn name(r: &Request) -> &'static str {
 }
 
 async fn run(
+    owner: Arc<Owner>,
     drainer: Drainer,
     mut published: watch::Receiver<Arc<Published>>,
     mut stop: watch::Receiver<bool>,
@@ -169,12 +163,13 @@ async fn run(
         }
         if let Some(request) = want.clone().filter(|w| Some(name(w)) != applied) {
             if failed != Some(name(&request)) || retry_at.is_none_or(|t| Instant::now() >= t) {
-                let d = drainer.clone();
-                let r = request.clone();
-                let handled =
-                    tokio::task::spawn_blocking(move || d.handle(&r, "gpu verdict")).await;
-                match handled {
-                    Ok(Ok(done)) => {
+                let change = SlurmChange {
+                    drainer: drainer.clone(),
+                    request: request.clone(),
+                    trigger: "gpu verdict",
+                };
+                match owner.call(change).await {
+                    Some(Ok(done)) => {
                         report_done(&drainer.node, &request, &done, &metrics);
                         applied = Some(name(&request));
                         attempt = 0;
@@ -182,7 +177,7 @@ async fn run(
                         failed = None;
                         crate::warnings::set(COMPONENT, None);
                     }
-                    Ok(Err(e)) => {
+                    Some(Err(e)) => {
                         attempt += 1;
                         let wait = backoff(attempt);
                         retry_at = Some(Instant::now() + wait);
@@ -198,7 +193,7 @@ async fn run(
                             )),
                         );
                     }
-                    Err(e) => tracing::error!(error = %e, "slurm: the scontrol task failed"),
+                    None => tracing::error!("slurm: the scontrol task failed"),
                 }
             }
         }

@@ -118,26 +118,41 @@ fn a_drain_whose_audit_record_cannot_be_written_is_not_made() {
     use super::drain::{Done, Drainer, Request};
     use super::scontrol::Scontrol;
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut d = Drainer {
+    let d = Drainer {
         scontrol: Scontrol {
             program: fake_scontrol(dir.path()),
             timeout: std::time::Duration::from_secs(5),
         },
         node: "n1".into(),
-        audit: None,
     };
     let reason = "gpu-steward: GPU 0 GPU-0 xid_79 (reboot_node)".to_string();
     let drain = Request::Drain {
         reason: reason.clone(),
     };
-    let e = d.handle(&drain, "test").expect_err("refused");
+    // The audit log's directory does not exist: the owner cannot record, so nothing is done.
+    let mut setup = crate::changes::Setup {
+        nvml_lib: String::new(),
+        audit_file: dir.path().join("missing").join("audit.jsonl"),
+        mig: Default::default(),
+    };
+    let owner = crate::changes::Owner::with(setup.clone());
+    let change = |request: &Request| crate::changes::slurm::SlurmChange {
+        drainer: d.clone(),
+        request: request.clone(),
+        trigger: "test",
+    };
+    let e = owner.handle(change(&drain)).expect_err("refused");
     assert_eq!(e.result(), "audit_failed");
     let calls = std::fs::read_to_string(dir.path().join("calls")).expect("calls");
     assert_eq!(calls, "show node -o n1\n", "read, never updated");
 
     let audit_path = dir.path().join("audit.jsonl");
-    d.audit = Some(crate::audit::AuditLog::open(&audit_path).expect("audit"));
-    assert_eq!(d.handle(&drain, "test").expect("drained"), Done::Changed);
+    setup.audit_file = audit_path.clone();
+    owner.set(setup);
+    assert_eq!(
+        owner.handle(change(&drain)).expect("drained"),
+        Done::Changed
+    );
     let calls = std::fs::read_to_string(dir.path().join("calls")).expect("calls");
     assert_eq!(
         calls.lines().last(),
@@ -150,7 +165,7 @@ fn a_drain_whose_audit_record_cannot_be_written_is_not_made() {
     );
     // An idle node is not ours to resume: nothing to do.
     assert_eq!(
-        d.handle(&Request::Resume, "test").expect("read"),
+        owner.handle(change(&Request::Resume)).expect("read"),
         Done::AlreadyThere
     );
 }

@@ -1,0 +1,275 @@
+//! The one owner of changes to the node. Everything the agent changes (a MIG layout, the
+//! sharing settings, a signal to a process, a hook or a built-in remediation action, a Slurm
+//! drain) is a typed request ([`Change`]) handed to [`Owner::handle`], in the daemon and in the
+//! CLI alike. The owner holds what acting needs and nothing else has:
+//!
+//! - **the audit log writer**: opened once, by the owner only (reopened when `[audit] file`
+//!   changes); every record of the process goes through [`Owner::record`], and a record that
+//!   cannot be written is a typed [`AuditFailed`], never a string matched back;
+//! - **the NVML write session**: one session, opened at the first change that needs it and kept
+//!   (no `nvmlInit` per apply; the library is never unloaded between changes), lent to one change
+//!   at a time: MIG, sharing and the NVML actions never interleave their writes;
+//! - **the node lock** (`mig-apply.lock` and its intent record, [`crate::mig::intent`]): taken by
+//!   a MIG apply in whichever process runs it, so the CLI and the daemon never apply at once;
+//! - **the poller's wake**: a change that touched the node tells the poller, whose next poll
+//!   starts at once and reads what changed ([`crate::poller::Control::Changed`]).
+//!
+//! Each change writes its record before it acts (a change whose record cannot be written does
+//! not happen), acts, records its outcome, and reports whether it touched the node; the owner
+//! then wakes the poller. Outcomes stay typed (`MigReport`, `sharing::apply::Report`,
+//! [`process::SignalReport`], …) until the HTTP handler or the CLI renders them, once.
+//!
+//! Why not one thread with one mailbox: changes of different kinds do not conflict, and a
+//! mailbox would queue a Slurm drain (how fast a failed GPU leaves the scheduler) behind a
+//! 30 s hook timeout or a MIG creation stuck in the driver. The owner serialises what does
+//! conflict (NVML writes: the session's lock; MIG across processes: the node lock) and runs each
+//! change on the caller's blocking thread ([`Owner::call`] from async code).
+//!
+//! Must not: be bypassed (no other module opens the audit log for writing: `layers_tests`
+//! checks the source), act before its record is on disk, or hold the NVML session across a
+//! wait that is not an NVML call.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use serde_json::Value;
+
+use crate::audit::AuditLog;
+pub use crate::audit::{AuditFailed, AUDIT_FAILED};
+use crate::config::Config;
+use crate::gpu::Session;
+use crate::mig::config::MigConfig;
+
+pub mod mig;
+pub mod sharing;
+pub mod slurm;
+pub mod step;
+
+pub use mig::{MigApply, MigFailed, MigOutcome, MigReport};
+pub use step::{Begun, Done, Record};
+
+/// A typed request to change the node: the change's own steps, run by [`Owner::handle`] with
+/// the owner's means ([`Acting`]). `act` writes its record before each step it takes.
+pub trait Change {
+    /// What the change reports, rendered only at the edge (HTTP, CLI, metrics, logs).
+    type Outcome;
+    /// Carries the change out; the record of each step precedes the step.
+    fn act(self, node: &Acting<'_>) -> Self::Outcome;
+    /// Whether the outcome says the node was touched (the poller is woken).
+    fn touched(outcome: &Self::Outcome) -> bool;
+}
+
+/// What a change may use while it runs: the owner's audit writer and NVML session.
+pub struct Acting<'a> {
+    owner: &'a Owner,
+}
+
+impl Acting<'_> {
+    /// Writes one audit record (synced before it returns).
+    pub fn record(&self, component: &str, event: &str, fields: Value) -> Result<(), AuditFailed> {
+        self.owner.record(component, event, fields)
+    }
+
+    /// The audit log, for the building blocks that take one (MIG and sharing applies).
+    pub fn audit_log(&self) -> Result<AuditLog, AuditFailed> {
+        self.owner.audit_log()
+    }
+
+    /// The NVML write session, held until the guard drops: one NVML change at a time.
+    pub fn nvml(&self) -> Result<NvmlGuard<'_>, String> {
+        self.owner.nvml()
+    }
+
+    /// The settings the owner was given (library, audit file, MIG layouts).
+    pub fn setup(&self) -> Setup {
+        lock(&self.owner.setup).clone()
+    }
+}
+
+/// The owner's settings, taken from the configuration (again on reload).
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub nvml_lib: String,
+    pub audit_file: PathBuf,
+    pub mig: MigConfig,
+}
+
+impl Setup {
+    pub fn of(cfg: &Config) -> Setup {
+        Setup {
+            nvml_lib: cfg.nvml_lib.clone(),
+            audit_file: cfg.audit_file.clone(),
+            mig: cfg.mig.clone(),
+        }
+    }
+}
+
+/// The NVML write session, lent to one change at a time.
+pub struct NvmlGuard<'a> {
+    guard: MutexGuard<'a, Option<(String, Session)>>,
+}
+
+impl NvmlGuard<'_> {
+    pub fn session(&self) -> &Session {
+        // Set by `Owner::nvml` before the guard is handed out.
+        match self.guard.as_ref() {
+            Some((_, s)) => s,
+            None => unreachable!("the NVML guard is handed out only with a session"),
+        }
+    }
+}
+
+/// The owner of changes; one per process, shared by whoever asks for a change.
+pub struct Owner {
+    setup: Mutex<Setup>,
+    /// The one audit writer of the process, opened at the first record.
+    audit: Mutex<Option<AuditLog>>,
+    /// The NVML write session (library, session), opened at the first change that needs it.
+    nvml: Mutex<Option<(String, Session)>>,
+    /// Whether a change is running (the stop waits for MIG applies, within its budget).
+    running: Mutex<u32>,
+    /// The poller's control, once it runs.
+    waker: Mutex<Option<std::sync::mpsc::Sender<crate::poller::Control>>>,
+}
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owner")
+            .field("setup", &*lock(&self.setup))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Owner {
+    pub fn new(cfg: &Config) -> Arc<Owner> {
+        Owner::with(Setup::of(cfg))
+    }
+
+    pub fn with(setup: Setup) -> Arc<Owner> {
+        Arc::new(Owner {
+            setup: Mutex::new(setup),
+            audit: Mutex::new(None),
+            nvml: Mutex::new(None),
+            running: Mutex::new(0),
+            waker: Mutex::new(None),
+        })
+    }
+
+    /// Takes a reloaded configuration: the next change uses it (the audit log is reopened when
+    /// its path changed; the NVML session when the library did).
+    pub fn reconfigure(&self, cfg: &Config) {
+        self.set(Setup::of(cfg));
+    }
+
+    /// Takes new settings (see [`Owner::reconfigure`]).
+    pub fn set(&self, new: Setup) {
+        let mut setup = lock(&self.setup);
+        if setup.audit_file != new.audit_file {
+            *lock(&self.audit) = None;
+        }
+        *setup = new;
+    }
+
+    /// Where to say that the node changed: the poller's control (set once it runs).
+    pub fn set_waker(&self, control: std::sync::mpsc::Sender<crate::poller::Control>) {
+        *lock(&self.waker) = Some(control);
+    }
+
+    pub fn setup(&self) -> Setup {
+        lock(&self.setup).clone()
+    }
+
+    /// Carries out one change (blocking: from async code use [`Owner::call`]), then wakes the
+    /// poller when the node was touched.
+    pub fn handle<C: Change>(&self, change: C) -> C::Outcome {
+        let outcome = self.running(|| change.act(&Acting { owner: self }));
+        if C::touched(&outcome) {
+            self.wake();
+        }
+        outcome
+    }
+
+    /// Counts `f` as a change running (for [`Owner::busy`]), also when it panics. Only the
+    /// requests of [`Owner::handle`] count: the stop waits for them (a MIG apply rolls back),
+    /// not for a hook or a grace period, which end on their own deadlines.
+    fn running<T>(&self, f: impl FnOnce() -> T) -> T {
+        struct Running<'a>(&'a Mutex<u32>);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                *lock(self.0) -= 1;
+            }
+        }
+        *lock(&self.running) += 1;
+        let _running = Running(&self.running);
+        f()
+    }
+
+    /// Tells the poller that the node changed: its next poll starts now and reads it all.
+    fn wake(&self) {
+        if let Some(w) = lock(&self.waker).as_ref() {
+            let _ = w.send(crate::poller::Control::Changed);
+        }
+    }
+
+    /// [`Owner::handle`] on a blocking thread; `None` only when that thread panicked.
+    pub async fn call<C>(self: &Arc<Self>, change: C) -> Option<C::Outcome>
+    where
+        C: Change + Send + 'static,
+        C::Outcome: Send + 'static,
+    {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.handle(change))
+            .await
+            .ok()
+    }
+
+    /// Whether a change is running now.
+    pub fn busy(&self) -> bool {
+        *lock(&self.running) > 0
+    }
+
+    /// Writes one record that is not itself a change (a decision, an API request's receipt),
+    /// through the process's one audit writer; synced before it returns.
+    pub fn record(&self, component: &str, event: &str, fields: Value) -> Result<(), AuditFailed> {
+        let log = self.audit_log()?;
+        log.record(component, event, fields)
+            .map_err(|e| AuditFailed(e.to_string()))
+    }
+
+    /// Whether the audit log can be opened (a start-time check for the components that refuse
+    /// to start without it); the error names the file.
+    pub fn audit_ready(&self) -> Result<PathBuf, AuditFailed> {
+        self.audit_log().map(|l| l.path().to_path_buf())
+    }
+
+    fn audit_log(&self) -> Result<AuditLog, AuditFailed> {
+        let mut slot = lock(&self.audit);
+        if let Some(log) = slot.as_ref() {
+            return Ok(log.clone());
+        }
+        let path = lock(&self.setup).audit_file.clone();
+        let log = AuditLog::open(&path).map_err(|e| {
+            AuditFailed(format!(
+                "cannot open the audit log '{}': {e}",
+                path.display()
+            ))
+        })?;
+        *slot = Some(log.clone());
+        Ok(log)
+    }
+
+    fn nvml(&self) -> Result<NvmlGuard<'_>, String> {
+        let lib = lock(&self.setup).nvml_lib.clone();
+        let mut guard = lock(&self.nvml);
+        if guard.as_ref().is_none_or(|(l, _)| *l != lib) {
+            *guard = None;
+            let s = Session::open(&lib).map_err(|e| e.reason)?;
+            *guard = Some((lib, s));
+        }
+        Ok(NvmlGuard { guard })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
