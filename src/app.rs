@@ -359,7 +359,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let pconfig = poller_config(&config, &feeds, &sharing);
     let first = Snapshot::starting(SystemTime::now());
     let health = Arc::new(NodeHealth::default());
-    let journal = Arc::new(Mutex::new(crate::health::journal_file::open(
+    let journal = Arc::new(Mutex::new(crate::health::journal::open(
         crate::health::journal_file::state_dir().as_deref(),
     )));
     let initial = Published {

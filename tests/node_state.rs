@@ -480,3 +480,60 @@ fn a_mig_apply_through_the_api_shows_on_metrics_within_one_poll() {
         agent.log()
     );
 }
+
+/// Issue 34: a change made by another process (`gpu-steward mig apply` from a shell) reaches the
+/// daemon's page within a poll too: the CLI's owner of changes leaves the `node-changed` notice
+/// beside the audit log, the daemon watches for it and wakes its poller. The slow tier is set to
+/// a minute so that only the notice can explain the instances showing within seconds.
+#[test]
+fn a_mig_apply_from_the_cli_shows_on_the_daemons_metrics_within_one_poll() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let config = format!(
+        "{}[poller]\nslow_interval = \"60s\"\nexpensive_interval = \"60s\"\nprofiling_interval = \"60s\"\n",
+        config(dir.path(), None, false)
+    );
+    let agent = Agent::with_scenario(ONE_H100)
+        .config(&config)
+        .interval("1s")
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .start();
+    let count = |agent: &Agent| {
+        agent
+            .get("/metrics")
+            .text()
+            .lines()
+            .filter(|l| l.starts_with("gpu_steward_mig_instance_info{"))
+            .count()
+    };
+    assert_eq!(count(&agent), 0);
+    let out = cli_apply(dir.path(), "seven", None)
+        .output()
+        .expect("run the CLI apply");
+    let done = Instant::now();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        dir.path().join("node-changed").is_file(),
+        "the CLI left no notice"
+    );
+    let seen = wait_for("the instances on /metrics", Duration::from_secs(30), || {
+        (count(&agent) == 7).then(Instant::now)
+    });
+    let took = seen.duration_since(done);
+    eprintln!("instances on /metrics {took:?} after the CLI finished");
+    assert!(
+        took <= Duration::from_millis(5_000),
+        "not woken by the notice: {took:?} (the slow tier is 60 s)\n{}",
+        agent.log()
+    );
+    assert!(
+        agent.log().contains("changed by another process"),
+        "{}",
+        agent.log()
+    );
+}

@@ -41,6 +41,7 @@ use crate::gpu::Session;
 use crate::mig::config::MigConfig;
 
 pub mod mig;
+pub mod notice;
 pub mod sharing;
 pub mod slurm;
 pub mod step;
@@ -170,8 +171,10 @@ impl Owner {
         *setup = new;
     }
 
-    /// Where to say that the node changed: the poller's control (set once it runs).
+    /// Where to say that the node changed: the poller's control (set once it runs). Changes
+    /// other processes make are watched for from now on too ([`notice`]).
     pub fn set_waker(&self, control: std::sync::mpsc::Sender<crate::poller::Control>) {
+        notice::watch(&lock(&self.setup).audit_file, control.clone());
         *lock(&self.waker) = Some(control);
     }
 
@@ -204,10 +207,14 @@ impl Owner {
         f()
     }
 
-    /// Tells the poller that the node changed: its next poll starts now and reads it all.
+    /// Tells the poller that the node changed: its next poll starts now and reads it all. In
+    /// a process without a poller (the CLI), the daemon's is told through the notice file.
     fn wake(&self) {
-        if let Some(w) = lock(&self.waker).as_ref() {
-            let _ = w.send(crate::poller::Control::Changed);
+        match lock(&self.waker).as_ref() {
+            Some(w) => {
+                let _ = w.send(crate::poller::Control::Changed);
+            }
+            None => notice::write(&lock(&self.setup).audit_file),
         }
     }
 

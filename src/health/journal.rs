@@ -8,66 +8,15 @@
 //! run wrote comes back at start, marked `before_restart`.
 
 use std::collections::VecDeque;
+use std::path::Path;
 use std::time::SystemTime;
 
-use serde::{Deserialize, Deserializer, Serialize};
-
-use super::journal_file::JournalFile;
-use super::{rfc3339, Action, Status};
+pub use super::event::{EventKind, HealthEvent};
+use super::journal_file::{self, JournalFile};
+use super::Status;
 
 /// Entries kept; the oldest go first.
 pub const CAPACITY: usize = 1024;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EventKind {
-    /// A condition became active.
-    Raised,
-    /// An active condition got worse (severity or action).
-    Escalated,
-    /// An active condition got milder or changed its reason's numbers.
-    Changed,
-    /// A condition is no longer active.
-    Cleared,
-    /// An XID arrived (journalled even when it raises nothing, e.g. catalog bucket IGNORE).
-    Observed,
-}
-
-impl EventKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Raised => "raised",
-            EventKind::Escalated => "escalated",
-            EventKind::Changed => "changed",
-            EventKind::Cleared => "cleared",
-            EventKind::Observed => "observed",
-        }
-    }
-}
-
-/// One change of one GPU's health.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HealthEvent {
-    #[serde(serialize_with = "rfc3339", deserialize_with = "from_rfc3339")]
-    pub time: SystemTime,
-    pub gpu: u32,
-    pub uuid: String,
-    pub kind: EventKind,
-    pub condition: String,
-    /// The condition's severity after the change (`pass` for cleared).
-    pub severity: Status,
-    pub action: Action,
-    pub reason: String,
-    /// Read back from the journal file at start: it happened before this process started.
-    /// Absent (false) on the events of this run, and never written to the file.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub before_restart: bool,
-}
-
-fn from_rfc3339<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
-    let s = String::deserialize(d)?;
-    humantime::parse_rfc3339_weak(&s).map_err(serde::de::Error::custom)
-}
 
 #[derive(Debug)]
 pub struct Journal {
@@ -173,9 +122,40 @@ pub fn parse_since(s: &str) -> Result<SystemTime, String> {
     })
 }
 
+/// The journal for the daemon: read back from `dir` when given, writing there from now on.
+/// Problems are logged and set as the `journal` agent warning; none stops the start.
+pub fn open(dir: Option<&Path>) -> Journal {
+    let Some(dir) = dir else {
+        tracing::info!("no state directory (set STATE_DIRECTORY or create /var/lib/gpu-steward): the health journal is kept in memory only");
+        return Journal::default();
+    };
+    let (journal, problems) = open_in(dir);
+    for p in &problems {
+        tracing::warn!("{p}");
+    }
+    crate::warnings::set(
+        journal_file::COMPONENT,
+        (!problems.is_empty()).then(|| problems.join("; ")),
+    );
+    journal
+}
+
+/// [`open`] without logging: the journal and what went wrong.
+pub fn open_in(dir: &Path) -> (Journal, Vec<String>) {
+    match journal_file::load(dir) {
+        (Some(file), earlier, problems) => (Journal::persistent(file, earlier), problems),
+        (None, earlier, problems) => {
+            let mut j = Journal::default();
+            j.append(earlier);
+            (j, problems)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::health::Action;
     use std::time::Duration;
 
     fn event(secs: u64) -> HealthEvent {

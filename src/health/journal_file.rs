@@ -18,7 +18,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use super::journal::{HealthEvent, Journal};
+use super::event::HealthEvent;
 
 /// The journal file's name in the state directory.
 pub const FILE_NAME: &str = "journal.jsonl";
@@ -27,7 +27,7 @@ pub const ROTATED_NAME: &str = "journal.jsonl.1";
 /// A file is rotated before it grows past this (about 4000 events).
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 /// The component name of the `/health` agent warning.
-const COMPONENT: &str = "journal";
+pub const COMPONENT: &str = "journal";
 
 /// The journal's file, open for append.
 #[derive(Debug)]
@@ -50,26 +50,10 @@ pub fn state_dir() -> Option<PathBuf> {
     dir.is_dir().then_some(dir)
 }
 
-/// The journal for the daemon: read back from `dir` when given, writing there from now on.
-/// Problems are logged and set as the `journal` agent warning; none stops the start.
-pub fn open(dir: Option<&Path>) -> Journal {
-    let Some(dir) = dir else {
-        tracing::info!("no state directory (set STATE_DIRECTORY or create /var/lib/gpu-steward): the health journal is kept in memory only");
-        return Journal::default();
-    };
-    let (journal, problems) = open_in(dir);
-    for p in &problems {
-        tracing::warn!("{p}");
-    }
-    crate::warnings::set(
-        COMPONENT,
-        (!problems.is_empty()).then(|| problems.join("; ")),
-    );
-    journal
-}
-
-/// [`open`] without logging: the journal and what went wrong.
-pub fn open_in(dir: &Path) -> (Journal, Vec<String>) {
+/// What a previous run left in `dir`: the file to append to from now on (`None` when it cannot
+/// be opened), the events read back (oldest first, marked `before_restart`), and what went
+/// wrong.
+pub fn load(dir: &Path) -> (Option<JournalFile>, Vec<HealthEvent>, Vec<String>) {
     let path = dir.join(FILE_NAME);
     let mut problems = Vec::new();
     let mut earlier = Vec::new();
@@ -88,7 +72,7 @@ pub fn open_in(dir: &Path) -> (Journal, Vec<String>) {
                 len,
                 failing: false,
             };
-            (Journal::persistent(file, earlier), problems)
+            (Some(file), earlier, problems)
         }
         Err(e) => {
             problems.push(format!(
@@ -96,9 +80,7 @@ pub fn open_in(dir: &Path) -> (Journal, Vec<String>) {
                  restart; check that the state directory is writable",
                 path.display()
             ));
-            let mut j = Journal::default();
-            j.append(earlier);
-            (j, problems)
+            (None, earlier, problems)
         }
     }
 }

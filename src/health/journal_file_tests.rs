@@ -1,6 +1,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::*;
+use crate::health::journal::{open_in, Journal};
 use crate::health::{Action, EventKind, Status};
 
 fn event(n: u64) -> HealthEvent {

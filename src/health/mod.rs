@@ -19,6 +19,7 @@ pub mod catalog;
 pub mod conditions;
 pub mod config;
 pub mod evaluator;
+pub mod event;
 pub mod journal;
 pub mod journal_file;
 pub mod nvlink;

@@ -6,8 +6,6 @@
 //! widths, several arguments are refused at load time, so that a file never expands
 //! differently here than in Prometheus.
 
-use super::template::go_exponent;
-
 /// A parsed format with exactly one `%f` or `%e` verb.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Format {
@@ -95,6 +93,12 @@ impl Format {
         };
         format!("{}{number}{}", self.before, self.after)
     }
+}
+
+/// Go's exponent spelling: `e+04`, `e-05` (sign and at least two digits).
+pub(super) fn go_exponent(mantissa: &str, exp: i32) -> String {
+    let sign = if exp < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exp.abs())
 }
 
 #[cfg(test)]

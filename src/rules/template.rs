@@ -12,7 +12,7 @@
 //! Anything else (`if`, `range`, other `printf` forms, `query`, ...) is refused at load time
 //! with the action's text, so that a file never expands differently here than in Prometheus.
 
-use super::printf::Format;
+use super::printf::{go_exponent, Format};
 
 /// A parsed template.
 #[derive(Debug, Clone, PartialEq)]
@@ -251,12 +251,6 @@ fn special(v: f64) -> Option<String> {
     } else {
         None
     }
-}
-
-/// Go's exponent spelling: `e+04`, `e-05` (sign and at least two digits).
-pub(super) fn go_exponent(mantissa: &str, exp: i32) -> String {
-    let sign = if exp < 0 { '-' } else { '+' };
-    format!("{mantissa}e{sign}{:02}", exp.abs())
 }
 
 fn strip_zeros(s: &str) -> &str {

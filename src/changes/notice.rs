@@ -1,0 +1,93 @@
+//! Changes made by another process (`gpu-steward mig apply`, `gpu-steward sharing apply`) reach
+//! the daemon's poller within a poll: the owner of changes in that process writes a notice file,
+//! `node-changed`, beside the audit log once it has changed the node; the daemon watches the
+//! directory (inotify, no polling) and wakes its poller, whose next poll starts at once and reads
+//! what changed, as after its own changes.
+//!
+//! The notice carries no data anyone acts on (the writer's pid and the time, for a person who
+//! looks): the daemon only learns "read the node again". A notice the CLI cannot write (not
+//! root, no state directory) leaves the change to show at the slow tier, as before.
+//!
+//! Must not: follow a symlink planted at the notice's path (O_NOFOLLOW), block on a FIFO there
+//! (O_NONBLOCK), or read the notice (its content is not trusted and not needed).
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
+
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+
+use crate::poller::Control;
+
+/// The notice's name in the directory of the audit log.
+pub const FILE_NAME: &str = "node-changed";
+
+/// Where the notice for the audit log `audit_file` lives.
+pub fn path(audit_file: &Path) -> PathBuf {
+    audit_file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| Path::new("."))
+        .join(FILE_NAME)
+}
+
+/// Writes the notice (best effort: a failure is logged at debug and changes nothing else).
+pub fn write(audit_file: &Path) {
+    let path = path(audit_file);
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o640)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(&path)
+        .and_then(|mut f| {
+            let now = humantime::format_rfc3339_millis(std::time::SystemTime::now());
+            writeln!(f, "pid {} at {now}", std::process::id())
+        });
+    if let Err(e) = written {
+        tracing::debug!(error = %e, file = %path.display(), "cannot write the node-changed notice; the daemon sees the change at its slow tier");
+    }
+}
+
+/// Watches the directory of `audit_file` for notices and tells `poller` of each, on a thread
+/// of its own, for the daemon's life. A directory that cannot be watched is logged once: the
+/// other processes' changes then show at the slow tier.
+pub fn watch(audit_file: &Path, poller: Sender<Control>) {
+    let path = path(audit_file);
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let watched = Inotify::init(InitFlags::IN_CLOEXEC).and_then(|i| {
+        i.add_watch(
+            &dir,
+            AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO,
+        )?;
+        Ok(i)
+    });
+    let inotify = match watched {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::warn!(error = %e, dir = %dir.display(), "cannot watch for changes made by other processes (gpu-steward mig/sharing apply): they show at the slow tier");
+            return;
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("change-notices".into())
+        .spawn(move || loop {
+            let Ok(events) = inotify.read_events() else {
+                return;
+            };
+            let noticed = events
+                .iter()
+                .any(|e| e.name.as_deref() == Some(std::ffi::OsStr::new(FILE_NAME)));
+            if noticed {
+                tracing::info!("the node was changed by another process: reading it again");
+                if poller.send(Control::Changed).is_err() {
+                    return;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the change-notice thread");
+    }
+}
