@@ -9,7 +9,7 @@
 //! - [`replay`]: the rails rebuilt at start from the audit log's decision records, so that
 //!   restarts and crash loops keep idempotence, cooldowns and the hourly limit.
 //! - [`dispatch`]: the task that applies decisions and runs hooks through [`crate::exec::run`],
-//!   one action at a time per GPU, auditing through [`crate::audit::AuditLog`].
+//!   one action at a time per GPU, recorded and carried out through the owner of changes ([`crate::changes`]).
 //! - [`actions`]: built-in actions (signal the processes on a GPU).
 //! - [`metrics`]: hook runs and durations for `/metrics`.
 //!
