@@ -340,47 +340,17 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     }
     let counters = Arc::new(AgentCounters::new());
     let (stop_tx, stop) = watch::channel(false);
-    // The kubelet client lives as long as the daemon; `[kubernetes]` changes need a restart.
-    let kubelet = config
-        .kubernetes
-        .enabled
-        .then(|| kubernetes::spawn(&config.kubernetes, stop.clone()));
-    // Pod labels for reclaim exemptions, from the CRI socket; changes need a restart too.
-    let r = &config.reclaim;
-    let pod_labels = (r.enabled && !r.exempt.pod_labels.is_empty())
-        .then(|| cri::spawn(r.cri_socket.clone(), cri::REFRESH, stop.clone()));
-    let feeds = Feeds {
-        kubelet,
-        pod_labels,
-    };
+    let feeds = start_feeds(&config, &stop);
     // The one owner of changes: every change to the node, from any component, goes through it.
     let owner = Owner::new(&config);
     let sharing = Sharing::new(config.sharing.clone(), owner.clone());
     let pconfig = poller_config(&config, &feeds, &sharing);
-    let first = Snapshot::starting(SystemTime::now());
-    let health = Arc::new(NodeHealth::default());
-    let journal = Arc::new(Mutex::new(crate::health::journal::open(
-        crate::health::journal_file::state_dir().as_deref(),
-    )));
-    let initial = Published {
-        page: metrics::render(&first, &health, &pconfig.render, &counters, &[]),
-        snapshot: Arc::new(first),
-        health,
-        journal: journal.clone(),
-        interval: pconfig.interval,
-    };
+    let initial = first_publication(&pconfig, &counters);
+    let journal = initial.journal.clone();
     let (tx, published) = watch::channel(Arc::new(initial));
 
     let web = load_web_config(&config)?;
-    if config.api_enabled {
-        // Checked again on every mutating request; said here so that a broken file shows at once.
-        match http::api::load_token(&config.api_token_file) {
-            Ok(_) => {
-                tracing::info!(token_file = %config.api_token_file.display(), "mutating API on")
-            }
-            Err(e) => tracing::error!("{e}"),
-        }
-    }
+    say_api(&config);
     let mut actors = start_actors(&config, &owner, &feeds, &published, &stop)?;
     start_fleet(
         &config,
@@ -403,17 +373,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         reclaim: Some(actors.reclaim.view.clone()),
     });
     let servers = start_http(&config, state, web, &stop).await?;
-    let intent = crate::mig::intent::intent_path(&config.audit_file);
-    if let Some(i) = crate::mig::intent::read_intent(&intent) {
-        match owner.setup().mig.layout {
-            Some(l) => {
-                tracing::warn!(layout = %i.layout, pid = i.pid, "a MIG apply was interrupted (the agent was killed during it); converging to the configured layout '{l}'")
-            }
-            None => {
-                tracing::error!(layout = %i.layout, pid = i.pid, "a MIG apply was interrupted (the agent was killed during it) and no [mig] layout is configured; check `gpu-steward mig show` and run `gpu-steward mig apply --layout {}`", i.layout)
-            }
-        }
-    }
+    say_interrupted(&config);
     // The configured MIG layout is in place before the first snapshot: until then /readyz
     // answers 503 (a reboot loses every instance; the kubelet must not see the GPUs first).
     // A stop during it lets it finish or roll back; a reload waits for it.
@@ -448,6 +408,81 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         crate::shutdown::request();
     }
 
+    shut_down(stop_tx, &owner, servers, poller, actors.reclaim).await;
+    Ok(())
+}
+
+/// The feeds from outside that live as long as the daemon (`[kubernetes]` and the CRI socket
+/// change only on restart): the kubelet's pods, and pod labels for reclaim's exemptions.
+fn start_feeds(config: &Config, stop: &watch::Receiver<bool>) -> Feeds {
+    let kubelet = config
+        .kubernetes
+        .enabled
+        .then(|| kubernetes::spawn(&config.kubernetes, stop.clone()));
+    let r = &config.reclaim;
+    let pod_labels = (r.enabled && !r.exempt.pod_labels.is_empty())
+        .then(|| cri::spawn(r.cri_socket.clone(), cri::REFRESH, stop.clone()));
+    Feeds {
+        kubelet,
+        pod_labels,
+    }
+}
+
+/// What `/metrics` and `/health` answer before the first poll: no GPU read yet (not ready),
+/// with the journal read back from the state directory.
+fn first_publication(pconfig: &PollerConfig, counters: &AgentCounters) -> Published {
+    let first = Snapshot::starting(SystemTime::now());
+    let health = Arc::new(NodeHealth::default());
+    let journal = Arc::new(Mutex::new(crate::health::journal::open(
+        crate::health::journal_file::state_dir().as_deref(),
+    )));
+    Published {
+        page: metrics::render(&first, &health, &pconfig.render, counters, &[]),
+        snapshot: Arc::new(first),
+        health,
+        journal,
+        interval: pconfig.interval,
+    }
+}
+
+/// Whether the mutating API is on; a broken token file is said at once (it is checked again on
+/// every mutating request).
+fn say_api(config: &Config) {
+    if !config.api_enabled {
+        return;
+    }
+    match http::api::load_token(&config.api_token_file) {
+        Ok(_) => {
+            tracing::info!(token_file = %config.api_token_file.display(), "mutating API on")
+        }
+        Err(e) => tracing::error!("{e}"),
+    }
+}
+
+/// A MIG apply killed half-way left its intent record: what the start does about it.
+fn say_interrupted(config: &Config) {
+    let intent = crate::mig::intent::intent_path(&config.audit_file);
+    let Some(i) = crate::mig::intent::read_intent(&intent) else {
+        return;
+    };
+    match &config.mig.layout {
+        Some(l) => {
+            tracing::warn!(layout = %i.layout, pid = i.pid, "a MIG apply was interrupted (the agent was killed during it); converging to the configured layout '{l}'")
+        }
+        None => {
+            tracing::error!(layout = %i.layout, pid = i.pid, "a MIG apply was interrupted (the agent was killed during it) and no [mig] layout is configured; check `gpu-steward mig show` and run `gpu-steward mig apply --layout {}`", i.layout)
+        }
+    }
+}
+
+/// The stop: every task told at once, then each waited for within its share of the budget.
+async fn shut_down(
+    stop_tx: watch::Sender<bool>,
+    owner: &Arc<Owner>,
+    servers: Vec<tokio::task::JoinHandle<()>>,
+    poller: Option<poller::PollerHandle>,
+    reclaim: Reclaim,
+) {
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
     // A MIG apply in flight (a reload's or the API's) stops before its next step and rolls
@@ -466,7 +501,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     if let Some(poller) = poller {
         let _ = tokio::task::spawn_blocking(move || poller.stop()).await;
     }
-    if tokio::time::timeout(Duration::from_secs(2), actors.reclaim.stopped())
+    if tokio::time::timeout(Duration::from_secs(2), reclaim.stopped())
         .await
         .is_err()
     {
@@ -476,7 +511,6 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         tracing::error!(budget = ?crate::shutdown::CHANGE_BUDGET, "the MIG apply did not finish or roll back within the stop budget; the next start finds its intent record");
     }
     tracing::info!("stopped");
-    Ok(())
 }
 
 /// The signal streams, created once before anything changes the node. A signal that arrives

@@ -438,6 +438,16 @@ fn an_audit_log_in_a_directory_others_may_write_is_refused_at_start() {
     );
 }
 
+/// How many MIG instances the agent's page shows.
+fn mig_instances_on_metrics(agent: &Agent) -> usize {
+    agent
+        .get("/metrics")
+        .text()
+        .lines()
+        .filter(|l| l.starts_with("gpu_steward_mig_instance_info{"))
+        .count()
+}
+
 /// Issue 34 Deliver 1: a MIG apply through the API wakes the poller, whose next poll reads the
 /// MIG layout off the slow tier's schedule: at a 1 s poll with the slow tier every 10 s (the
 /// default), the instances are on `/metrics` within one poll interval of the answer, not at the
@@ -455,21 +465,13 @@ fn a_mig_apply_through_the_api_shows_on_metrics_within_one_poll() {
         .interval("1s")
         .env("NVML_SIM_STATE", &state.display().to_string())
         .start();
-    let count = |agent: &Agent| {
-        agent
-            .get("/metrics")
-            .text()
-            .lines()
-            .filter(|l| l.starts_with("gpu_steward_mig_instance_info{"))
-            .count()
-    };
     // Ready: the first poll read everything; the slow tier's next turn is 10 s away.
-    assert_eq!(count(&agent), 0);
+    assert_eq!(mig_instances_on_metrics(&agent), 0);
     let answer = post_apply(agent.port, "seven").join().expect("answer");
     let answered = Instant::now();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let seen = wait_for("the instances on /metrics", Duration::from_secs(15), || {
-        (count(&agent) == 7).then(Instant::now)
+        (mig_instances_on_metrics(&agent) == 7).then(Instant::now)
     });
     // One poll interval, and the poll's own time (a debug build on a loaded machine).
     let took = seen.duration_since(answered);
@@ -498,15 +500,7 @@ fn a_mig_apply_from_the_cli_shows_on_the_daemons_metrics_within_one_poll() {
         .interval("1s")
         .env("NVML_SIM_STATE", &state.display().to_string())
         .start();
-    let count = |agent: &Agent| {
-        agent
-            .get("/metrics")
-            .text()
-            .lines()
-            .filter(|l| l.starts_with("gpu_steward_mig_instance_info{"))
-            .count()
-    };
-    assert_eq!(count(&agent), 0);
+    assert_eq!(mig_instances_on_metrics(&agent), 0);
     let out = cli_apply(dir.path(), "seven", None)
         .output()
         .expect("run the CLI apply");
@@ -522,7 +516,7 @@ fn a_mig_apply_from_the_cli_shows_on_the_daemons_metrics_within_one_poll() {
         "the CLI left no notice"
     );
     let seen = wait_for("the instances on /metrics", Duration::from_secs(30), || {
-        (count(&agent) == 7).then(Instant::now)
+        (mig_instances_on_metrics(&agent) == 7).then(Instant::now)
     });
     let took = seen.duration_since(done);
     eprintln!("instances on /metrics {took:?} after the CLI finished");
