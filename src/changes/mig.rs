@@ -100,8 +100,6 @@ impl Change for MigApply {
                 ))
             })?)
         };
-        let nvml = node.nvml().map_err(ApplyError::Refused)?;
-        let ctl = nvml.session().mig();
         let req = Request {
             layout_name: &self.layout_name,
             layout: &layout,
@@ -109,7 +107,12 @@ impl Change for MigApply {
             force: self.force,
             trigger: self.trigger,
         };
-        let run = || apply::apply(&ctl, &setup.mig, audit.as_ref(), &req);
+        // The NVML session is taken once the node lock is held: waiting for another process's
+        // apply must not hold up this process's other NVML writes.
+        let run = || {
+            let nvml = node.nvml().map_err(ApplyError::Refused)?;
+            apply::apply(&nvml.session().mig(), &setup.mig, audit.as_ref(), &req)
+        };
         if self.dry_run {
             return Ok(run()?);
         }

@@ -105,18 +105,15 @@ impl Setup {
     }
 }
 
-/// The NVML write session, lent to one change at a time.
+/// The NVML write session, lent to one change at a time (the turn is held until it drops).
 pub struct NvmlGuard<'a> {
-    guard: MutexGuard<'a, Option<(String, Session)>>,
+    _turn: MutexGuard<'a, ()>,
+    session: Arc<Session>,
 }
 
 impl NvmlGuard<'_> {
     pub fn session(&self) -> &Session {
-        // Set by `Owner::nvml` before the guard is handed out.
-        match self.guard.as_ref() {
-            Some((_, s)) => s,
-            None => unreachable!("the NVML guard is handed out only with a session"),
-        }
+        &self.session
     }
 }
 
@@ -126,7 +123,9 @@ pub struct Owner {
     /// The one audit writer of the process, opened at the first record.
     audit: Mutex<Option<AuditLog>>,
     /// The NVML write session (library, session), opened at the first change that needs it.
-    nvml: Mutex<Option<(String, Session)>>,
+    nvml: Mutex<Option<(String, Arc<Session>)>>,
+    /// Whose turn it is to write through NVML: one change at a time.
+    nvml_turn: Mutex<()>,
     /// Whether a change is running (the stop waits for MIG applies, within its budget).
     running: Mutex<u32>,
     /// The poller's control, once it runs.
@@ -151,6 +150,7 @@ impl Owner {
             setup: Mutex::new(setup),
             audit: Mutex::new(None),
             nvml: Mutex::new(None),
+            nvml_turn: Mutex::new(()),
             running: Mutex::new(0),
             waker: Mutex::new(None),
         })
@@ -266,14 +266,22 @@ impl Owner {
     }
 
     fn nvml(&self) -> Result<NvmlGuard<'_>, String> {
+        let turn = lock(&self.nvml_turn);
         let lib = lock(&self.setup).nvml_lib.clone();
-        let mut guard = lock(&self.nvml);
-        if guard.as_ref().is_none_or(|(l, _)| *l != lib) {
-            *guard = None;
-            let s = Session::open(&lib).map_err(|e| e.reason)?;
-            *guard = Some((lib, s));
-        }
-        Ok(NvmlGuard { guard })
+        let mut cached = lock(&self.nvml);
+        let session = match cached.as_ref() {
+            Some((l, s)) if *l == lib => s.clone(),
+            _ => {
+                *cached = None;
+                let s = Arc::new(Session::open(&lib).map_err(|e| e.reason)?);
+                *cached = Some((lib, s.clone()));
+                s
+            }
+        };
+        Ok(NvmlGuard {
+            _turn: turn,
+            session,
+        })
     }
 }
 
