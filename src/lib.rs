@@ -17,6 +17,10 @@
 //!   procfs), [`kubernetes`] (the kubelet pod-resources client) over [`grpc`] (the one
 //!   gRPC-over-Unix-socket client), [`audit`], [`exec`], [`procs`], [`shutdown`] (the stop
 //!   budget and the stop flag that blocking changes read).
+//! - [`changes`]: the one owner of changes to the node, in the daemon and the CLI alike: one
+//!   audit writer, one NVML write session, the node lock; typed requests (MIG and sharing
+//!   applies, Slurm drains) and decisions on record (reclaim, remediation, the memory guard),
+//!   the poller woken after each change.
 //! - [`metrics`]: renders a snapshot into the page once per poll (dcgm family, native family,
 //!   agent), indexing each series as it writes it, and collects the actors' series through
 //!   [`metrics::Collector`].
@@ -26,7 +30,8 @@
 //!   index of its series),
 //!   [`remediation`] (routes, safety rails, hooks and built-in actions), [`reclaim`] (idle GPUs
 //!   and per-owner accounting), [`sharing`] (time-slicing, the memory guard and the Kubernetes
-//!   device plugin), [`mig`] (MIG layouts, mig-parted compatible: planner and applier).
+//!   device plugin), [`mig`] (MIG layouts, mig-parted compatible: planner and applier, run by
+//!   [`changes`]); [`slurm`] (drain on a failed GPU) and [`nvsentinel`].
 //! - [`http`]: the axum router and its server (`/metrics`, `/health*`, `/livez`, `/readyz`,
 //!   `/api/v1`), reading publications and the actors' handles.
 //! - [`config`]: one validated `Config` from file, environment and flags: plain data that imports

@@ -16,8 +16,9 @@
 //!
 //! Each change writes its record before it acts (a change whose record cannot be written does
 //! not happen), acts, records its outcome, and reports whether it touched the node; the owner
-//! then wakes the poller. Outcomes stay typed (`MigReport`, `sharing::apply::Report`,
-//! [`process::SignalReport`], …) until the HTTP handler or the CLI renders them, once.
+//! then wakes the poller. Outcomes stay typed (a MIG apply's `Result<Outcome, MigFailed>`,
+//! `sharing::apply::Report`, `Result<slurm::drain::Done, Failed>`, [`AuditFailed`]) until the
+//! HTTP handler, the CLI or a metric label renders them, once.
 //!
 //! Why not one thread with one mailbox: changes of different kinds do not conflict, and a
 //! mailbox would queue a Slurm drain (how fast a failed GPU leaves the scheduler) behind a
@@ -288,3 +289,6 @@ impl Owner {
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests;
