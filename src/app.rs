@@ -635,9 +635,10 @@ async fn wait_for_signals(
                             tracing::warn!("[reclaim] exempt_pod_labels and cri_socket change only on restart");
                         }
                         log.set_config_level(new.log_level.as_deref());
+                        // First: whoever acts from now on records to the new audit log.
+                        h.owner.reconfigure(&new);
                         let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(&new, &h.feeds, h.sharing))));
                         h.reclaim.reconfigure(reclaim_settings(&new, &h.feeds));
-                        h.owner.reconfigure(&new);
                         h.sharing.reload(&current, &new);
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");

@@ -406,6 +406,55 @@ impl Run<'_> {
     }
 }
 
+impl Run<'_> {
+    /// Makes the plan's steps, GPU by GPU, until one fails or a stop is asked for: the GPUs
+    /// whose mode change waits for a reset, and why it stopped (nothing: every step was made).
+    fn execute(&mut self, plan: &Plan) -> (Vec<PendingReset>, Option<String>) {
+        let mut pending = Vec::new();
+        let mut failure = None;
+        'gpus: for g in plan.gpus.iter().filter(|g| !g.steps.is_empty()) {
+            let mut done = Vec::new();
+            for step in &g.steps {
+                // A stop (SIGTERM) ends the apply between two steps, and what was done is undone:
+                // the rollback fits the stop budget, a half-made layout would not (crate::shutdown).
+                if crate::shutdown::requested() {
+                    failure = Some(
+                        "a stop was asked for (a signal): the apply stopped before its next step"
+                            .into(),
+                    );
+                    self.journal.push((g.index, g.uuid.clone(), done));
+                    break 'gpus;
+                }
+                let r = self.step(g, step, &mut done);
+                if let Err(e) = r {
+                    failure = Some(e);
+                    self.journal.push((g.index, g.uuid.clone(), done));
+                    break 'gpus;
+                }
+                if let Step::SetMigMode { enable } = step {
+                    match settle_mode(self.ctl, self.cfg, g, *enable) {
+                        Ok(None) => {}
+                        Ok(Some(p)) => {
+                            let _ = self.audit("mode.pending", json!(&p));
+                            pending.push(p);
+                            // The mode request stays; nothing else can happen on this GPU now.
+                            done.clear();
+                            break;
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            self.journal.push((g.index, g.uuid.clone(), done));
+                            break 'gpus;
+                        }
+                    }
+                }
+            }
+            self.journal.push((g.index, g.uuid.clone(), done));
+        }
+        (pending, failure)
+    }
+}
+
 /// Observes, plans and applies `req` (see the module comment).
 pub fn apply(
     ctl: &MigControl,
@@ -463,47 +512,7 @@ pub fn apply(
         let _ = run.hook("on-failure", &plan);
         return Err(ApplyError::Refused(format!("{e}; nothing was changed")));
     }
-    let mut pending = Vec::new();
-    let mut failure = None;
-    'gpus: for g in plan.gpus.iter().filter(|g| !g.steps.is_empty()) {
-        let mut done = Vec::new();
-        for step in &g.steps {
-            // A stop (SIGTERM) ends the apply between two steps, and what was done is undone:
-            // the rollback fits the stop budget, a half-made layout would not (crate::shutdown).
-            if crate::shutdown::requested() {
-                failure = Some(
-                    "a stop was asked for (a signal): the apply stopped before its next step"
-                        .into(),
-                );
-                run.journal.push((g.index, g.uuid.clone(), done));
-                break 'gpus;
-            }
-            let r = run.step(g, step, &mut done);
-            if let Err(e) = r {
-                failure = Some(e);
-                run.journal.push((g.index, g.uuid.clone(), done));
-                break 'gpus;
-            }
-            if let Step::SetMigMode { enable } = step {
-                match settle_mode(ctl, cfg, g, *enable) {
-                    Ok(None) => {}
-                    Ok(Some(p)) => {
-                        let _ = run.audit("mode.pending", json!(&p));
-                        pending.push(p);
-                        // The mode request stays; nothing else can happen on this GPU now.
-                        done.clear();
-                        break;
-                    }
-                    Err(e) => {
-                        failure = Some(e);
-                        run.journal.push((g.index, g.uuid.clone(), done));
-                        break 'gpus;
-                    }
-                }
-            }
-        }
-        run.journal.push((g.index, g.uuid.clone(), done));
-    }
+    let (pending, mut failure) = run.execute(&plan);
     if failure.is_none() {
         failure = verify(ctl, req.layout, &pending).err();
     }
