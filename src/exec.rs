@@ -14,7 +14,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -261,37 +261,14 @@ pub fn run(spec: &CommandSpec, stdin: &[u8], env: &[(String, String)]) -> RunOut
     let stdout = child.stdout.take().map(capture);
     let stderr = child.stderr.take().map(capture);
 
-    let mut pause = Duration::from_millis(1);
-    let status: Option<ExitStatus> = loop {
-        // A stop shortens the deadline to the hook grace (systemd's TimeoutStopSec is shorter
-        // than a hook's timeout may be).
-        let deadline = crate::shutdown::hook_deadline().map_or(deadline, |d| d.min(deadline));
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                // The group outlives its leader only through what the command left running
-                // (`cmd &`): that goes with it. The group id cannot be reused while any member
-                // is alive, so this reaches nothing else.
-                let _ = killpg(group, Signal::SIGKILL);
-                break Some(status);
-            }
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = killpg(group, Signal::SIGKILL);
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => {
-                thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
-                pause = (pause * 2).min(Duration::from_millis(20));
-            }
-            Err(e) => {
-                let _ = killpg(group, Signal::SIGKILL);
-                let _ = child.wait();
-                return done(
-                    Outcome::SpawnFailed(format!("waiting for {program}: {e}")),
-                    String::new(),
-                    String::new(),
-                );
-            }
+    let status = match wait(&mut child, group, deadline) {
+        Ok(status) => status,
+        Err(e) => {
+            return done(
+                Outcome::SpawnFailed(format!("waiting for {program}: {e}")),
+                String::new(),
+                String::new(),
+            )
         }
     };
     let outcome = match status {
@@ -321,6 +298,41 @@ pub fn run(spec: &CommandSpec, stdin: &[u8], env: &[(String, String)]) -> RunOut
     let stdout = collect(stdout);
     let stderr = collect(stderr);
     done(outcome, stdout, stderr)
+}
+
+/// Waits for `child` until `deadline` (shortened to the hook grace once the agent stops): its
+/// status, or `None` when it ran out of time. Its process group is killed either way (what it
+/// left running goes with it), and so on an error.
+fn wait(child: &mut Child, group: Pid, deadline: Instant) -> std::io::Result<Option<ExitStatus>> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        // A stop shortens the deadline to the hook grace (systemd's TimeoutStopSec is shorter
+        // than a hook's timeout may be).
+        let deadline = crate::shutdown::hook_deadline().map_or(deadline, |d| d.min(deadline));
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                // The group outlives its leader only through what the command left running
+                // (`cmd &`): that goes with it. The group id cannot be reused while any member
+                // is alive, so this reaches nothing else.
+                let _ = killpg(group, Signal::SIGKILL);
+                return Ok(Some(status));
+            }
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = killpg(group, Signal::SIGKILL);
+                let _ = child.wait();
+                return Ok(None);
+            }
+            Ok(None) => {
+                thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+            Err(e) => {
+                let _ = killpg(group, Signal::SIGKILL);
+                let _ = child.wait();
+                return Err(e);
+            }
+        }
+    }
 }
 
 /// Reads a pipe to its end on a thread, keeping the first [`OUTPUT_LIMIT`] bytes.
