@@ -9,8 +9,10 @@ Per run (one interval, cost model on or off), after a warm-up:
   (`--log-format json --log-level gpu_steward=debug`: fields poll, wall_us, slow_gpus), and the
   max over the polls that did slow-tier reads (slow_gpus > 0);
 - CPU per poll on average: the agent's CPU time over the window (ns, the schedstat
-  sum_exec_runtime of every thread, threads coming and going included; utime+stime and the
-  process CPU clock as cross-checks) divided by the polls in the window; and CPU in % of a core;
+  sum_exec_runtime of every thread, threads coming and going included, but the simulator's own
+  `nvml-sim-*` threads, which do work no driver does: its call-count writer; utime+stime and
+  the process CPU clock as cross-checks) divided by the polls in the window; and CPU in % of a
+  core;
 - RSS at the end of the window;
 - the top NVML functions by growth of gpu_steward_nvml_call_seconds_total over the window.
 
