@@ -298,7 +298,11 @@ fn stats_are_written_by_the_simulators_thread_not_inside_a_call() {
         read()
     );
     drop(nvml);
-    assert_eq!(threads_named("nvml-sim-stats"), before, "stopped at the last shutdown");
+    assert_eq!(
+        threads_named("nvml-sim-stats"),
+        before,
+        "stopped at the last shutdown"
+    );
     assert_eq!(read().expect("stats")["nvmlShutdown"], 1);
     std::env::remove_var("NVML_SIM_STATS");
 }
