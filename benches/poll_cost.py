@@ -9,8 +9,10 @@ Per run (one interval, cost model on or off), after a warm-up:
   (`--log-format json --log-level gpu_steward=debug`: fields poll, wall_us, slow_gpus), and the
   max over the polls that did slow-tier reads (slow_gpus > 0);
 - CPU per poll on average: the agent's CPU time over the window (ns, the schedstat
-  sum_exec_runtime of every thread, threads coming and going included; utime+stime and the
-  process CPU clock as cross-checks) divided by the polls in the window; and CPU in % of a core;
+  sum_exec_runtime of every thread, threads coming and going included, but the simulator's own
+  `nvml-sim-*` threads, which do work no driver does: its call-count writer; utime+stime and
+  the process CPU clock as cross-checks) divided by the polls in the window; and CPU in % of a
+  core;
 - RSS at the end of the window;
 - the top NVML functions by growth of gpu_steward_nvml_call_seconds_total over the window.
 
@@ -36,8 +38,13 @@ Usage:
 Options:
   --interval DURATION   poll interval of a run, repeatable (default: 1s and 100ms)
   --cost-model on|off|both  which runs (default both)
-  --seconds N           measured seconds per run (default 60 at intervals of 1 s and more, 20 below)
-  --warmup N            seconds before the window (default: 3 intervals, at least 2 s)
+  --seconds N           measured seconds per run (default 60 at intervals of 1 s and more, 30 below)
+  --warmup N            seconds before the window (default: 3 intervals, at least 60 s with
+                        the cost model on: every tier runs at the first poll, and the timed
+                        tiers reach their steady stagger across the GPUs only after one period
+                        plus up to one more, 60 s for the 30 s expensive tier; a shorter
+                        warm-up measures the start, not the steady state). Windows of whole
+                        multiples of 30 s hold each GPU's expensive reads exactly.
   --cost FILE           NVML_SIM_COST table (default nvml-sim/costs/h100-driver-580.json;
                         the format of ../shared/reference/real-h100/nvml-cost-table.json)
   --scenario FILE       simulator scenario (default: the demo's bundled 8xH100 node)
@@ -473,8 +480,9 @@ def main():
         plan = [(iv, on) for iv in intervals for on in modes]
         runs = []
         for i, (iv, on) in enumerate(plan, 1):
-            seconds = args.seconds or (60.0 if iv >= 1.0 else 20.0)
-            warmup = args.warmup if args.warmup is not None else max(2.0, 3 * iv)
+            seconds = args.seconds or (60.0 if iv >= 1.0 else 30.0)
+            warmup = (args.warmup if args.warmup is not None
+                      else max(60.0 if on else 2.0, 3 * iv))
             print(f"poll_cost: run {i}/{len(plan)}: interval {am.fmt_duration(iv)}, cost model "
                   f"{'on' if on else 'off'}: {warmup:g} s warm-up, {seconds:g} s window",
                   file=sys.stderr)

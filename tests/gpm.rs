@@ -139,8 +139,11 @@ fn defaults_follow_utilization_and_support_is_asked_once() {
     let (support, alloc, sample, metrics) = counts;
     assert_eq!(support, 2, "support is asked once per GPU");
     assert_eq!(alloc, 4, "two sample buffers per GPU, kept");
+    // Each GPU's first sample has no comparison (2), and the simulator writes its counts from
+    // its own thread at any moment, so each GPU may have one more sample whose comparison is
+    // still in flight (2 more).
     assert!(
-        metrics + 2 >= sample && metrics < sample,
+        metrics + 4 >= sample && metrics + 2 <= sample,
         "{metrics} vs {sample}"
     );
 }

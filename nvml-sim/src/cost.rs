@@ -1,15 +1,19 @@
 //! The cost model (`NVML_SIM_COST`): a JSON table in the format of
 //! `nvml-sim/costs/h100-driver-580.json` (`{"functions": {"nvmlSymbol": {"wall_us": f,
 //! "cpu_us": f|null}}}`) read at the `nvmlInit*` that takes the ref count from 0 to 1 and
-//! dropped at the last `nvmlShutdown`. While it is loaded, every call of a listed export burns
-//! `cpu_us` of this thread's CPU time (`wall_us` when `cpu_us` is null), then sleeps until
-//! `wall_us` have passed since the cost began: a 21 ms `nvmlDeviceGetPcieThroughput` with
-//! 0.9 ms of CPU, as on a real H100.
+//! dropped at the last `nvmlShutdown`. While it is loaded, a call of a listed export costs its
+//! price measured from the call's entry: busy until this thread has used `cpu_us` of CPU time
+//! since the entry (`wall_us` when `cpu_us` is null), then asleep until `wall_us` have passed
+//! since the entry: a 21 ms `nvmlDeviceGetPcieThroughput` with 0.9 ms of CPU, as on a real
+//! H100. The simulator's own work in the call counts towards the price, not on top of it (the
+//! real driver's work is what the price measured); a call whose simulated work alone exceeds its
+//! price costs that work (the event wait's look at the scenario file, say).
 //!
-//! The cost is spent after the export's body, by [`crate::ffi::run`], with no lock of the
-//! simulator held: calls on different threads (one per GPU, as a parallel poller makes them)
-//! overlap in time as they do on a real driver. The table itself sits behind a read-write lock
-//! taken only to copy one entry out.
+//! The rest of the price is spent after the export's body, by [`crate::ffi::run`], with no lock
+//! of the simulator held: calls on different threads (one per GPU, as a parallel poller makes
+//! them) overlap in time as they do on a real driver. The table itself sits behind a read-write
+//! lock taken only to copy one entry out. It must not be used to make a call cheaper than the
+//! simulator's work in it, nor to spend a price twice.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -120,31 +124,55 @@ fn thread_cpu() -> Option<Duration> {
     (ret == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
-/// Spends `cost` on the calling thread: busy until it has used `cost.cpu` of CPU time (on a
-/// loaded machine that takes longer than `cost.cpu` of wall time, as it would for the real
-/// driver), then asleep until `cost.wall` has passed since the start. Must be called with no
-/// lock held.
-pub fn spend(cost: Cost) {
-    let start = Instant::now();
+/// Where a priced call began: its wall clock and, when the call was priced at its entry, this
+/// thread's CPU clock.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    at: Instant,
+    cpu: Option<Duration>,
+}
+
+/// At a call's entry: the instants its price is measured from. The thread's CPU clock (a system
+/// call) is read only when a table prices `function`, so calls cost nothing extra without one.
+pub fn enter(function: &str) -> Entry {
+    let at = Instant::now();
+    let cpu = of(function).and_then(|_| thread_cpu());
+    Entry { at, cpu }
+}
+
+/// After a call's body: spends what is left of its price, if a table prices `function`. The
+/// call that loads the table (the 0 → 1 init) was not priced at its entry: its CPU price is
+/// spent in full after the body, its wall price from the entry.
+pub fn settle(function: &str, entry: Entry) {
+    if let Some(cost) = of(function) {
+        spend(cost, entry);
+    }
+}
+
+/// Spends what is left of `cost` since `entry` on the calling thread: busy until the thread has
+/// used `cost.cpu` of CPU time since the entry (on a loaded machine that takes longer than
+/// `cost.cpu` of wall time, as it would for the real driver), then asleep until `cost.wall` has
+/// passed since the entry. Must be called with no lock held.
+pub fn spend(cost: Cost, entry: Entry) {
     if !cost.cpu.is_zero() {
-        match thread_cpu() {
+        match entry.cpu.or_else(thread_cpu) {
             Some(cpu0) => {
                 // Stop spinning after a generous wall bound too, in case the clock stalls.
                 let give_up = cost.cpu * 20 + Duration::from_secs(1);
                 while thread_cpu().is_some_and(|t| t.saturating_sub(cpu0) < cost.cpu)
-                    && start.elapsed() < give_up
+                    && entry.at.elapsed() < give_up
                 {
                     std::hint::spin_loop();
                 }
             }
             None => {
-                while start.elapsed() < cost.cpu {
+                while entry.at.elapsed() < cost.cpu {
                     std::hint::spin_loop();
                 }
             }
         }
     }
-    let left = cost.wall.saturating_sub(start.elapsed());
+    let left = cost.wall.saturating_sub(entry.at.elapsed());
     if !left.is_zero() {
         std::thread::sleep(left);
     }
@@ -206,13 +234,67 @@ mod tests {
     fn spend_burns_cpu_then_sleeps() {
         let t0 = Instant::now();
         let c0 = thread_cpu().expect("thread CPU clock");
-        spend(Cost {
-            wall: Duration::from_millis(40),
-            cpu: Duration::from_millis(10),
-        });
+        spend(
+            Cost {
+                wall: Duration::from_millis(40),
+                cpu: Duration::from_millis(10),
+            },
+            Entry {
+                at: t0,
+                cpu: Some(c0),
+            },
+        );
         let (wall, cpu) = (t0.elapsed(), thread_cpu().expect("clock") - c0);
         assert!(wall >= Duration::from_millis(40), "{wall:?}");
         assert!(cpu >= Duration::from_millis(10), "{cpu:?}");
         assert!(cpu < Duration::from_millis(35), "slept the rest: {cpu:?}");
+    }
+
+    /// Burns `d` of this thread's CPU, as a call body's simulated work would.
+    fn burn(d: Duration) {
+        let c0 = thread_cpu().expect("thread CPU clock");
+        while thread_cpu().expect("clock") - c0 < d {
+            std::hint::spin_loop();
+        }
+    }
+
+    #[test]
+    fn the_work_in_the_call_is_part_of_its_price_not_added_to_it() {
+        let price = Cost {
+            wall: Duration::from_millis(30),
+            cpu: Duration::from_millis(30),
+        };
+        let entry = Entry {
+            at: Instant::now(),
+            cpu: thread_cpu(),
+        };
+        let c0 = entry.cpu.expect("thread CPU clock");
+        // The body's own work: 20 ms of the 30 ms price.
+        burn(Duration::from_millis(20));
+        spend(price, entry);
+        let cpu = thread_cpu().expect("clock") - c0;
+        assert!(cpu >= Duration::from_millis(30), "the whole price: {cpu:?}");
+        // Price plus body would be 50 ms; the price alone is 30 (slack for the clock's reads).
+        assert!(cpu < Duration::from_millis(42), "price + body: {cpu:?}");
+    }
+
+    #[test]
+    fn work_beyond_the_price_costs_what_it_took_and_no_more() {
+        let entry = Entry {
+            at: Instant::now(),
+            cpu: thread_cpu(),
+        };
+        let c0 = entry.cpu.expect("thread CPU clock");
+        burn(Duration::from_millis(20));
+        spend(
+            Cost {
+                wall: Duration::from_millis(10),
+                cpu: Duration::from_millis(10),
+            },
+            entry,
+        );
+        // Spent after the work, the price would make it 30 ms.
+        let cpu = thread_cpu().expect("clock") - c0;
+        assert!(cpu < Duration::from_millis(26), "{cpu:?}");
     }
 }

@@ -107,9 +107,13 @@ pub fn error_string(code: Ret) -> &'static CStr {
 }
 
 /// Runs one export body: counts the call, catches any panic (answering `UNKNOWN`), turns
-/// `Err(code)` into the return value and spends the call's `NVML_SIM_COST`, if any, after the
-/// body (so with no simulator lock held). Nothing unwinds past this function.
+/// `Err(code)` into the return value and makes the call cost its `NVML_SIM_COST` price, if any,
+/// measured from the call's entry: the simulator's own work in the body (locks, bookkeeping,
+/// the scenario check) is part of the price, as a real driver's work is part of what it was
+/// measured to cost, not added to it. The rest of the price is spent after the body, so with no
+/// simulator lock held. Nothing unwinds past this function.
 pub fn run(name: &'static str, body: impl FnOnce() -> NvResult) -> Ret {
+    let entered = crate::cost::enter(name);
     crate::stats::count(name);
     CURRENT.with(|c| c.set(name));
     let ret = match catch_unwind(AssertUnwindSafe(body)) {
@@ -117,11 +121,8 @@ pub fn run(name: &'static str, body: impl FnOnce() -> NvResult) -> Ret {
         Ok(Err(code)) => code,
         Err(_) => UNKNOWN,
     };
-    crate::stats::maybe_flush(false);
     // The body has returned, so none of its locks is held: costs on different threads overlap.
-    if let Some(cost) = crate::cost::of(name) {
-        crate::cost::spend(cost);
-    }
+    crate::cost::settle(name, entered);
     ret
 }
 

@@ -269,6 +269,7 @@ pub fn init() -> Ret {
     sim.ever_count = 0;
     sim.install(scenario, Instant::now(), true);
     sim.refcount = 1;
+    crate::stats::start();
     ffi::SUCCESS
 }
 
@@ -282,7 +283,7 @@ pub fn shutdown() -> Ret {
     let last = sim.refcount == 0;
     drop(sim);
     if last {
-        crate::stats::maybe_flush(true);
+        crate::stats::stop();
         crate::cost::unload();
     }
     ffi::SUCCESS

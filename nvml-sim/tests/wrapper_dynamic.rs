@@ -260,6 +260,53 @@ fn stats_file_counts_calls() {
     std::env::remove_var("NVML_SIM_STATS");
 }
 
+/// Threads of this process named `name` (the stats writer is the simulator's, not a caller's).
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim() == name)
+        .count()
+}
+
+#[test]
+fn stats_are_written_by_the_simulators_thread_not_inside_a_call() {
+    let sim = Sim::new(MIXED);
+    let stats = sim.dir.path().join("stats.json");
+    std::env::set_var("NVML_SIM_STATS", &stats);
+    let before = threads_named("nvml-sim-stats");
+    let nvml = sim.init();
+    // A thread takes its name once it runs: wait for it.
+    assert!(
+        eventually(Duration::from_secs(5), || threads_named("nvml-sim-stats")
+            == before + 1),
+        "one writer"
+    );
+    let h100 = nvml.device_by_index(0).expect("gpu 0");
+    for _ in 0..3 {
+        h100.power_usage().expect("power");
+    }
+    // No further call is made: only the writer thread can put the three calls in the file
+    // (calls themselves never write it, so that no call's CPU time includes the write).
+    let read = || -> Option<serde_json::Value> {
+        serde_json::from_str(&std::fs::read_to_string(&stats).ok()?).ok()
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || read()
+            .is_some_and(|v| v["nvmlDeviceGetPowerUsage"] == 3)),
+        "the counts reach the file within a second or so: {:?}",
+        read()
+    );
+    drop(nvml);
+    assert_eq!(
+        threads_named("nvml-sim-stats"),
+        before,
+        "stopped at the last shutdown"
+    );
+    assert_eq!(read().expect("stats")["nvmlShutdown"], 1);
+    std::env::remove_var("NVML_SIM_STATS");
+}
+
 #[test]
 fn raw_abi_symbols_strings_and_uninitialized() {
     let sim = Sim::new(MIXED);

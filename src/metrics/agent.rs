@@ -124,6 +124,13 @@ fn nvml(snapshot: &Snapshot, full: bool, out: &mut Families) {
     }
     out.push(errors);
 
+    // Two series per NVML function (98 on an H100 node, 12 per GPU): where polling spends its
+    // time, for whoever tunes the poller. The full page only, and built only for it: the lean
+    // page used to format them every poll and drop them. Failures are always on
+    // (gpu_steward_nvml_errors_total), and so is the poll's cost per source.
+    if !full {
+        return;
+    }
     let mut calls = Family::counter(
         "gpu_steward_nvml_calls_total",
         "NVML calls the poller made, by function (the XID waiter's blocking waits excluded).",
@@ -136,13 +143,8 @@ fn nvml(snapshot: &Snapshot, full: bool, out: &mut Families) {
         calls.add(&[("function", *function)], stat.calls as f64);
         seconds.add(&[("function", *function)], stat.seconds);
     }
-    // Two series per NVML function (98 on an H100 node, 12 per GPU): where polling spends its
-    // time, for whoever tunes the poller. The full page only; failures are always on
-    // (gpu_steward_nvml_errors_total), and so is the poll's cost per source.
-    if full {
-        out.push(calls);
-        out.push(seconds);
-    }
+    out.push(calls);
+    out.push(seconds);
 }
 
 /// Polls: how many, how long, which sources fail (by source on the full page), and the
@@ -159,14 +161,6 @@ fn polls(snapshot: &Snapshot, full: bool, out: &mut Families) {
     duration.add::<&str>(&[], snapshot.poll_duration.as_secs_f64());
     out.push(duration);
 
-    let mut source_duration = Family::gauge(
-        "gpu_steward_poll_source_duration_seconds",
-        "Time of the last run of each read of the source (group of NVML calls) on the poll's path, summed over GPUs.",
-    );
-    let mut source_success = Family::gauge(
-        "gpu_steward_poll_source_success",
-        "1 if, in the last run of each read of the source on every GPU, every call succeeded or was not supported.",
-    );
     let mut failing = Family::gauge(
         "gpu_steward_poll_failing_sources",
         "Sources (groups of NVML calls) whose last run failed on some GPU; 0 when every call succeeded or was not supported. Which: gpu_steward_nvml_errors_total, or gpu_steward_poll_source_success on the full profile.",
@@ -174,12 +168,21 @@ fn polls(snapshot: &Snapshot, full: bool, out: &mut Families) {
     let failed = snapshot.sources.values().filter(|s| !s.success).count();
     failing.add::<&str>(&[], failed as f64);
     out.push(failing);
-    for (source, status) in &snapshot.sources {
-        source_duration.add(&[("source", *source)], status.duration.as_secs_f64());
-        source_success.add(&[("source", *source)], flag(status.success));
-    }
-    // Two series per source (28 on a node): the full page only (see the module's doc).
+    // Two series per source (28 on a node): the full page only (see the module's doc), and
+    // built only for it.
     if full {
+        let mut source_duration = Family::gauge(
+            "gpu_steward_poll_source_duration_seconds",
+            "Time of the last run of each read of the source (group of NVML calls) on the poll's path, summed over GPUs.",
+        );
+        let mut source_success = Family::gauge(
+            "gpu_steward_poll_source_success",
+            "1 if, in the last run of each read of the source on every GPU, every call succeeded or was not supported.",
+        );
+        for (source, status) in &snapshot.sources {
+            source_duration.add(&[("source", *source)], status.duration.as_secs_f64());
+            source_success.add(&[("source", *source)], flag(status.success));
+        }
         out.push(source_duration);
         out.push(source_success);
     }
