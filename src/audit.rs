@@ -7,7 +7,8 @@
 //! rotated file is reopened by the next process, not by this one: rotate with `copytruncate`).
 //!
 //! A record is written *before* the change it describes, and a change whose record could not be
-//! written does not happen: callers act only on `Ok`. A failed or short write (ENOSPC, EIO) is
+//! written does not happen: callers act only on `Ok`. Opened by the owner of changes
+//! ([`crate::changes`]), once per process; every record goes through it. A failed or short write (ENOSPC, EIO) is
 //! cut off again (`set_len` back to the length before it), so that every line of the file stays
 //! one valid JSON object. Failures are counted per component and the last outcome is kept
 //! process-wide ([`health`]), for `gpu_steward_audit_write_errors_total` and `/health`.
@@ -148,7 +149,8 @@ pub struct AuditHealth {
     pub failing: Option<String>,
 }
 
-/// Process-wide: every [`AuditLog`] (the daemon's tasks each open their own) reports here.
+/// Process-wide: every [`AuditLog`] (one per process, held by the owner of changes; tests open
+/// their own) reports here.
 static HEALTH: Mutex<AuditHealth> = Mutex::new(AuditHealth {
     write_errors: BTreeMap::new(),
     failing: None,
