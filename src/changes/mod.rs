@@ -165,9 +165,11 @@ impl Owner {
 
     /// Takes new settings (see [`Owner::reconfigure`]).
     pub fn set(&self, new: Setup) {
+        // The audit slot before the settings, as `audit_log` takes them: one order, no deadlock.
+        let mut slot = lock(&self.audit);
         let mut setup = lock(&self.setup);
         if setup.audit_file != new.audit_file {
-            *lock(&self.audit) = None;
+            *slot = None;
         }
         *setup = new;
     }
