@@ -531,3 +531,55 @@ fn a_mig_apply_from_the_cli_shows_on_the_daemons_metrics_within_one_poll() {
         agent.log()
     );
 }
+
+/// Issue 34: the owner of changes follows a reload. After SIGHUP moves `[audit] file`, the next
+/// change (the API's receipt and the MIG apply's records) goes to the new log, and the old one
+/// gets nothing more.
+#[test]
+fn after_a_reload_every_record_goes_to_the_new_audit_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let agent = Agent::with_scenario(ONE_H100)
+        .config(&config(dir.path(), None, true))
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .start();
+    let answer = post_apply(agent.port, "seven").join().expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let old_log = dir.path().join("audit.jsonl");
+    let before = std::fs::read_to_string(&old_log).expect("the first log");
+    assert!(before.contains("\"event\":\"apply.start\""), "{before}");
+
+    let moved = dir.path().join("moved");
+    std::fs::create_dir(&moved).expect("mkdir");
+    let new_log = moved.join("audit.jsonl");
+    let text = config(dir.path(), None, true).replace(
+        &format!("file = \"{}\"", old_log.display()),
+        &format!("file = \"{}\"", new_log.display()),
+    );
+    assert!(text.contains(&new_log.display().to_string()), "{text}");
+    agent.rewrite_config(&text);
+    agent.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for("the reload", Duration::from_secs(20), || {
+        agent.log().contains("configuration reloaded").then_some(())
+    });
+    let answer = post_apply(agent.port, "balanced").join().expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let after = std::fs::read_to_string(&new_log).expect("the new log");
+    let events: Vec<serde_json::Value> = after
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(events[0]["component"], "api", "{after}");
+    assert_eq!(events[0]["event"], "request", "{after}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "apply.start" && e["layout"] == "balanced"),
+        "{after}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&old_log).expect("the first log"),
+        before,
+        "the old log was written after the reload"
+    );
+}
