@@ -508,7 +508,7 @@ async fn shut_down(
         tracing::warn!("reclaim did not stop in time; its last accounting state may be lost");
     }
     if !change.await {
-        tracing::error!(budget = ?crate::shutdown::CHANGE_BUDGET, "the MIG apply did not finish or roll back within the stop budget; the next start finds its intent record");
+        tracing::error!(budget = ?crate::shutdown::CHANGE_BUDGET, "the change in flight did not finish within the stop budget (a MIG apply rolls back, and a half-done one leaves its intent record for the next start)");
     }
     tracing::info!("stopped");
 }
@@ -551,7 +551,7 @@ async fn converge_at_start(owner: &Arc<Owner>, signals: &mut Signals) -> bool {
         tokio::time::Instant::from_std,
     );
     if tokio::time::timeout_at(deadline, apply).await.is_err() {
-        tracing::error!(budget = ?crate::shutdown::CHANGE_BUDGET, "the MIG apply did not finish or roll back within the stop budget; the next start finds its intent record");
+        tracing::error!(budget = ?crate::shutdown::CHANGE_BUDGET, "the change in flight did not finish within the stop budget (a MIG apply rolls back, and a half-done one leaves its intent record for the next start)");
     }
     true
 }

@@ -583,3 +583,34 @@ fn after_a_reload_every_record_goes_to_the_new_audit_log() {
         "the old log was written after the reload"
     );
 }
+
+/// Issue 34: two MIG applies asked of the daemon at once take turns in it (the owner's MIG
+/// turn): the second waits for the first and then applies, rather than being refused with 409
+/// for a node lock its own process holds. (Another process's apply is refused: 409, above.)
+#[test]
+fn two_api_applies_in_the_daemon_take_turns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let slow = cost(dir.path(), 300, 300);
+    let agent = Agent::with_scenario(ONE_H100)
+        .config(&config(dir.path(), None, true))
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .env("NVML_SIM_COST", &slow)
+        .start();
+    let first = post_apply(agent.port, "balanced");
+    wait_for(
+        "the first apply's first creation",
+        Duration::from_secs(20),
+        || (instances(&state) > 0).then_some(()),
+    );
+    let second = post_apply(agent.port, "seven").join().expect("answer");
+    let first = first.join().expect("answer");
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    assert!(second.contains("\"outcome\":\"applied\""), "{second}");
+    assert_eq!(
+        instances(&state),
+        7,
+        "the second layout is the one in place"
+    );
+}

@@ -107,8 +107,6 @@ impl Change for MigApply {
             force: self.force,
             trigger: self.trigger,
         };
-        // The NVML session is taken once the node lock is held: waiting for another process's
-        // apply must not hold up this process's other NVML writes.
         let run = || {
             let nvml = node.nvml().map_err(ApplyError::Refused)?;
             apply::apply(&nvml.session().mig(), &setup.mig, audit.as_ref(), &req)
@@ -116,6 +114,9 @@ impl Change for MigApply {
         if self.dry_run {
             return Ok(run()?);
         }
+        // Applies in this process wait for each other here; the node lock then keeps other
+        // processes (`gpu-steward mig apply`) out, or names the one that holds it.
+        let _turn = node.mig_turn();
         Ok(with_intent(
             &setup.audit_file,
             &self.layout_name,

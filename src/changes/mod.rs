@@ -7,10 +7,12 @@
 //!   changes); every record of the process goes through [`Owner::record`], and a record that
 //!   cannot be written is a typed [`AuditFailed`], never a string matched back;
 //! - **the NVML write session**: one session, opened at the first change that needs it and kept
-//!   (no `nvmlInit` per apply; the library is never unloaded between changes), lent to one change
-//!   at a time: MIG, sharing and the NVML actions never interleave their writes;
+//!   (no `nvmlInit` per apply; the library is never unloaded between changes), shared by the
+//!   changes that write through NVML (NVML is thread-safe; what conflicts is serialised by the
+//!   change's own lock, so a remediation fence never waits for a MIG apply's hook);
 //! - **the node lock** (`mig-apply.lock` and its intent record, [`crate::mig::intent`]): taken by
 //!   a MIG apply in whichever process runs it, so the CLI and the daemon never apply at once;
+//!   inside one process, MIG applies wait their turn first (the start's, a reload's, the API's);
 //! - **the poller's wake**: a change that touched the node tells the poller, whose next poll
 //!   starts at once and reads what changed ([`crate::poller::Control::Changed`]).
 //!
@@ -23,12 +25,12 @@
 //! Why not one thread with one mailbox: changes of different kinds do not conflict, and a
 //! mailbox would queue a Slurm drain (how fast a failed GPU leaves the scheduler) behind a
 //! 30 s hook timeout or a MIG creation stuck in the driver. The owner serialises what does
-//! conflict (NVML writes: the session's lock; MIG across processes: the node lock) and runs each
-//! change on the caller's blocking thread ([`Owner::call`] from async code).
+//! conflict (MIG applies: its MIG turn in the process, the node lock across processes; sharing
+//! applies: the sharing service's) and runs each change on the caller's blocking thread
+//! ([`Owner::call`] from async code).
 //!
 //! Must not: be bypassed (no other module opens the audit log for writing: `layers_tests`
-//! checks the source), act before its record is on disk, or hold the NVML session across a
-//! wait that is not an NVML call.
+//! checks the source), or act before its record is on disk.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -77,9 +79,15 @@ impl Acting<'_> {
         self.owner.audit_log()
     }
 
-    /// The NVML write session, held until the guard drops: one NVML change at a time.
-    pub fn nvml(&self) -> Result<NvmlGuard<'_>, String> {
+    /// The NVML write session (shared: NVML is thread-safe).
+    pub fn nvml(&self) -> Result<NvmlGuard, String> {
         self.owner.nvml()
+    }
+
+    /// The process's MIG turn, held for a whole MIG apply: applies in one process wait for each
+    /// other (the node lock then keeps other processes out).
+    pub fn mig_turn(&self) -> MutexGuard<'_, ()> {
+        lock(&self.owner.mig_turn)
     }
 
     /// The settings the owner was given (library, audit file, MIG layouts).
@@ -106,13 +114,12 @@ impl Setup {
     }
 }
 
-/// The NVML write session, lent to one change at a time (the turn is held until it drops).
-pub struct NvmlGuard<'a> {
-    _turn: MutexGuard<'a, ()>,
+/// The NVML write session, lent to a change.
+pub struct NvmlGuard {
     session: Arc<Session>,
 }
 
-impl NvmlGuard<'_> {
+impl NvmlGuard {
     pub fn session(&self) -> &Session {
         &self.session
     }
@@ -125,8 +132,8 @@ pub struct Owner {
     audit: Mutex<Option<AuditLog>>,
     /// The NVML write session (library, session), opened at the first change that needs it.
     nvml: Mutex<Option<(String, Arc<Session>)>>,
-    /// Whose turn it is to write through NVML: one change at a time.
-    nvml_turn: Mutex<()>,
+    /// Whose turn it is to apply a MIG layout in this process.
+    mig_turn: Mutex<()>,
     /// Whether a change is running (the stop waits for MIG applies, within its budget).
     running: Mutex<u32>,
     /// The poller's control, once it runs.
@@ -151,7 +158,7 @@ impl Owner {
             setup: Mutex::new(setup),
             audit: Mutex::new(None),
             nvml: Mutex::new(None),
-            nvml_turn: Mutex::new(()),
+            mig_turn: Mutex::new(()),
             running: Mutex::new(0),
             waker: Mutex::new(None),
         })
@@ -168,10 +175,17 @@ impl Owner {
         // The audit slot before the settings, as `audit_log` takes them: one order, no deadlock.
         let mut slot = lock(&self.audit);
         let mut setup = lock(&self.setup);
-        if setup.audit_file != new.audit_file {
-            *slot = None;
+        if setup.audit_file == new.audit_file {
+            *setup = new;
+            return;
         }
+        *slot = None;
+        let moved = notice::path(&setup.audit_file) != notice::path(&new.audit_file);
         *setup = new;
+        // Other processes leave their notice beside the new log: watched from now on.
+        if let (true, Some(w)) = (moved, lock(&self.waker).as_ref()) {
+            notice::watch(&setup.audit_file, w.clone());
+        }
     }
 
     /// Where to say that the node changed: the poller's control (set once it runs). Changes
@@ -268,8 +282,7 @@ impl Owner {
         Ok(log)
     }
 
-    fn nvml(&self) -> Result<NvmlGuard<'_>, String> {
-        let turn = lock(&self.nvml_turn);
+    fn nvml(&self) -> Result<NvmlGuard, String> {
         let lib = lock(&self.setup).nvml_lib.clone();
         let mut cached = lock(&self.nvml);
         let session = match cached.as_ref() {
@@ -281,10 +294,7 @@ impl Owner {
                 s
             }
         };
-        Ok(NvmlGuard {
-            _turn: turn,
-            session,
-        })
+        Ok(NvmlGuard { session })
     }
 }
 

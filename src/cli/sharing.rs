@@ -47,6 +47,14 @@ pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
     // The same owner of changes as in the daemon: it records, lends its NVML session, and
     // refuses the apply when the audit log cannot be written.
     let owner = crate::changes::Owner::new(&config);
+    if !dry_run {
+        if let Err(e) = owner.audit_ready() {
+            eprintln!(
+                "gpu-steward sharing: {e}; nothing was changed (set [audit] file to a writable path)"
+            );
+            return 1;
+        }
+    }
     let report = owner.handle(crate::changes::sharing::SharingApply {
         config: config.sharing.clone(),
         dry_run,

@@ -74,8 +74,8 @@ pub fn run(
     }
 }
 
-/// The owner's NVML write session (one NVML change at a time, across the agent).
-fn session<'a>(acting: &'a Acting<'_>) -> Result<NvmlGuard<'a>, String> {
+/// The owner's NVML write session (one per process, shared by the changes that write).
+fn session(acting: &Acting<'_>) -> Result<NvmlGuard, String> {
     acting
         .nvml()
         .map_err(|e| format!("cannot open NVML to write: {e}"))

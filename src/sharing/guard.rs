@@ -232,7 +232,9 @@ fn act(
                     "signal": config.signal,
                 }),
             );
-            let begun = owner.begin("sharing", decision).map_err(|_| ())?;
+            let begun = owner.begin("sharing", decision).map_err(|e| {
+                tracing::error!(error = %e, pid = o.over.pid, "memory guard: not signalling: its decision cannot be recorded");
+            })?;
             begun.act(|_: &Acting<'_>| {
                 let (label, detail) = match procs::signal_verified(procfs, &who, sig) {
                     procs::SignalResult::Failed(e) => ("failed", e),
