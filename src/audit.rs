@@ -217,6 +217,15 @@ fn encode(now: SystemTime, component: &str, event: &str, fields: Value) -> Strin
     line
 }
 
+/// The directory of the audit log `file`, where the files beside it live (the MIG node lock and
+/// intent record, the `node-changed` notice): its parent, `.` for a bare file name.
+pub fn dir_of(file: &Path) -> PathBuf {
+    file.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| Path::new("."))
+        .to_path_buf()
+}
+
 /// The agent's state directory: systemd's `$STATE_DIRECTORY` (its first entry; the unit's
 /// `StateDirectory=`, the DaemonSet's env), else the directory of [`DEFAULT_FILE`].
 pub fn state_dir() -> PathBuf {

@@ -25,11 +25,7 @@ pub const FILE_NAME: &str = "node-changed";
 
 /// Where the notice for the audit log `audit_file` lives.
 pub fn path(audit_file: &Path) -> PathBuf {
-    audit_file
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or_else(|| Path::new("."))
-        .join(FILE_NAME)
+    crate::audit::dir_of(audit_file).join(FILE_NAME)
 }
 
 /// Writes the notice (best effort: a failure is logged at debug and changes nothing else).
@@ -55,8 +51,7 @@ pub fn write(audit_file: &Path) {
 /// of its own, for the daemon's life. A directory that cannot be watched is logged once: the
 /// other processes' changes then show at the slow tier.
 pub fn watch(audit_file: &Path, poller: Sender<Control>) {
-    let path = path(audit_file);
-    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let dir = crate::audit::dir_of(audit_file);
     let watched = Inotify::init(InitFlags::IN_CLOEXEC).and_then(|i| {
         i.add_watch(
             &dir,

@@ -76,10 +76,8 @@ fn audit_warning(file: &Path) -> Option<String> {
             )
         });
     }
-    let dir = file
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = crate::audit::dir_of(file);
+    let dir = dir.as_path();
     if dir.is_dir() {
         return (!writable(dir)).then(|| {
             format!(

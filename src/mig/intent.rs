@@ -58,11 +58,7 @@ pub fn intent_path(audit_file: &Path) -> PathBuf {
 }
 
 fn state_of(audit_file: &Path) -> PathBuf {
-    audit_file
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or_else(|| Path::new("."))
-        .to_path_buf()
+    crate::audit::dir_of(audit_file)
 }
 
 /// Takes the node lock in `dir`, waiting up to `wait` for another holder (`on_wait` is called
