@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{bin, sim_lib, wait_for, Agent};
+use common::{bin, sim_lib, wait_for, Agent, AgentBuilder};
 
 const TOKEN: &str = "node-state-test-token-0123456789";
 
@@ -133,9 +133,8 @@ fn a_stop_during_a_hung_start_time_apply_fits_the_stop_budget() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state.json");
     let cost = cost(dir.path(), 600_000, 0);
-    let mut agent = Agent::with_scenario(ONE_H100)
+    let mut agent = daemon_on(&state)
         .config(&config(dir.path(), Some("seven"), false))
-        .env("NVML_SIM_STATE", &state.display().to_string())
         .env("NVML_SIM_COST", &cost)
         .no_wait_ready()
         .start();
@@ -152,9 +151,8 @@ fn a_stop_during_a_hung_api_apply_fits_the_stop_budget() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state.json");
     let cost = cost(dir.path(), 600_000, 0);
-    let mut agent = Agent::with_scenario(ONE_H100)
+    let mut agent = daemon_on(&state)
         .config(&config(dir.path(), None, true))
-        .env("NVML_SIM_STATE", &state.display().to_string())
         .env("NVML_SIM_COST", &cost)
         .start();
     let _client = post_apply(agent.port, "seven");
@@ -173,9 +171,8 @@ fn the_cli_and_the_daemon_never_apply_mig_at_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state.json");
     let slow = cost(dir.path(), 400, 400);
-    let agent = Agent::with_scenario(ONE_H100)
+    let agent = daemon_on(&state)
         .config(&config(dir.path(), None, true))
-        .env("NVML_SIM_STATE", &state.display().to_string())
         .start();
     let intent = dir.path().join("mig-apply.intent");
     let cli = cli_apply(dir.path(), "balanced", Some(&slow))
@@ -209,9 +206,8 @@ fn the_cli_and_the_daemon_never_apply_mig_at_once() {
     // The daemon applies (slowly, through its own cost table: restart it with one); the CLI
     // waits for it and then finds the node already as asked.
     drop(agent);
-    let agent = Agent::with_scenario(ONE_H100)
+    let agent = daemon_on(&state)
         .config(&config(dir.path(), None, true))
-        .env("NVML_SIM_STATE", &state.display().to_string())
         .env("NVML_SIM_COST", &slow)
         .start();
     let api = post_apply(agent.port, "seven");
@@ -438,6 +434,12 @@ fn an_audit_log_in_a_directory_others_may_write_is_refused_at_start() {
     );
 }
 
+/// The daemon on the one-H100 node whose state the simulator keeps in `state` (shared with the
+/// CLI processes a test runs).
+fn daemon_on(state: &Path) -> AgentBuilder {
+    Agent::with_scenario(ONE_H100).env("NVML_SIM_STATE", &state.display().to_string())
+}
+
 /// How many MIG instances the agent's page shows.
 fn mig_instances_on_metrics(agent: &Agent) -> usize {
     agent
@@ -460,11 +462,7 @@ fn a_mig_apply_through_the_api_shows_on_metrics_within_one_poll() {
         "{}[poller]\nslow_interval = \"10s\"\nexpensive_interval = \"10s\"\n",
         config(dir.path(), None, true)
     );
-    let agent = Agent::with_scenario(ONE_H100)
-        .config(&config)
-        .interval("1s")
-        .env("NVML_SIM_STATE", &state.display().to_string())
-        .start();
+    let agent = daemon_on(&state).config(&config).interval("1s").start();
     // Ready: the first poll read everything; the slow tier's next turn is 10 s away.
     assert_eq!(mig_instances_on_metrics(&agent), 0);
     let answer = post_apply(agent.port, "seven").join().expect("answer");
@@ -495,11 +493,7 @@ fn a_mig_apply_from_the_cli_shows_on_the_daemons_metrics_within_one_poll() {
         "{}[poller]\nslow_interval = \"60s\"\nexpensive_interval = \"60s\"\nprofiling_interval = \"60s\"\n",
         config(dir.path(), None, false)
     );
-    let agent = Agent::with_scenario(ONE_H100)
-        .config(&config)
-        .interval("1s")
-        .env("NVML_SIM_STATE", &state.display().to_string())
-        .start();
+    let agent = daemon_on(&state).config(&config).interval("1s").start();
     assert_eq!(mig_instances_on_metrics(&agent), 0);
     let out = cli_apply(dir.path(), "seven", None)
         .output()
@@ -539,9 +533,8 @@ fn a_mig_apply_from_the_cli_shows_on_the_daemons_metrics_within_one_poll() {
 fn after_a_reload_every_record_goes_to_the_new_audit_log() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state.json");
-    let agent = Agent::with_scenario(ONE_H100)
+    let agent = daemon_on(&state)
         .config(&config(dir.path(), None, true))
-        .env("NVML_SIM_STATE", &state.display().to_string())
         .start();
     let answer = post_apply(agent.port, "seven").join().expect("answer");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
@@ -592,9 +585,8 @@ fn two_api_applies_in_the_daemon_take_turns() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state.json");
     let slow = cost(dir.path(), 300, 300);
-    let agent = Agent::with_scenario(ONE_H100)
+    let agent = daemon_on(&state)
         .config(&config(dir.path(), None, true))
-        .env("NVML_SIM_STATE", &state.display().to_string())
         .env("NVML_SIM_COST", &slow)
         .start();
     let first = post_apply(agent.port, "balanced");

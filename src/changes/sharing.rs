@@ -23,18 +23,19 @@ impl Change for SharingApply {
     fn act(self, node: &Acting<'_>) -> Report {
         let (trigger, dry_run) = (self.trigger, self.dry_run);
         // A dry run records nothing, so it opens (or creates) no audit log.
-        let audit = match dry_run {
-            true => None,
-            false => match node.audit_log() {
+        let audit = if dry_run {
+            None
+        } else {
+            match node.audit_log() {
                 Ok(a) => Some(a),
                 Err(e) => {
                     return Report::audit_failed(
                         trigger,
-                        dry_run,
+                        false,
                         format!("{e}; nothing was changed"),
                     )
                 }
-            },
+            }
         };
         let nvml = match node.nvml() {
             Ok(n) => n,
