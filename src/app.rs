@@ -179,6 +179,7 @@ struct Actors {
 /// Starts remediation (which refuses to start without its audit log), the rules and reclaim.
 fn start_actors(
     config: &Config,
+    rules: &Arc<crate::rules::RuleSet>,
     owner: &Arc<Owner>,
     feeds: &Feeds,
     published: &watch::Receiver<Arc<Published>>,
@@ -201,10 +202,10 @@ fn start_actors(
         stop.clone(),
     );
     let mut collectors: Vec<Arc<dyn Collector>> = vec![remediation.metrics.clone()];
-    if config.rules.rule_count() > 0 {
+    if rules.rule_count() > 0 {
         let metrics = Arc::new(crate::rules::RuleMetrics::default());
         crate::rules::task::spawn(
-            config.rules.clone(),
+            rules.clone(),
             config.interval,
             published.clone(),
             metrics.clone(),
@@ -325,7 +326,12 @@ async fn start_http(
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
-pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result<(), AppError> {
+pub async fn run(
+    loaded: crate::rules::served::Loaded,
+    source: ConfigSource,
+    log: LogHandle,
+) -> Result<(), AppError> {
+    let crate::rules::served::Loaded { config, rules } = loaded;
     // Before anything changes the node: a SIGTERM or SIGHUP from now on is an event, never the
     // default action (which kills the process, in the middle of a MIG change if one runs).
     let mut signals = Signals::install()?;
@@ -351,7 +357,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
 
     let web = load_web_config(&config)?;
     say_api(&config);
-    let mut actors = start_actors(&config, &owner, &feeds, &published, &stop)?;
+    let mut actors = start_actors(&config, &rules, &owner, &feeds, &published, &stop)?;
     start_fleet(
         &config,
         &owner,
@@ -404,7 +410,8 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             owner: &owner,
             reclaim: &actors.reclaim,
         };
-        wait_for_signals(&mut signals, config, &source, &log, &counters, handles).await?;
+        let running = crate::rules::served::Loaded { config, rules };
+        wait_for_signals(&mut signals, running, &source, &log, &counters, handles).await?;
         crate::shutdown::request();
     }
 
@@ -592,7 +599,7 @@ struct Handles<'a> {
 
 async fn wait_for_signals(
     signals: &mut Signals,
-    mut current: Config,
+    mut current: crate::rules::served::Loaded,
     source: &ConfigSource,
     log: &LogHandle,
     counters: &AgentCounters,
@@ -603,49 +610,48 @@ async fn wait_for_signals(
             _ = signals.term.recv() => return Ok(()),
             _ = signals.int.recv() => return Ok(()),
             _ = signals.hup.recv() => {
-                match config::load(&source.path, source.required, &source.overrides)
-                    .and_then(crate::rules::served::checked)
-                {
-                    Ok(new) => {
+                match crate::rules::served::load(&source.path, source.required, &source.overrides) {
+                    Ok(loaded) => {
+                        let (new, old) = (&loaded.config, &current.config);
                         if (new.listen, new.max_connections, new.header_timeout)
-                            != (current.listen, current.max_connections, current.header_timeout)
+                            != (old.listen, old.max_connections, old.header_timeout)
                         {
                             tracing::warn!("[server] settings change only on restart");
                         }
-                        if new.listen != current.listen {
-                            tracing::warn!(old = %current.listen, new = %new.listen, "the listen address changes only on restart");
+                        if new.listen != old.listen {
+                            tracing::warn!(old = %old.listen, new = %new.listen, "the listen address changes only on restart");
                         }
-                        if new.log_format != current.log_format {
+                        if new.log_format != old.log_format {
                             tracing::warn!("the log format changes only on restart");
                         }
-                        if (&new.rule_files, &new.rules, &new.remediation)
-                            != (&current.rule_files, &current.rules, &current.remediation)
+                        if (&new.rule_files, &loaded.rules, &new.remediation)
+                            != (&old.rule_files, &current.rules, &old.remediation)
                         {
                             tracing::warn!("[rules] and [remediation] change only on restart");
                         }
-                        if new.web_config_file != current.web_config_file {
+                        if new.web_config_file != old.web_config_file {
                             tracing::warn!("[server] web_config_file changes only on restart");
                         }
-                        if new.kubernetes != current.kubernetes {
+                        if new.kubernetes != old.kubernetes {
                             tracing::warn!("[kubernetes] changes only on restart");
                         }
                         if (&new.reclaim.exempt.pod_labels, &new.reclaim.cri_socket)
-                            != (&current.reclaim.exempt.pod_labels, &current.reclaim.cri_socket)
+                            != (&old.reclaim.exempt.pod_labels, &old.reclaim.cri_socket)
                         {
                             tracing::warn!("[reclaim] exempt_pod_labels and cri_socket change only on restart");
                         }
                         log.set_config_level(new.log_level.as_deref());
                         // First: whoever acts from now on records to the new audit log.
-                        h.owner.reconfigure(&new);
-                        let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(&new, &h.feeds, h.sharing))));
-                        h.reclaim.reconfigure(reclaim_settings(&new, &h.feeds));
-                        h.sharing.reload(&current, &new);
+                        h.owner.reconfigure(new);
+                        let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(new, &h.feeds, h.sharing))));
+                        h.reclaim.reconfigure(reclaim_settings(new, &h.feeds));
+                        h.sharing.reload(old, new);
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
                         let m = h.owner.clone();
                         // In the background: the signal loop must keep answering SIGTERM.
                         tokio::spawn(async move { converge(&m, "reload").await });
-                        current = new;
+                        current = loaded;
                     }
                     Err(e) => {
                         counters.reloads_failed.fetch_add(1, Ordering::Relaxed);

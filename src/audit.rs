@@ -28,11 +28,10 @@ mod trust;
 pub use read::{read_back, ReadBack, MAX_LINE, MAX_READ_BACK};
 pub use trust::check_trust;
 
+pub use crate::config::DEFAULT_AUDIT_FILE;
+
 /// The components that write the audit log, for metric series that exist from the start.
 pub const COMPONENTS: &[&str] = &["api", "mig", "sharing", "reclaim", "remediation"];
-
-/// The default place of the audit log.
-pub const DEFAULT_FILE: &str = "/var/lib/gpu-steward/audit.jsonl";
 
 /// The name of the refusal every component counts when a record could not be written: the
 /// one spelling of it (metric labels, API answers).
@@ -227,7 +226,7 @@ pub fn dir_of(file: &Path) -> PathBuf {
 }
 
 /// The agent's state directory: systemd's `$STATE_DIRECTORY` (its first entry; the unit's
-/// `StateDirectory=`, the DaemonSet's env), else the directory of [`DEFAULT_FILE`].
+/// `StateDirectory=`, the DaemonSet's env), else the directory of [`DEFAULT_AUDIT_FILE`].
 pub fn state_dir() -> PathBuf {
     std::env::var_os("STATE_DIRECTORY")
         .and_then(|v| {
@@ -237,7 +236,7 @@ pub fn state_dir() -> PathBuf {
                 .map(PathBuf::from)
         })
         .unwrap_or_else(|| {
-            Path::new(DEFAULT_FILE)
+            Path::new(DEFAULT_AUDIT_FILE)
                 .parent()
                 .map_or_else(PathBuf::new, Path::to_path_buf)
         })

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use gpu_steward::cli::{self, Cli, Command, RunArgs, SharingAction};
-use gpu_steward::config;
 use gpu_steward::{app, logging, rules};
 
 fn main() -> ExitCode {
@@ -47,8 +46,8 @@ fn run(args: RunArgs) -> ExitCode {
         eprintln!("gpu-steward: {e}");
         return ExitCode::from(2);
     }
-    let config = match config::load(&path, required, &overrides).and_then(rules::served::checked) {
-        Ok(c) => c,
+    let loaded = match rules::served::load(&path, required, &overrides) {
+        Ok(l) => l,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(2);
@@ -56,8 +55,8 @@ fn run(args: RunArgs) -> ExitCode {
     };
     let log = logging::init(
         overrides.log_level.clone(),
-        config.log_level.as_deref(),
-        config.log_format,
+        loaded.config.log_level.as_deref(),
+        loaded.config.log_format,
     );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -76,7 +75,7 @@ fn run(args: RunArgs) -> ExitCode {
         required,
         overrides,
     };
-    let ran = runtime.block_on(app::run(config, source, log));
+    let ran = runtime.block_on(app::run(loaded, source, log));
     // Blocking work still running (a hook in its grace, a hung NVML call) is not waited for past
     // the hook grace, nor past the stop budget counted from SIGTERM (the MIG apply's wait may
     // have used most of it): the stop must fit systemd's TimeoutStopSec (gpu_steward::shutdown).

@@ -11,9 +11,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{Acting, Change};
+use crate::config::mig_layout::Layout;
 use crate::mig::apply::{self, ApplyError, Outcome, PendingReset, Request};
 use crate::mig::intent::{with_intent, LOCK_WAIT};
-use crate::mig::layout::Layout;
 use crate::mig::plan::Plan;
 
 /// Says for whom an apply waits (the node lock's holder's pid, when known).

@@ -39,9 +39,9 @@ use serde_json::Value;
 
 use crate::audit::AuditLog;
 pub use crate::audit::{AuditFailed, AUDIT_FAILED};
+use crate::config::mig::MigConfig;
 use crate::config::Config;
 use crate::gpu::Session;
-use crate::mig::config::MigConfig;
 
 pub mod mig;
 pub mod notice;

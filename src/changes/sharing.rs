@@ -5,8 +5,8 @@
 //! changes nothing and records nothing).
 
 use super::{Acting, Change};
+use crate::config::sharing::SharingConfig;
 use crate::sharing::apply::{self, Report};
-use crate::sharing::settings::SharingConfig;
 
 /// Make the node's compute modes and time-slices what `config` says.
 #[derive(Debug, Clone)]

@@ -15,8 +15,9 @@ use crate::config::{self, Config, Overrides};
 
 /// Runs the command; the exit status.
 pub fn run(file: &Path) -> u8 {
-    match config::load(file, true, &Overrides::default()).and_then(crate::rules::served::checked) {
-        Ok(c) => {
+    match crate::rules::served::load(file, true, &Overrides::default()) {
+        Ok(loaded) => {
+            let c = &loaded.config;
             let web = c.web_config_file.as_ref().map(|f| config::web::load(f));
             if let Some(Err(e)) = web {
                 eprintln!("{e}");
@@ -30,7 +31,7 @@ pub fn run(file: &Path) -> u8 {
                 }
                 _ => {}
             }
-            print!("{}", c.describe());
+            print!("{}", loaded.describe());
             for w in warnings(&c) {
                 eprintln!("{}: warning: {w}", file.display());
             }

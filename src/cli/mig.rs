@@ -8,12 +8,12 @@ use std::path::PathBuf;
 
 use super::{MigArgs, MigCommand};
 use crate::changes::{MigApply, MigFailed};
+use crate::config::mig::read_mig_parted;
+use crate::config::mig_layout::Layouts;
 use crate::config::{self, Config, Overrides};
 use crate::gpu::Session;
 use crate::mig::apply::{self, ApplyError, Outcome};
-use crate::mig::config::read_mig_parted;
 use crate::mig::intent::LOCK_WAIT;
-use crate::mig::layout::Layouts;
 use crate::mig::plan::plan;
 use crate::mig::show;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::health::{Action, HealthConfig, Status, XidOverride};
+use super::health::{Action, HealthConfig, Status, XidOverride};
 
 /// Shortest poll interval accepted: NVML's own sampling periods are 1/6 s to 1 s, and faster
 /// polling only burns CPU.
@@ -30,14 +30,14 @@ pub struct FileConfig {
     pub health: HealthSection,
     pub processes: super::sections::ProcessesSection,
     pub kubernetes: super::sections::KubernetesSection,
-    pub rules: crate::remediation::config::RulesSection,
-    pub remediation: crate::remediation::config::RemediationSection,
-    pub mig: crate::mig::config::MigSection,
-    pub reclaim: crate::reclaim::config::ReclaimSection,
-    pub accounting: crate::reclaim::config::AccountingSection,
-    pub sharing: crate::sharing::config::SharingSection,
-    pub slurm: crate::slurm::SlurmSection,
-    pub nvsentinel: crate::nvsentinel::NvsentinelSection,
+    pub rules: super::remediation::RulesSection,
+    pub remediation: super::remediation::RemediationSection,
+    pub mig: super::mig::MigSection,
+    pub reclaim: super::reclaim::ReclaimSection,
+    pub accounting: super::reclaim::AccountingSection,
+    pub sharing: crate::config::sharing::section::SharingSection,
+    pub slurm: super::slurm::SlurmConfig,
+    pub nvsentinel: super::nvsentinel::NvsentinelConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -227,6 +227,9 @@ fn socket_mode<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 }
 
 /// `[audit]`: where decisions that change the node are recorded.
+/// The default place of the audit log (`[audit] file`).
+pub const DEFAULT_AUDIT_FILE: &str = "/var/lib/gpu-steward/audit.jsonl";
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuditSection {
@@ -236,7 +239,7 @@ pub struct AuditSection {
 impl Default for AuditSection {
     fn default() -> Self {
         AuditSection {
-            file: PathBuf::from(crate::audit::DEFAULT_FILE),
+            file: PathBuf::from(DEFAULT_AUDIT_FILE),
         }
     }
 }

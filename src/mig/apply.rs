@@ -23,10 +23,10 @@ use std::collections::HashMap;
 
 use serde_json::json;
 
-use super::config::MigConfig;
-use super::layout::Layout;
 use super::plan::{plan, GpuPlan, Infeasible, Plan, Step};
 use crate::audit::AuditLog;
+use crate::config::mig::MigConfig;
+use crate::config::mig_layout::Layout;
 use crate::exec::{self, CommandSpec};
 use crate::gpu::{MigCallError, MigControl};
 use crate::snapshot::mig::MigGpu;

@@ -19,7 +19,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::layout::{GpuTarget, Layout};
+use crate::config::mig_layout::{GpuTarget, Layout};
 use crate::snapshot::mig::{GiProfile, GpuInstance, MigGpu};
 
 /// Compute slices of every MIG GPU (A100, H100, H200).

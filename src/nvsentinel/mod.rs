@@ -13,61 +13,15 @@ pub mod proto;
 pub mod task;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
-
-use serde::Deserialize;
+use std::time::SystemTime;
 
 use crate::health::{Action, Condition, NodeHealth, Status};
 use crate::snapshot::Snapshot;
 use proto::{Entity, RecommendedAction, Timestamp};
 
-/// The `agent` of every event.
-pub const AGENT: &str = "gpu-steward";
-/// The longest a connect and call together may take; a connector that hangs is given up on.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
-/// Events kept while the connector is down; the oldest go first (counted).
-pub const QUEUE_CAPACITY: usize = 1024;
-/// Events per call at most.
-pub const MAX_BATCH: usize = 256;
-
-/// `[nvsentinel]` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NvsentinelSection {
-    pub socket: String,
-}
-
-/// `[nvsentinel]` as used: off without a socket.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NvsentinelConfig {
-    pub socket: Option<PathBuf>,
-}
-
-impl NvsentinelSection {
-    pub fn into_config(self) -> NvsentinelConfig {
-        NvsentinelConfig {
-            socket: (!self.socket.is_empty()).then(|| PathBuf::from(self.socket)),
-        }
-    }
-}
-
-impl NvsentinelConfig {
-    /// What `check-config` says.
-    pub fn describe(&self) -> String {
-        match &self.socket {
-            None => "nvsentinel: off\n".to_string(),
-            Some(s) => format!(
-                "nvsentinel: every change of a GPU's verdict or condition as a HealthEvent to \
-                 '{}' (PlatformConnector/HealthEventOccurredV1), at most {} queued while it is \
-                 down, each call at most {}\n",
-                s.display(),
-                QUEUE_CAPACITY,
-                humantime::format_duration(CALL_TIMEOUT)
-            ),
-        }
-    }
-}
+pub use crate::config::nvsentinel::{
+    NvsentinelConfig, AGENT, CALL_TIMEOUT, MAX_BATCH, QUEUE_CAPACITY,
+};
 
 /// Our action as NVSentinel's recommended action (docs/health.md has the table).
 pub fn recommended(action: Action) -> RecommendedAction {

@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 
-use super::config::{ActionKind, HookCommand, ReclaimConfig};
 use super::idle::{Holder, UnitState, UnitStatus};
 use crate::audit::AUDIT_FAILED;
 use crate::changes::{Begun, Done, Owner, Record};
+use crate::config::reclaim::{ActionKind, HookCommand, ReclaimConfig};
 use crate::exec::{self, CommandSpec};
 use crate::procs::{self, ProcessIdentity, SignalResult};
 

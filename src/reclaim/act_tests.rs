@@ -4,7 +4,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::*;
-use crate::reclaim::config::WarnStep;
+use crate::config::reclaim::WarnStep;
 use crate::reclaim::idle::UnitKey;
 
 const PROC: &str = "/proc";

@@ -15,10 +15,10 @@ use serde_json::json;
 
 use super::accounting::{Accounts, OwnerKey, Totals};
 use super::act::{ActionCounts, Actor};
-use super::config::{AccountingConfig, ReclaimConfig};
 use super::idle::{IdleConfig, IdleTracker, UnitState, UnitStatus};
 use super::ladder::{self, Decision, Ladder, Next, Undo};
 use crate::changes::Owner;
+use crate::config::reclaim::{AccountingConfig, ReclaimConfig};
 use crate::health::conditions::{finding, Finding};
 use crate::health::{Action, Status};
 use crate::snapshot::Snapshot;

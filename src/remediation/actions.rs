@@ -20,8 +20,8 @@ use crate::procs::{self, SignalResult};
 use crate::snapshot::Snapshot;
 
 use super::alert::{Alert, Status};
-use super::config::ActionKind;
 use crate::changes::{Acting, NvmlGuard};
+use crate::config::remediation::ActionKind;
 use crate::snapshot::GpuSnapshot;
 
 /// What an action did: the metric's result label and the details for the audit log.

@@ -18,9 +18,9 @@ use crate::exec::{self, CommandSpec};
 use crate::publication::Published;
 
 use super::alert::Alert;
-use super::config::{Action, ActionKind, RemediationConfig, Route};
 use super::metrics::HookMetrics;
 use super::rails::{gpu_key, Decision, Handled, Rails};
+use crate::config::remediation::{Action, ActionKind, RemediationConfig, Route};
 
 /// Where an alert came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

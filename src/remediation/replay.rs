@@ -13,8 +13,8 @@ use std::time::SystemTime;
 use serde::Deserialize;
 
 use super::alert::Status;
-use super::config::Route;
 use super::rails::{Handled, Rails};
+use crate::config::remediation::Route;
 
 /// The rails as the decisions in `audit_file` left them. In a dry run, dry-run decisions count
 /// too (as they do in memory); a live agent counts only decisions that ran, so that trying a

@@ -16,9 +16,9 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::plan::{self, Change, ObservedGpu, Plan, Skipped, Step};
-use super::settings::SharingConfig;
 use super::timeslice;
 use crate::audit::AuditLog;
+use crate::config::sharing::SharingConfig;
 use crate::gpu::Session;
 
 /// Something that can change one setting of one GPU, and read the node back.

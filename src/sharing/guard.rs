@@ -18,9 +18,9 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::plugin::devices::GpuState;
-use super::settings::{GuardAction, MemoryGuardConfig, TimeSlicing};
 use super::status::StatusSink;
 use crate::changes::{Acting, Done, Owner, Record};
+use crate::config::sharing::{GuardAction, MemoryGuardConfig, TimeSlicing};
 use crate::procs::{self, ProcessIdentity};
 use crate::publication::Published;
 use crate::snapshot::{OverLimit, Snapshot};
@@ -281,7 +281,7 @@ fn act(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sharing::settings::{Devices, SharedResource};
+    use crate::config::sharing::{Devices, SharedResource};
     use crate::snapshot::{
         GpuIdentity, GpuProcess, GpuReading, GpuSnapshot, GpuStatus, ProcessInfo, ProcessKind,
     };

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::watch;
 
 use super::apply::Report;
-use super::settings::SharingConfig;
 use super::status::{SharingFeed, StatusSink};
 use crate::changes::sharing::SharingApply;
 use crate::changes::Owner;
+use crate::config::sharing::SharingConfig;
 use crate::snapshot::SharingStatus;
 
 /// The daemon's sharing handle (cheap to clone through `Arc`).

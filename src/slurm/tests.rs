@@ -67,8 +67,7 @@ fn a_long_reason_is_cut_to_slurms_limit_on_a_character_boundary() {
 
 #[test]
 fn the_section_defaults_to_off_and_scontrol_on_the_path() {
-    let c: SlurmSection = toml::from_str("drain = true\nnode_name = \"gpu-07\"\n").expect("toml");
-    let c = c.into_config();
+    let c: SlurmConfig = toml::from_str("drain = true\nnode_name = \"gpu-07\"\n").expect("toml");
     assert!(c.drain);
     assert_eq!(
         (c.node(), c.scontrol.as_str()),
@@ -80,7 +79,13 @@ fn the_section_defaults_to_off_and_scontrol_on_the_path() {
         c.describe()
     );
     assert_eq!(SlurmConfig::default().describe(), "slurm: off\n");
-    let e = toml::from_str::<SlurmSection>("drian = true\n").expect_err("typo");
+    let empty: SlurmConfig = toml::from_str("scontrol = \"\"\n").expect("toml");
+    assert_eq!(
+        empty,
+        SlurmConfig::default(),
+        "an empty scontrol is the one on the path"
+    );
+    let e = toml::from_str::<SlurmConfig>("drian = true\n").expect_err("typo");
     assert!(e.to_string().contains("drian"), "{e}");
 }
 

@@ -95,7 +95,7 @@ fn audit_file(config: Option<&Path>) -> Result<PathBuf, String> {
             &Overrides::default(),
         )
         .map_or_else(
-            |_| PathBuf::from(crate::audit::DEFAULT_FILE),
+            |_| PathBuf::from(crate::audit::DEFAULT_AUDIT_FILE),
             |c| c.audit_file,
         ));
     };

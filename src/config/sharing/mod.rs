@@ -1,13 +1,16 @@
-//! The validated sharing configuration: plain data, built from `[sharing]` (see
-//! `config::sharing`) or from the time-slicing part of NVIDIA's device plugin YAML (see
-//! [`super::yaml`]).
+//! `[sharing]`, validated: plain data, built from the file's section ([`section`]) or from the
+//! time-slicing part of NVIDIA's device plugin YAML ([`yaml`]).
+
+pub mod section;
+pub mod spec;
+pub mod yaml;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::gpu::ComputeMode;
+use crate::snapshot::ComputeMode;
 
 /// The CUDA time-slice length, as `nvidia-smi compute-policy --set-timeslice` numbers it
 /// (0=DEFAULT, 1=SHORT, 2=MEDIUM, 3=LONG: the help text of the real H100's nvidia-smi, in

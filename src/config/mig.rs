@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::layout::Layouts;
-use crate::exec::{CommandSpec, HookSection};
+use super::hooks::{CommandSpec, HookSection};
+use super::mig_layout::Layouts;
 
 /// The hook names `[[mig.hooks]]` accepts.
 pub const HOOK_NAMES: [&str; 3] = ["pre-apply", "post-apply", "on-failure"];
@@ -224,8 +224,8 @@ pub fn parse_mig_parted(name: &str, text: &str) -> Result<Layouts, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::mig_layout::Devices;
     use super::*;
-    use crate::mig::layout::Devices;
 
     #[test]
     fn reads_mig_parted_files_with_positions() {

@@ -10,14 +10,14 @@ use serde::de;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
-use super::settings::{
+use super::spec::parse_memory_size;
+pub use super::spec::{DevicesSpec, SelectorSpec};
+use super::{
     DeviceIdStrategy, DeviceListStrategy, DevicePluginConfig, Devices, GpuOverride, GuardAction,
     MemoryGuardConfig, MigStrategy, NodeSettings, SharedResource, SharingConfig, TimeSlicing,
     Timeslice,
 };
-use super::spec::parse_memory_size;
-pub use super::spec::{DevicesSpec, SelectorSpec};
-use crate::gpu::ComputeMode;
+use crate::snapshot::ComputeMode;
 
 /// `[sharing]`: every key optional; an absent section manages nothing.
 #[derive(Debug, Default, Deserialize)]
@@ -533,5 +533,5 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
-mod config_tests;
+#[path = "section_tests.rs"]
+mod section_tests;

@@ -1,13 +1,95 @@
 //! The health evaluation's tunables: XID window and escalation, per-XID overrides, thresholds.
 //!
 //! Plain data with defaults, validated by `config::file` (which knows the positions of bad
-//! values); this module never reads files. Defaults follow DCGM's health watches and NVIDIA's
+//! values); this module never reads files. The vocabulary the section is written in (a GPU's
+//! [`Status`] and the [`Action`] an operator should take) is defined here, where the file names
+//! it, and used by `health` for its verdicts. Defaults follow DCGM's health watches and NVIDIA's
 //! XID catalog (see `docs/health.md` for the table of conditions).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{Action, Status};
+use serde::{Deserialize, Serialize};
+
+/// Health status as the draft RFC "Health Check Response Format for HTTP APIs" spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        }
+    }
+
+    /// 0 pass, 1 warn, 2 fail (`gpu_steward_gpu_health`).
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        [Status::Pass, Status::Warn, Status::Fail]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+    }
+}
+
+/// What an operator (or a remediation hook) should do about a GPU, from least to most drastic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    None,
+    RestartApp,
+    ResetGpu,
+    RebootNode,
+    DrainAndReset,
+    ContactSupport,
+}
+
+pub const ACTIONS: [Action; 6] = [
+    Action::None,
+    Action::RestartApp,
+    Action::ResetGpu,
+    Action::RebootNode,
+    Action::DrainAndReset,
+    Action::ContactSupport,
+];
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::None => "none",
+            Action::RestartApp => "restart_app",
+            Action::ResetGpu => "reset_gpu",
+            Action::RebootNode => "reboot_node",
+            Action::DrainAndReset => "drain_and_reset",
+            Action::ContactSupport => "contact_support",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Action> {
+        ACTIONS.into_iter().find(|a| a.as_str() == s)
+    }
+
+    /// The next step when the same fault keeps coming back: an application restart did not help
+    /// → reset the GPU; resets did not help → reboot; reboots did not help → hardware
+    /// (gpud escalates to HARDWARE_INSPECTION after repeated reboots the same way).
+    pub fn escalate(self) -> Action {
+        match self {
+            Action::None => Action::None,
+            Action::RestartApp => Action::ResetGpu,
+            Action::ResetGpu | Action::DrainAndReset => Action::RebootNode,
+            Action::RebootNode | Action::ContactSupport => Action::ContactSupport,
+        }
+    }
+}
 
 /// What the config says about one XID, replacing the catalog's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,8 +7,8 @@ use std::path::Path;
 
 use serde::{de, Deserialize, Deserializer};
 
-use super::config::{checked_resources, replicas, DevicesSpec};
-use super::settings::{Devices, SharedResource, TimeSlicing};
+use super::section::{checked_resources, replicas, DevicesSpec};
+use super::{Devices, SharedResource, TimeSlicing};
 
 /// Why the YAML file cannot be used; `line`/`column` are 1-based (0 when unknown).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -137,7 +137,7 @@ pub fn read(path: &Path) -> Result<Option<TimeSlicing>, YamlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sharing::settings::GpuSelector;
+    use crate::config::sharing::GpuSelector;
 
     const NVIDIA: &str = r#"version: v1
 flags:
