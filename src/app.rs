@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
-use crate::changes::{MigApply, MigReport, Owner};
+use crate::changes::{MigApply, MigReport, Owner, Setup};
 use crate::config::{self, Config, Overrides};
 use crate::health::NodeHealth;
 use crate::kubernetes::{self, KubeletFeed};
@@ -111,6 +111,15 @@ fn render_config(c: &Config) -> RenderConfig {
 struct Feeds {
     kubelet: Option<KubeletFeed>,
     pod_labels: Option<PodLabelFeed>,
+}
+
+/// What the owner of changes is given from the configuration (at start and on reload).
+fn owner_setup(c: &Config) -> Setup {
+    Setup {
+        nvml_lib: c.nvml_lib.clone(),
+        audit_file: c.audit_file.clone(),
+        mig: c.mig.clone(),
+    }
 }
 
 fn poller_config(c: &Config, feeds: &Feeds, sharing: &Sharing) -> PollerConfig {
@@ -348,7 +357,7 @@ pub async fn run(
     let (stop_tx, stop) = watch::channel(false);
     let feeds = start_feeds(&config, &stop);
     // The one owner of changes: every change to the node, from any component, goes through it.
-    let owner = Owner::new(&config);
+    let owner = Owner::with(owner_setup(&config));
     let sharing = Sharing::new(config.sharing.clone(), owner.clone());
     let pconfig = poller_config(&config, &feeds, &sharing);
     let initial = first_publication(&pconfig, &counters);
@@ -400,7 +409,8 @@ pub async fn run(
         let control = poller.control.clone();
         // A MIG or sharing apply from now on (the start's, the API's, a reload's) wakes the
         // poller when it is done, so the next poll shows the change.
-        owner.set_waker(control.clone());
+        let wake = control.clone();
+        owner.set_waker(Arc::new(move || wake.send(Control::Changed).is_ok()));
         // The device plugin and the memory guard live as long as the daemon.
         sharing.start(&config, published, stop.clone());
         let handles = Handles {
@@ -642,7 +652,7 @@ async fn wait_for_signals(
                         }
                         log.set_config_level(new.log_level.as_deref());
                         // First: whoever acts from now on records to the new audit log.
-                        h.owner.reconfigure(new);
+                        h.owner.set(owner_setup(new));
                         let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(new, &h.feeds, h.sharing))));
                         h.reclaim.reconfigure(reclaim_settings(new, &h.feeds));
                         h.sharing.reload(old, new);

@@ -8,6 +8,12 @@ use serde_json::json;
 
 use super::*;
 
+/// A waker that counts on a channel, as the poller's control does.
+fn waker() -> (Waker, mpsc::Receiver<()>) {
+    let (tx, rx) = mpsc::channel();
+    (Arc::new(move || tx.send(()).is_ok()), rx)
+}
+
 fn owner_at(audit_file: &Path) -> Arc<Owner> {
     Owner::with(Setup {
         nvml_lib: String::new(),
@@ -36,8 +42,8 @@ fn the_decision_is_on_disk_before_the_act_and_the_outcome_after_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let audit = dir.path().join("audit.jsonl");
     let owner = owner_at(&audit);
-    let (tx, rx) = mpsc::channel();
-    owner.set_waker(tx);
+    let (wake, rx) = waker();
+    owner.set_waker(wake);
     let begun = owner
         .begin("reclaim", Record::new("reclaim", json!({"pid": 1})))
         .expect("recorded");
@@ -58,18 +64,15 @@ fn the_decision_is_on_disk_before_the_act_and_the_outcome_after_it() {
         events(&audit),
         ["reclaim/reclaim", "reclaim/reclaim.result"]
     );
-    assert!(
-        matches!(rx.try_recv(), Ok(crate::poller::Control::Changed)),
-        "the poller was not woken"
-    );
+    assert!(rx.try_recv().is_ok(), "the poller was not woken");
 }
 
 #[test]
 fn an_act_that_touched_nothing_does_not_wake_the_poller() {
     let dir = tempfile::tempdir().expect("tempdir");
     let owner = owner_at(&dir.path().join("audit.jsonl"));
-    let (tx, rx) = mpsc::channel();
-    owner.set_waker(tx);
+    let (wake, rx) = waker();
+    owner.set_waker(wake);
     let begun = owner
         .begin("sharing", Record::new("memory_guard.decision", json!({})))
         .expect("recorded");

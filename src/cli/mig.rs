@@ -115,7 +115,7 @@ fn run_inner(args: &MigArgs) -> Result<(), Failure> {
         });
         // The owner of changes, as in the daemon: its NVML session, the audit log and the
         // node lock.
-        let owner = crate::changes::Owner::new(&cfg);
+        let owner = super::owner_of(&cfg);
         let r = owner.handle(MigApply {
             layout_name: name.clone(),
             layout: Some(layout),

@@ -251,3 +251,13 @@ impl RunArgs {
         }
     }
 }
+
+/// The owner of changes of a CLI command, as in the daemon: its NVML session, the audit log and
+/// the node lock, from the command's configuration.
+fn owner_of(c: &crate::config::Config) -> std::sync::Arc<crate::changes::Owner> {
+    crate::changes::Owner::with(crate::changes::Setup {
+        nvml_lib: c.nvml_lib.clone(),
+        audit_file: c.audit_file.clone(),
+        mig: c.mig.clone(),
+    })
+}

@@ -46,7 +46,7 @@ pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
     }
     // The same owner of changes as in the daemon: it records, lends its NVML session, and
     // refuses the apply when the audit log cannot be written.
-    let owner = crate::changes::Owner::new(&config);
+    let owner = super::owner_of(&config);
     if !dry_run {
         if let Err(e) = owner.audit_ready() {
             eprintln!(
@@ -55,10 +55,19 @@ pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
             return 1;
         }
     }
-    let report = owner.handle(crate::changes::sharing::SharingApply {
+    let wait = crate::sharing::change::LOCK_WAIT;
+    let report = owner.handle(crate::sharing::change::SharingApply {
         config: config.sharing.clone(),
         dry_run,
         trigger: "cli",
+        wait,
+        on_wait: Box::new(move |pid| {
+            let who = pid.map_or_else(|| "another process".into(), |p| format!("pid {p}"));
+            eprintln!(
+                "gpu-steward sharing: waiting for the apply of {who} to release the node lock (at most {} s)…",
+                wait.as_secs()
+            );
+        }),
     });
     if args.json {
         match serde_json::to_string_pretty(&report) {

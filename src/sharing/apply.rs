@@ -104,6 +104,10 @@ pub struct Report {
     /// API answers 503: the node's disk, not the request, is at fault).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub audit_failed: bool,
+    /// Nothing was changed because another apply (MIG or sharing, this process or another)
+    /// held the node lock (the API answers 409, as for MIG).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub busy: bool,
 }
 
 impl Report {
@@ -121,10 +125,19 @@ impl Report {
             unchanged: 0,
             error: Some(error),
             audit_failed: false,
+            busy: false,
         }
     }
 
     /// Refused: the decision could not be recorded.
+    /// Refused because another apply holds the node lock; nothing was changed.
+    pub fn busy(trigger: &str, error: String) -> Report {
+        Report {
+            busy: true,
+            ..Report::failed(trigger, false, error)
+        }
+    }
+
     pub fn audit_failed(trigger: &str, dry_run: bool, error: String) -> Report {
         Report {
             audit_failed: true,
@@ -441,6 +454,7 @@ pub fn apply_plan(
         unchanged: plan.unchanged,
         error: None,
         audit_failed: false,
+        busy: false,
     };
     if dry_run || plan.steps.is_empty() {
         report.steps = plan

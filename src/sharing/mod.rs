@@ -5,6 +5,7 @@
 //! - `[sharing]` and k8s-device-plugin's YAML are configuration data, read once at load:
 //!   [`crate::config::sharing`].
 //! - [`plan`]: observe → diff (pure); [`apply`]: the steps, with undo on failure and audit;
+//!   [`change`]: an apply as a change the owner of changes runs (the node lock, its session);
 //!   [`timeslice`]: the `nvidia-smi compute-policy` backend.
 //! - [`service`]: the daemon's handle (applies at start, SIGHUP and API); [`status`]: what it,
 //!   the plugin and the guard publish for metrics.
@@ -16,6 +17,7 @@
 //! `[sharing.device_plugin] enabled = true`.
 
 pub mod apply;
+pub mod change;
 pub mod guard;
 pub mod plan;
 pub mod plugin;

@@ -2,6 +2,7 @@
 //! GPU passes or warns again, and only ever undo a drain the agent made itself.
 //!
 //! - [`scontrol`]: running `scontrol` (no shell, a timeout per call) and reading its answer;
+//! - [`change`]: a drain or resume as a change the owner of changes runs;
 //! - [`drain`]: the typed change (`Request::Drain{reason}`, `Request::Resume`) and its
 //!   executor, which reads the node first, audits, then acts;
 //! - [`task`]: the actor that turns publications into requests, off the poller's thread, with
@@ -10,6 +11,7 @@
 //! Must not: block the poller (it only reads publications), change a node an admin drained
 //! (the reason prefix [`REASON_PREFIX`] tells our drains apart), or act without its audit record.
 
+pub mod change;
 pub mod drain;
 pub mod scontrol;
 pub mod task;

@@ -18,9 +18,9 @@ use tokio::time::Instant;
 use super::drain::{Done, Drainer, Request};
 use super::scontrol::Scontrol;
 use super::{failing_reason, SlurmConfig, CALL_TIMEOUT};
-use crate::changes::slurm::SlurmChange;
 use crate::changes::Owner;
 use crate::publication::Published;
+use crate::slurm::change::SlurmChange;
 use crate::snapshot::NvmlStatus;
 
 /// The `/health` agent warning's component.

@@ -141,7 +141,7 @@ fn a_drain_whose_audit_record_cannot_be_written_is_not_made() {
         mig: Default::default(),
     };
     let owner = crate::changes::Owner::with(setup.clone());
-    let change = |request: &Request| crate::changes::slurm::SlurmChange {
+    let change = |request: &Request| crate::slurm::change::SlurmChange {
         drainer: d.clone(),
         request: request.clone(),
         trigger: "test",

@@ -2,19 +2,49 @@
 //! recorded by [`crate::sharing::apply`] through the owner's audit writer.
 //!
 //! Must not: change anything when the audit log cannot be opened (a dry run may go on: it
-//! changes nothing and records nothing).
+//! changes nothing and records nothing), or without the node lock: the CLI's apply and the
+//! daemon's (and a MIG apply) never change the GPUs at once.
 
-use super::{Acting, Change};
+use super::apply::{self, Report};
+use std::time::Duration;
+
+use crate::changes::{Acting, Change, OnWait};
 use crate::config::sharing::SharingConfig;
-use crate::sharing::apply::{self, Report};
+
+/// How long an apply waits for the node lock when another apply holds it (the API waits for
+/// none: it answers 409 at once): the MIG applies' wait.
+pub const LOCK_WAIT: Duration = crate::mig::intent::LOCK_WAIT;
 
 /// Make the node's compute modes and time-slices what `config` says.
-#[derive(Debug, Clone)]
 pub struct SharingApply {
     pub config: SharingConfig,
     pub dry_run: bool,
     /// Who asked, on every audit record: `start`, `sighup`, `api`, `cli`.
     pub trigger: &'static str,
+    /// How long to wait for another applier's node lock.
+    pub wait: Duration,
+    /// Told once, with the holder's pid when known, when the wait starts.
+    pub on_wait: OnWait,
+}
+
+impl SharingApply {
+    /// An apply by the daemon: the API answers at once (busy), the start and a reload wait for
+    /// another applier, saying so in the log.
+    pub fn daemon(config: SharingConfig, dry_run: bool, trigger: &'static str) -> Self {
+        SharingApply {
+            config,
+            dry_run,
+            trigger,
+            wait: if trigger == "api" {
+                Duration::ZERO
+            } else {
+                LOCK_WAIT
+            },
+            on_wait: Box::new(move |pid| {
+                tracing::warn!(pid = ?pid, trigger, "sharing: waiting for another apply to release the node lock (at most {} s)", LOCK_WAIT.as_secs());
+            }),
+        }
+    }
 }
 
 impl Change for SharingApply {
@@ -35,6 +65,15 @@ impl Change for SharingApply {
                         format!("{e}; nothing was changed"),
                     )
                 }
+            }
+        };
+        // A dry run changes nothing, so it waits for nobody.
+        let _lock = if dry_run {
+            None
+        } else {
+            match node.node_lock(self.wait, self.on_wait) {
+                Ok(l) => Some(l),
+                Err(e) => return Report::busy(trigger, e),
             }
         };
         let nvml = match node.nvml() {

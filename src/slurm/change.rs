@@ -5,8 +5,8 @@
 //! Must not: call `scontrol update` unrecorded (the drainer gets no audit log, only the
 //! owner's record).
 
-use super::{Acting, Change};
-use crate::slurm::drain::{Done, Drainer, Failed, Request, COMPONENT};
+use super::drain::{Done, Drainer, Failed, Request, COMPONENT};
+use crate::changes::{Acting, Change};
 
 /// Drain or resume this node in Slurm.
 #[derive(Debug, Clone)]
