@@ -75,7 +75,7 @@ impl Change for MigApply {
         let layout = match self.layout {
             Some(l) => l,
             None => {
-                let layouts = setup.mig.all_layouts().map_err(MigFailed::UnknownLayout)?;
+                let layouts = setup.mig.all_layouts();
                 let Some(l) = layouts.get(&self.layout_name) else {
                     let known: Vec<&str> = layouts.keys().map(String::as_str).collect();
                     return Err(MigFailed::UnknownLayout(format!(

@@ -52,8 +52,8 @@ fn load_config(args: &MigArgs) -> Result<Config, Failure> {
 /// The layouts: `--mig-config` alone when given, else the config's.
 fn layouts(args: &MigArgs, cfg: &Config) -> Result<Layouts, Failure> {
     match &args.mig_config {
-        Some(f) => read_mig_parted(f).map_err(|e| (2, e)),
-        None => cfg.mig.all_layouts().map_err(|e| (2, e)),
+        Some(f) => read_mig_parted(f).map_err(|e| (2, e.to_string())),
+        None => Ok(cfg.mig.all_layouts()),
     }
 }
 

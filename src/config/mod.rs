@@ -225,12 +225,14 @@ pub fn from_text(name: &str, text: &str, overrides: &Overrides) -> Result<Config
     finish(Some(PathBuf::from(name)), parse(name, text)?, overrides)
 }
 
-/// The file's sections, and those that needed more than the TOML parser (`[sharing]` may
-/// read k8s-device-plugin's YAML file).
+/// The file's sections, and those that needed more than the TOML parser: the files they name,
+/// read once here (`[sharing]` may name k8s-device-plugin's YAML, `[mig]` mig-parted's).
 #[derive(Debug, Default)]
 struct Parsed {
     file: FileConfig,
     sharing: SharingConfig,
+    /// `[mig]` with the layouts of its mig-parted file.
+    mig: mig::MigConfig,
     /// Line and column of `[poller] profiling_interval`, checked once the command line is known.
     profiling_at: Option<(usize, usize)>,
 }
@@ -270,11 +272,17 @@ fn parse(name: &str, text: &str) -> Result<Parsed, ConfigError> {
         let at = text.find("[[remediation.").unwrap_or(0);
         return Err(invalid(at, message));
     }
-    f.mig.check().map_err(|(at, m)| invalid(at, m))?;
+    // mig-parted's file, read once here (bounded), never at apply time.
+    let parted = match &f.mig.mig_config {
+        Some(path) => mig::read_mig_parted(path)?,
+        None => mig_layout::Layouts::new(),
+    };
+    f.mig.check(&parted).map_err(|(at, m)| invalid(at, m))?;
     if let Some((span, message)) = f.reclaim.check() {
         return Err(invalid(span.start, message));
     }
     let mut f = f;
+    let mig = std::mem::take(&mut f.mig).into_config(parted);
     let section = std::mem::take(&mut f.sharing);
     let yaml = match &section.device_plugin_config {
         Some(path) => {
@@ -298,6 +306,7 @@ fn parse(name: &str, text: &str) -> Result<Parsed, ConfigError> {
     Ok(Parsed {
         file: f,
         sharing,
+        mig,
         profiling_at,
     })
 }
@@ -344,6 +353,7 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
     let Parsed {
         file: f,
         mut sharing,
+        mig,
         profiling_at: _,
     } = parsed;
     if let Some(n) = &o.nvidia_smi {
@@ -405,7 +415,7 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
         kubernetes: f.kubernetes.into_config(),
         rule_files: f.rules.files,
         remediation: f.remediation.into_config(),
-        mig: f.mig.into_config(),
+        mig,
         reclaim: f.reclaim.into_config(),
         accounting: f.accounting.into_config(),
         sharing,
