@@ -32,7 +32,7 @@ pub fn run(file: &Path) -> u8 {
                 _ => {}
             }
             print!("{}", loaded.describe());
-            for w in warnings(&c) {
+            for w in warnings(c) {
                 eprintln!("{}: warning: {w}", file.display());
             }
             0

@@ -7,7 +7,7 @@ use crate::config::sharing::{
     DeviceIdStrategy, DeviceListStrategy, Devices, GpuSelector, GuardAction, MigStrategy, Timeslice,
 };
 use crate::config::{from_text, Overrides};
-use crate::gpu::ComputeMode;
+use crate::snapshot::ComputeMode;
 
 fn ok(text: &str) -> crate::config::sharing::SharingConfig {
     from_text("c.toml", text, &Overrides::default())
