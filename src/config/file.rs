@@ -28,7 +28,7 @@ pub struct FileConfig {
     pub api: ApiSection,
     pub audit: AuditSection,
     pub health: HealthSection,
-    pub processes: super::sections::ProcessesSection,
+    pub processes: super::sections::ProcessesConfig,
     pub kubernetes: super::sections::KubernetesSection,
     pub rules: super::remediation::RulesSection,
     pub remediation: super::remediation::RemediationSection,

@@ -411,7 +411,7 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
         api_tcp: f.api.tcp,
         audit_file: f.audit.file,
         health: f.health.into_config(),
-        processes: f.processes.into_config(),
+        processes: f.processes,
         kubernetes: f.kubernetes.into_config(),
         rule_files: f.rules.files,
         remediation: f.remediation.into_config(),

@@ -9,37 +9,6 @@ use serde::{Deserialize, Deserializer};
 
 use crate::snapshot::LabelNames;
 
-/// `[processes]`: every key optional.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ProcessesSection {
-    pub enabled: bool,
-    #[serde(deserialize_with = "absolute_path")]
-    pub procfs: PathBuf,
-    pub max_per_gpu: u32,
-}
-
-impl Default for ProcessesSection {
-    fn default() -> Self {
-        let d = ProcessesConfig::default();
-        ProcessesSection {
-            enabled: d.enabled,
-            procfs: d.procfs,
-            max_per_gpu: d.max_per_gpu,
-        }
-    }
-}
-
-impl ProcessesSection {
-    pub fn into_config(self) -> ProcessesConfig {
-        ProcessesConfig {
-            enabled: self.enabled,
-            procfs: self.procfs,
-            max_per_gpu: self.max_per_gpu,
-        }
-    }
-}
-
 /// `[kubernetes]`: every key optional.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -111,12 +80,14 @@ fn refresh<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     }
 }
 
-/// `[processes]`, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `[processes]`, as written (every key optional) and as used.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ProcessesConfig {
     /// Per-process series and procfs reads; `false` keeps only the per-GPU process count.
     pub enabled: bool,
     /// The procfs root: `/proc`, or `/host/proc` in a container.
+    #[serde(deserialize_with = "absolute_path")]
     pub procfs: PathBuf,
     /// Most processes exported per GPU (largest memory first); the rest are counted.
     pub max_per_gpu: u32,

@@ -8,7 +8,7 @@ pub mod yaml;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::snapshot::ComputeMode;
 
@@ -255,21 +255,29 @@ impl DeviceIdStrategy {
     }
 }
 
-/// The Kubernetes device plugin (off by default).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The Kubernetes device plugin (off by default): `[sharing.device_plugin]` as written and as
+/// used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct DevicePluginConfig {
     pub enabled: bool,
     /// The kubelet's device-plugin directory: `kubelet.sock` is there, and the plugin's own
     /// sockets go there.
+    #[serde(deserialize_with = "section::absolute_dir")]
     pub directory: PathBuf,
+    #[serde(deserialize_with = "section::mig_strategy")]
     pub mig_strategy: MigStrategy,
     /// Never empty, each strategy once.
+    #[serde(deserialize_with = "section::device_list_strategy")]
     pub device_list_strategy: Vec<DeviceListStrategy>,
+    #[serde(deserialize_with = "section::device_id_strategy")]
     pub device_id_strategy: DeviceIdStrategy,
     /// `vendor/class` of the CDI devices (`nvidia.com/gpu`, as `nvidia-ctk cdi generate`
     /// writes): a device is named `<cdi_kind>=<id>`.
+    #[serde(deserialize_with = "section::cdi_kind")]
     pub cdi_kind: String,
     /// Where CDI specs are looked for at start (the CDI spec's default directories).
+    #[serde(deserialize_with = "section::absolute_dirs")]
     pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
@@ -306,14 +314,21 @@ pub enum GuardAction {
     Signal,
 }
 
-/// The replica memory guard: observed usage against `memory_per_replica`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The replica memory guard: observed usage against `memory_per_replica`
+/// (`[sharing.memory_guard]` as written and as used).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct MemoryGuardConfig {
+    #[serde(deserialize_with = "section::guard_action")]
     pub action: GuardAction,
     /// The signal sent by `action = "signal"` (`SIGTERM` by default).
+    #[serde(deserialize_with = "section::signal_name")]
     pub signal: String,
     /// How long a process must stay over its share before it is signalled.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(
+        serialize_with = "humantime_serde_compat::serialize",
+        deserialize_with = "section::grace"
+    )]
     pub grace: Duration,
     /// Log and audit what would be signalled, signal nothing (the default).
     pub dry_run: bool,
