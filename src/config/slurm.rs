@@ -25,7 +25,8 @@ const SCONTROL: &str = "scontrol";
 #[serde(deny_unknown_fields, default)]
 pub struct SlurmConfig {
     pub drain: bool,
-    /// The node's name in Slurm; empty: the short host name.
+    /// The node's name in Slurm; empty: the short host name. One node name, never a hostlist.
+    #[serde(deserialize_with = "node_name")]
     pub node_name: String,
     /// The `scontrol` program: a path, or a name looked up in `PATH` (empty: `scontrol`).
     #[serde(deserialize_with = "scontrol")]
@@ -42,22 +43,55 @@ impl Default for SlurmConfig {
     }
 }
 
+fn node_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.is_empty() {
+        return Ok(s);
+    }
+    one_node_name(&s).map_err(serde::de::Error::custom)?;
+    Ok(s)
+}
+
+/// `name` if it is one Slurm node name: letters, digits, `-`, `_` and `.` only. A `[`, a `,` or
+/// a space would make it a hostlist (`gpu[01-99],login1`), and `scontrol update NodeName=` would
+/// drain every node it names.
+pub fn one_node_name(name: &str) -> Result<&str, String> {
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(name)
+    } else {
+        Err(format!(
+            "node_name '{}' is not one node name: only letters, digits, '-', '_' and '.' \
+             ('[', ',' and spaces make a Slurm hostlist, and a drain would reach every node it \
+             names); give this node's NodeName from slurm.conf",
+            name.escape_debug()
+        ))
+    }
+}
+
 fn scontrol<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
     Ok(if s.is_empty() { SCONTROL.into() } else { s })
 }
 
 impl SlurmConfig {
-    /// The node name in force: the configured one, else the short host name.
-    pub fn node(&self) -> String {
+    /// The node name in force: the configured one, else the short host name, if it is one
+    /// node name ([`one_node_name`]); the error says why not and what to set.
+    pub fn node(&self) -> Result<String, String> {
         if !self.node_name.is_empty() {
-            return self.node_name.clone();
+            return one_node_name(&self.node_name).map(str::to_string);
         }
-        nix::unistd::gethostname()
+        let host = nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())
             .map(|h| h.split('.').next().unwrap_or_default().to_string())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        one_node_name(&host)
+            .map(str::to_string)
+            .map_err(|e| format!("the host name: {e} (set [slurm] node_name)"))
     }
 
     /// What `check-config` says about `[slurm]`.
@@ -65,12 +99,16 @@ impl SlurmConfig {
         if !self.drain {
             return "slurm: off\n".to_string();
         }
+        let node = match self.node() {
+            Ok(n) => n,
+            Err(e) => return format!("slurm: drains refused: {e}\n"),
+        };
         format!(
             "slurm: drain node '{node}' with `{sc} update NodeName={node} State=DRAIN \
              Reason=\"{REASON_PREFIX} GPU <i> <UUID> <condition> (<action>)\"` when a GPU fails; \
              resume it when every GPU passes or warns again, only if the drain is ours (reason \
              starting '{REASON_PREFIX}'); each call at most {t}\n",
-            node = self.node(),
+            node = node,
             sc = self.scontrol,
             t = humantime::format_duration(CALL_TIMEOUT),
         )
