@@ -34,6 +34,7 @@ fn main() -> ExitCode {
             Ok(cli::demo::Prepared {
                 run: args,
                 scenario: _scenario,
+                state: _state,
             }) => run(args),
             Err(code) => ExitCode::from(code),
         },
@@ -54,6 +55,9 @@ fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(state) = &args.demo_state {
+        eprintln!("{}", cli::demo::where_it_writes(state, &config));
+    }
     let log = logging::init(
         overrides.log_level.clone(),
         config.log_level.as_deref(),

@@ -62,6 +62,18 @@ fn run_inner(args: &MigArgs) -> Result<(), Failure> {
     if let Some(scenario) = &args.scenario {
         let sim = crate::demo::simulate(scenario, args.nvml_lib.as_deref()).map_err(|e| (2, e))?;
         cfg.nvml_lib = sim.nvml_lib;
+        // The audit log (and the MIG lock and intent beside it) of the simulated node, unless
+        // the named config sets one: never the node's own.
+        if let Some(audit) =
+            crate::demo::simulated_audit_file(scenario, args.config.is_some(), &cfg.audit_file)
+                .map_err(|e| (2, e))?
+        {
+            eprintln!(
+                "gpu-steward mig: simulated node: audit log '{}'",
+                audit.display()
+            );
+            cfg.audit_file = audit;
+        }
     }
     let layouts = match &args.command {
         MigCommand::Show { .. } => Layouts::new(),
