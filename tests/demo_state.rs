@@ -128,3 +128,80 @@ fn mig_apply_on_a_scenario_keeps_its_audit_log_beside_it() {
     let records = std::fs::read_to_string(&audit).expect("the audit log beside the scenario");
     assert!(records.contains("\"event\":\"apply.done\""), "{records}");
 }
+
+/// On a node where the installed agent holds the port, the demo says so, naming the process,
+/// instead of guessing at another exporter.
+#[test]
+fn a_demo_on_a_port_the_agent_holds_names_the_holder() {
+    let service = Agent::with_scenario(&common::scenario("dgx-h100.toml")).start();
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(bin())
+        .args(["demo", "--listen", &format!("127.0.0.1:{}", service.port)])
+        .arg("--nvml-lib")
+        .arg(common::sim_lib())
+        .env("TMPDIR", scratch.path())
+        .env_remove("NVML_SIM_SCENARIO")
+        .env_remove("GPU_STEWARD_CONFIG")
+        .output()
+        .expect("run the demo");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the port is held by gpu-steward (pid {}, user ",
+            service.child.id()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("dcgm-exporter?"), "{err}");
+    // The throwaway directory went with the demo.
+    assert!(listing(scratch.path()).is_empty(), "{:?}", listing(scratch.path()));
+}
+
+/// The check docs/install.md gives after installing passes with the service running: an
+/// agent holds the page's 9400 (moved to a free port, as is the page's 9401).
+#[test]
+fn the_install_check_in_docs_passes_with_the_service_running() {
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/install.md"),
+    )
+    .expect("docs/install.md");
+    let begin = "<!-- install check: run by tests/demo_state.rs with the service holding 9400 -->\n```sh\n";
+    let start = doc.find(begin).expect("the install check block") + begin.len();
+    let end = start + doc[start..].find("```\n").expect("the block's end");
+    // A node in trouble: `check-health` on it would exit 1, so a 0 is the demo's answer.
+    let service = Agent::with_scenario(&common::scenario("faults.toml")).start();
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let script = doc[start..end]
+        .replace("9401", &free.to_string())
+        .replace("9400", &service.port.to_string());
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dir = Path::new(bin()).parent().expect("the binary's directory");
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .env("PATH", path)
+        .env("GPU_STEWARD_NVML_LIB", common::sim_lib())
+        .env("TMPDIR", scratch.path())
+        .env_remove("NVML_SIM_SCENARIO")
+        .env_remove("GPU_STEWARD_CONFIG")
+        .env_remove("GPU_STEWARD_URL")
+        .output()
+        .expect("run the check");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{script}\n{text}");
+    assert!(text.contains("all 8 GPUs pass"), "{text}");
+    let _ = service;
+}
