@@ -280,28 +280,26 @@ async fn start_http(
     web: Option<http::web_config::WebConfig>,
     stop: &watch::Receiver<bool>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, AppError> {
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| {
-            let holder = match source.kind() {
-                std::io::ErrorKind::AddrInUse => crate::port_holder::describe(config.listen.port())
-                    .map_or_else(
-                        || {
-                            "another program holds the port, one this user cannot see (`sudo ss \
+    let listener = TcpListener::bind(config.listen).await.map_err(|source| {
+        let holder = match source.kind() {
+            std::io::ErrorKind::AddrInUse => crate::port_holder::describe(config.listen.port())
+                .map_or_else(
+                    || {
+                        "another program holds the port, one this user cannot see (`sudo ss \
                              -ltnp` names it; dcgm-exporter and the installed gpu-steward use \
                              9400)"
-                                .to_string()
-                        },
-                        |h| format!("the port is held by {h}"),
-                    ),
-                _ => "the address may not be this machine's, or the port is privileged".into(),
-            };
-            AppError::Bind {
-                addr: config.listen,
-                source,
-                holder,
-            }
-        })?;
+                            .to_string()
+                    },
+                    |h| format!("the port is held by {h}"),
+                ),
+            _ => "the address may not be this machine's, or the port is privileged".into(),
+        };
+        AppError::Bind {
+            addr: config.listen,
+            source,
+            holder,
+        }
+    })?;
     let local = listener.local_addr()?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),

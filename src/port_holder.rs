@@ -40,7 +40,11 @@ fn listeners(text: &str, port: u16) -> Vec<Listener> {
 fn process_of(proc: &Path, inode: u64) -> Option<(u32, String)> {
     let want = format!("socket:[{inode}]");
     for entry in std::fs::read_dir(proc).ok()?.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {

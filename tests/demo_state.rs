@@ -55,7 +55,11 @@ fn the_demo_keeps_its_journal_and_audit_log_in_a_throwaway_directory_it_names() 
     assert!(state.starts_with(&tmp), "{log}");
     assert!(log.contains("its audit log there too"), "{log}");
     // The demo's journal is in its own directory; the node's is as it was.
-    assert!(state.join("journal.jsonl").is_file(), "{:?}", listing(&state));
+    assert!(
+        state.join("journal.jsonl").is_file(),
+        "{:?}",
+        listing(&state)
+    );
     assert_eq!(listing(&node_state), ["journal.jsonl"]);
     assert_eq!(
         std::fs::read_to_string(node_state.join("journal.jsonl")).expect("read"),
@@ -66,7 +70,10 @@ fn the_demo_keeps_its_journal_and_audit_log_in_a_throwaway_directory_it_names() 
     assert!(!health.contains("xid_48"), "{health}");
     agent.signal(nix::sys::signal::Signal::SIGTERM);
     assert!(agent.wait_exit(Duration::from_secs(20)).success());
-    assert!(!state.exists(), "the throwaway directory is removed at exit");
+    assert!(
+        !state.exists(),
+        "the throwaway directory is removed at exit"
+    );
 }
 
 #[test]
@@ -155,18 +162,22 @@ fn a_demo_on_a_port_the_agent_holds_names_the_holder() {
     );
     assert!(!err.contains("dcgm-exporter?"), "{err}");
     // The throwaway directory went with the demo.
-    assert!(listing(scratch.path()).is_empty(), "{:?}", listing(scratch.path()));
+    assert!(
+        listing(scratch.path()).is_empty(),
+        "{:?}",
+        listing(scratch.path())
+    );
 }
 
 /// The check docs/install.md gives after installing passes with the service running: an
 /// agent holds the page's 9400 (moved to a free port, as is the page's 9401).
 #[test]
 fn the_install_check_in_docs_passes_with_the_service_running() {
-    let doc = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/install.md"),
-    )
-    .expect("docs/install.md");
-    let begin = "<!-- install check: run by tests/demo_state.rs with the service holding 9400 -->\n```sh\n";
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/install.md"))
+            .expect("docs/install.md");
+    let begin =
+        "<!-- install check: run by tests/demo_state.rs with the service holding 9400 -->\n```sh\n";
     let start = doc.find(begin).expect("the install check block") + begin.len();
     let end = start + doc[start..].find("```\n").expect("the block's end");
     // A node in trouble: `check-health` on it would exit 1, so a 0 is the demo's answer.

@@ -473,7 +473,9 @@ fn truth_power_panels_at_the_default_tiers_and_a_15s_scrape() {
     let table: expected::Table = expected::truth_node(false, (0.0, 0.0))
         .into_iter()
         .filter(|(origin, _)| {
-            origin.contains("'Power") || origin.contains("power") || origin.contains("Average power")
+            origin.contains("'Power")
+                || origin.contains("power")
+                || origin.contains("Average power")
         })
         .collect();
     assert_eq!(table.len(), 5, "{:?}", table.keys().collect::<Vec<_>>());

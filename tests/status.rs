@@ -542,7 +542,8 @@ fn status_in_80x24_marks_old_events_first_and_its_hint_keeps_the_url() {
     );
     let last = lines.iter().rev().find(|l| !l.is_empty()).expect("a line");
     assert!(
-        last.starts_with("  … ") && last.contains(&format!(" more: gpu-steward status --url {url} ")),
+        last.starts_with("  … ")
+            && last.contains(&format!(" more: gpu-steward status --url {url} ")),
         "{pane}"
     );
 }

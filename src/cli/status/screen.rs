@@ -366,7 +366,13 @@ mod tests {
     const AGAIN: &str = "gpu-steward status --url http://x:1";
 
     fn screen(n: &Node, cols: usize, rows: usize) -> Vec<String> {
-        let text = render(n, &Target::Tcp("x:1".into()), AGAIN, Some((cols, rows)), false);
+        let text = render(
+            n,
+            &Target::Tcp("x:1".into()),
+            AGAIN,
+            Some((cols, rows)),
+            false,
+        );
         text.lines().map(str::to_string).collect()
     }
 
@@ -407,7 +413,11 @@ mod tests {
         assert!(lines[e - 1].contains("GPU 1: idle"), "{lines:#?}");
         assert!(lines[c - 1].contains("raised xid_79"), "{lines:#?}");
         let changes = lines.len() - c - 2;
-        assert_eq!(lines[lines.len() - 1], more(40 - changes, AGAIN), "{lines:#?}");
+        assert_eq!(
+            lines[lines.len() - 1],
+            more(40 - changes, AGAIN),
+            "{lines:#?}"
+        );
         // A process row keeps its memory column.
         assert!(lines[p + 1].contains(" 3.0  alice"), "{lines:#?}");
     }
