@@ -86,6 +86,11 @@ check overlays/device-plugin validate
 check overlays/device-plugin-cdi validate
 check overlays/node-problem-detector validate
 
+say "examples/own-image: the pushed image set with kubectl alone (a kustomization images: entry)"
+check examples/own-image validate
+grep -q 'image: registry.example/gpu-steward:0.1.0$' "$TMP/examples_own-image.yaml" \
+  || { echo "kubernetes: examples/own-image does not set the image"; exit 1; }
+
 # Every combination of the components that docs/install.md says combine: the device plugin's CDI
 # option needs the device plugin, and the device plugin needs root (it writes the kubelet's
 # directory), so non-root excludes it. Each is rendered from a kustomization made here, checked,

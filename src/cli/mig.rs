@@ -243,7 +243,17 @@ fn report(name: &str, r: Result<Outcome, MigFailed>) -> Result<(), Failure> {
             warnings,
         }) => {
             out(&show::plan_text(name, &plan));
-            out(&format!("applied '{name}': {steps} step(s)\n"));
+            // The steps were made, but the layout is not reached until the pending mode
+            // changes take effect: the exit status says so (1), and this line says why.
+            let why = match (pending.len(), warnings.len()) {
+                (0, 0) => String::new(),
+                (0, _) => "; with the warnings below (exit status 1)".into(),
+                (n, _) => format!(
+                    "; the layout is not reached until {n} pending MIG mode change(s) take effect \
+                     (below; exit status 1)"
+                ),
+            };
+            out(&format!("applied '{name}': {steps} step(s){why}\n"));
             if !pending.is_empty() {
                 return Err((1, show::pending_text(&pending)));
             }
