@@ -73,7 +73,7 @@ for path in ./usr/bin/gpu-steward ./usr/lib/gpu-steward/libnvml_sim.so \
   ./usr/share/gpu-steward/systemd/mig.conf \
   ./usr/share/gpu-steward/systemd/compute-mode.conf \
   ./usr/share/gpu-steward/systemd/reclaim-signal.conf \
-  ./usr/share/gpu-steward/systemd/slurm-drain.conf \
+  ./usr/share/gpu-steward/systemd/run-as-root.conf \
   ./usr/share/gpu-steward/dashboards/gpu-steward-operations.json \
   ./usr/share/gpu-steward/dashboards/gpu-steward-node.json \
   ./usr/share/gpu-steward/dashboards/gpu-steward-nvlink.json; do

@@ -85,6 +85,7 @@ check overlays/non-root validate --non-root
 check overlays/device-plugin validate
 check overlays/device-plugin-cdi validate
 check overlays/node-problem-detector validate
+check overlays/nvsentinel validate
 
 say "examples/own-image: the pushed image set with kubectl alone (a kustomization images: entry)"
 check examples/own-image validate
