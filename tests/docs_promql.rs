@@ -173,3 +173,32 @@ fn every_documented_promql_expression_answers_on_the_default_page() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// docs/install.md's figures for the alert rules are the files': alerts, recording rules and
+/// promtool test cases (`eval_time` entries), counted here.
+#[test]
+fn the_alert_figures_in_install_md_are_the_files() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let count = |dir: &str, needle: &str| -> usize {
+        std::fs::read_dir(root.join(dir))
+            .expect("a directory")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yml"))
+            .map(|p| {
+                std::fs::read_to_string(&p)
+                    .expect("read")
+                    .lines()
+                    .filter(|l| l.trim_start().starts_with(needle))
+                    .count()
+            })
+            .sum()
+    };
+    let (alerts, records) = (count("alerts", "- alert:"), count("alerts", "- record:"));
+    let cases = count("alerts/tests", "- eval_time:");
+    let doc = std::fs::read_to_string(root.join("docs/install.md")).expect("install.md");
+    let figure = format!(
+        "{cases} unit test cases (each of the {alerts} alerts firing and not firing, the \
+         {records} recording rules' values"
+    );
+    assert!(doc.contains(&figure), "docs/install.md should say: {figure}");
+}
