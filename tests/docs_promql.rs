@@ -200,5 +200,8 @@ fn the_alert_figures_in_install_md_are_the_files() {
         "{cases} unit test cases (each of the {alerts} alerts firing and not firing, the \
          {records} recording rules' values"
     );
-    assert!(doc.contains(&figure), "docs/install.md should say: {figure}");
+    assert!(
+        doc.contains(&figure),
+        "docs/install.md should say: {figure}"
+    );
 }

@@ -547,3 +547,40 @@ fn status_in_80x24_marks_old_events_first_and_its_hint_keeps_the_url() {
         "{pane}"
     );
 }
+
+/// The faults excerpt in docs/status.md (between its markers) is what an 80×24 terminal shows
+/// on tests/scenarios/faults.toml.
+#[test]
+fn the_faults_excerpt_in_docs_status_md_is_what_status_shows() {
+    let agent = Agent::with_scenario(&scenario("faults.toml")).start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let audit = dir.path().join("audit.jsonl");
+    std::fs::write(&audit, "").expect("audit");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[audit]\nfile = \"{}\"\n", audit.display()),
+    )
+    .expect("config");
+    let command = format!(
+        "{} status --url http://127.0.0.1:{} --config {}; sleep 60",
+        bin(),
+        agent.port,
+        config.display()
+    );
+    let tmux = Tmux::start(80, 24, &command);
+    let pane = wait_for("the status screen", Duration::from_secs(20), || {
+        let p = tmux.capture(false);
+        p.contains("LAST CHANGES").then_some(p)
+    });
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/status.md"))
+        .expect("docs/status.md");
+    let begin = "<!-- status faults 80x24: checked by tests/status.rs -->\n```text\n";
+    let start = doc.find(begin).expect("the excerpt's marker") + begin.len();
+    let end = start + doc[start..].find("```").expect("the excerpt's end");
+    let excerpt = &doc[start..end];
+    assert!(
+        pane.contains(excerpt),
+        "docs/status.md's faults excerpt is not on the screen:\n{excerpt}\nscreen:\n{pane}"
+    );
+}
