@@ -10,6 +10,14 @@ use gpu_steward::config;
 use gpu_steward::{app, logging, rules};
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if let Some(message) = cli::habits::foreign_listen_flag(&argv) {
+        eprintln!("{message}");
+        return ExitCode::from(2);
+    }
     match Cli::parse().command {
         Command::CheckConfig { file } => ExitCode::from(cli::check_config::run(&file)),
         Command::CheckHealth {

@@ -10,6 +10,7 @@ pub mod agent_client;
 pub mod check_config;
 pub mod check_health;
 pub mod demo;
+pub mod habits;
 pub mod mig;
 pub mod sharing;
 pub mod status;
@@ -173,11 +174,15 @@ pub enum MigCommand {
     },
     /// Print the steps that would reach a layout; change nothing.
     Plan {
+        /// The layout: a name under [mig.layouts] of the config, in its [mig] mig_config file,
+        /// or in --mig-config FILE.
         #[arg(long, value_name = "NAME")]
         layout: String,
     },
     /// Reach a layout with the fewest changes; restore the found layout if a step fails.
     Apply {
+        /// The layout: a name under [mig.layouts] of the config, in its [mig] mig_config file,
+        /// or in --mig-config FILE.
         #[arg(long, value_name = "NAME")]
         layout: String,
         /// Print the plan; change nothing.
