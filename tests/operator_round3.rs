@@ -83,3 +83,50 @@ fn port_and_web_listen_address_name_listen_which_takes_a_colon_port() {
     assert!(!err.contains("invalid listen address"), "{err}");
     assert!(err.contains("nonsense"), "{err}");
 }
+
+/// A token file other users can read keeps the API off: `check-config` says `valid` (the file
+/// is) and warns on stderr, as it does for an audit log it cannot write.
+#[test]
+fn check_config_warns_when_the_token_file_keeps_the_api_off() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = dir.path().join("api-token");
+    std::fs::write(&token, "s3cret\n").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nenabled = true\ntoken_file = \"{}\"\n[audit]\nfile = \"{}\"\n",
+            token.display(),
+            dir.path().join("audit.jsonl").display()
+        ),
+    )
+    .expect("config");
+    let check = || {
+        let out = Command::new(bin())
+            .arg("check-config")
+            .arg(&config)
+            .output()
+            .expect("check-config");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = check();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("valid"), "{stdout}");
+    assert!(
+        stderr.contains(&format!(
+            "{}: warning: API token file {} has mode 644",
+            config.display(),
+            token.display()
+        )),
+        "{stderr}"
+    );
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let (_, _, stderr) = check();
+    assert!(!stderr.contains("warning"), "{stderr}");
+}
