@@ -169,6 +169,7 @@ for f in $contents; do
   case "$f" in */gpu-steward*|*/gpu-steward.service) [ -e "$f" ] && left="$left $f" ;; esac
 done
 for f in /etc/gpu-steward /usr/lib/gpu-steward /usr/share/gpu-steward /usr/share/doc/gpu-steward \
+  /var/lib/gpu-steward \
   /etc/systemd/system/multi-user.target.wants/gpu-steward.service \
   /var/lib/systemd/deb-systemd-helper-enabled/gpu-steward.service.dsh-also \
   /var/lib/systemd/deb-systemd-helper-masked/gpu-steward.service; do
