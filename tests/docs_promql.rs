@@ -17,7 +17,7 @@ fn expressions(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut in_block = false;
     let mut current = String::new();
-    let mut flush = |current: &mut String, out: &mut Vec<String>| {
+    let flush = |current: &mut String, out: &mut Vec<String>| {
         let e = current.split_whitespace().collect::<Vec<_>>().join(" ");
         if !e.is_empty() {
             out.push(e);
