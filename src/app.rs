@@ -42,10 +42,12 @@ const DRAIN: Duration = Duration::from_millis(500);
 /// Failures that stop the daemon (exit status 1).
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
-    #[error("cannot listen on {addr}: {source}; is another exporter (dcgm-exporter?) using the port? pick another with --listen")]
+    #[error("cannot listen on {addr}: {source}; {holder}; pick another with --listen")]
     Bind {
         addr: std::net::SocketAddr,
         source: std::io::Error,
+        /// What holds the port, as far as this user can tell ([`crate::port_holder`]).
+        holder: String,
     },
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -288,12 +290,26 @@ async fn start_http(
     web: Option<http::web_config::WebConfig>,
     stop: &watch::Receiver<bool>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, AppError> {
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| AppError::Bind {
+    let listener = TcpListener::bind(config.listen).await.map_err(|source| {
+        let holder = match source.kind() {
+            std::io::ErrorKind::AddrInUse => crate::port_holder::describe(config.listen.port())
+                .map_or_else(
+                    || {
+                        "another program holds the port, one this user cannot see (`sudo ss \
+                             -ltnp` names it; dcgm-exporter and the installed gpu-steward use \
+                             9400)"
+                            .to_string()
+                    },
+                    |h| format!("the port is held by {h}"),
+                ),
+            _ => "the address may not be this machine's, or the port is privileged".into(),
+        };
+        AppError::Bind {
             addr: config.listen,
             source,
-        })?;
+            holder,
+        }
+    })?;
     let local = listener.local_addr()?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),

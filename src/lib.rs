@@ -63,6 +63,7 @@ pub mod metrics;
 pub mod mig;
 pub mod nvsentinel;
 pub mod poller;
+pub mod port_holder;
 pub mod procs;
 pub mod publication;
 pub mod reclaim;

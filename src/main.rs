@@ -9,6 +9,14 @@ use gpu_steward::cli::{self, Cli, Command, RunArgs, SharingAction};
 use gpu_steward::{app, logging, rules};
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if let Some(message) = cli::habits::foreign_listen_flag(&argv) {
+        eprintln!("{message}");
+        return ExitCode::from(2);
+    }
     match Cli::parse().command {
         Command::CheckConfig { file } => ExitCode::from(cli::check_config::run(&file)),
         Command::CheckHealth {
@@ -33,6 +41,7 @@ fn main() -> ExitCode {
             Ok(cli::demo::Prepared {
                 run: args,
                 scenario: _scenario,
+                state: _state,
             }) => run(args),
             Err(code) => ExitCode::from(code),
         },
@@ -53,6 +62,9 @@ fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(state) = &args.demo_state {
+        eprintln!("{}", cli::demo::where_it_writes(state, &config));
+    }
     let log = logging::init(
         overrides.log_level.clone(),
         loaded.config.log_level.as_deref(),

@@ -323,7 +323,7 @@ fn the_journal_outlives_a_restart_and_a_damaged_one_is_set_aside() {
         screen
             .lines()
             .any(|l| l.contains("GPU 1 raised xid_79 [fail")
-                && l.ends_with("(before the agent's restart)")),
+                && l.starts_with("  (before the agent's restart) ")),
         "{screen}"
     );
     drop(after);

@@ -51,6 +51,13 @@ pub fn warnings(c: &Config) -> Vec<String> {
     if let Some(w) = audit_warning(&c.audit_file) {
         out.push(w);
     }
+    // The agent reads the token file as it starts the API, and keeps the API off when the file
+    // is unfit (readable by others, another owner, empty): `valid` alone would hide that.
+    if c.api_enabled {
+        if let Err(e) = crate::config::token::load_token(&c.api_token_file) {
+            out.push(e);
+        }
+    }
     for p in c.rule_patterns() {
         let wildcard = p.contains(['*', '?', '[']);
         let none = glob::glob(&p).is_ok_and(|mut m| m.all(|f| f.is_err()));

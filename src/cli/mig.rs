@@ -57,11 +57,40 @@ fn layouts(args: &MigArgs, cfg: &Config) -> Result<Layouts, Failure> {
     }
 }
 
+/// Where the layouts were looked for, for an error that names it.
+fn where_layouts(args: &MigArgs, cfg: &Config) -> String {
+    match (&args.mig_config, &cfg.file) {
+        (Some(f), _) => format!("--mig-config '{}'", f.display()),
+        (None, Some(f)) => format!("the config '{}'", f.display()),
+        (None, None) => format!(
+            "the built-in defaults (no config file: '{}' does not exist; give one with --config)",
+            config::DEFAULT_CONFIG
+        ),
+    }
+}
+
 fn run_inner(args: &MigArgs) -> Result<(), Failure> {
     let mut cfg = load_config(args)?;
     if let Some(scenario) = &args.scenario {
         let sim = crate::demo::simulate(scenario, args.nvml_lib.as_deref()).map_err(|e| (2, e))?;
         cfg.nvml_lib = sim.nvml_lib;
+        // An apply's audit log (and the MIG lock and intent beside it) of the simulated node,
+        // unless the named config sets one: never the node's own.
+        let applies = matches!(args.command, MigCommand::Apply { dry_run: false, .. });
+        let audit = match applies {
+            true => {
+                crate::demo::simulated_audit_file(scenario, args.config.is_some(), &cfg.audit_file)
+                    .map_err(|e| (2, e))?
+            }
+            false => None,
+        };
+        if let Some(audit) = audit {
+            eprintln!(
+                "gpu-steward mig: simulated node: audit log '{}'",
+                audit.display()
+            );
+            cfg.audit_file = audit;
+        }
     }
     let layouts = match &args.command {
         MigCommand::Show { .. } => Layouts::new(),
@@ -73,9 +102,12 @@ fn run_inner(args: &MigArgs) -> Result<(), Failure> {
             (
                 2,
                 format!(
-                    "layout '{name}' is not defined; known layouts: {}",
+                    "layout '{name}' is not defined in {}; known layouts: {}",
+                    where_layouts(args, &cfg),
                     if known.is_empty() {
-                        "none".into()
+                        "none (define [mig.layouts.NAME] or [mig] mig_config in the config, or \
+                         pass --mig-config FILE, a mig-parted YAML file)"
+                            .into()
                     } else {
                         known.join(", ")
                     }
@@ -231,7 +263,17 @@ fn report(name: &str, r: Result<Outcome, MigFailed>) -> Result<(), Failure> {
             warnings,
         }) => {
             out(&show::plan_text(name, &plan));
-            out(&format!("applied '{name}': {steps} step(s)\n"));
+            // The steps were made, but the layout is not reached until the pending mode
+            // changes take effect: the exit status says so (1), and this line says why.
+            let why = match (pending.len(), warnings.len()) {
+                (0, 0) => String::new(),
+                (0, _) => "; with the warnings below (exit status 1)".into(),
+                (n, _) => format!(
+                    "; the layout is not reached until {n} pending MIG mode change(s) take effect \
+                     (below; exit status 1)"
+                ),
+            };
+            out(&format!("applied '{name}': {steps} step(s){why}\n"));
             if !pending.is_empty() {
                 return Err((1, show::pending_text(&pending)));
             }

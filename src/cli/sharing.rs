@@ -9,15 +9,29 @@ use super::SharingArgs;
 use crate::config::{self, Overrides};
 
 /// Points `config` at the simulated node of `scenario`: the simulator, and the stand-in
-/// nvidia-smi told the node's GPUs (by UUID, in index order) for its compute-policy table.
+/// nvidia-smi told the node's GPUs (by UUID, in index order) for its compute-policy table,
+/// and, for an apply (not `dry_run`), the audit log beside the scenario unless the named config
+/// (`named`) sets one.
 fn simulated(
     scenario: &std::path::Path,
     nvml_lib: Option<&str>,
+    named: bool,
+    dry_run: bool,
     config: &mut crate::config::Config,
 ) -> Result<(), String> {
     let sim = crate::demo::simulate(scenario, nvml_lib)?;
     config.sharing.nvidia_smi = crate::demo::stand_in(&sim.nvml_lib, &sim.stand_in_dir)?;
     config.nvml_lib = sim.nvml_lib;
+    if dry_run {
+        return Ok(());
+    }
+    if let Some(audit) = crate::demo::simulated_audit_file(scenario, named, &config.audit_file)? {
+        eprintln!(
+            "gpu-steward sharing: simulated node: audit log '{}'",
+            audit.display()
+        );
+        config.audit_file = audit;
+    }
     Ok(())
 }
 
@@ -39,7 +53,13 @@ pub fn run(args: &SharingArgs, dry_run: bool) -> u8 {
         }
     };
     if let Some(scenario) = &args.scenario {
-        if let Err(e) = simulated(scenario, args.nvml_lib.as_deref(), &mut config) {
+        if let Err(e) = simulated(
+            scenario,
+            args.nvml_lib.as_deref(),
+            args.config.is_some(),
+            dry_run,
+            &mut config,
+        ) {
             eprintln!("gpu-steward sharing: {e}");
             return 2;
         }

@@ -340,8 +340,15 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
 
 /// Parses a listen address like `0.0.0.0:9400` or `[::]:9400`.
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    // `:PORT`, dcgm-exporter's and Go's habit: every IPv4 address, as the default listen.
+    if let Some(port) = s.strip_prefix(':').and_then(|p| p.parse::<u16>().ok()) {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
     s.parse().map_err(|_| {
-        format!("invalid listen address '{s}'; write IP:PORT, e.g. '0.0.0.0:9400' or '[::]:9400'")
+        format!(
+            "invalid listen address '{s}'; write IP:PORT, e.g. '0.0.0.0:9400' or '[::]:9400', or \
+             ':9400' for every IPv4 address"
+        )
     })
 }
 

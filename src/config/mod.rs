@@ -77,6 +77,9 @@ pub struct Overrides {
     /// The `nvidia-smi` that `[sharing]` runs, over the file's (`demo`: the simulated node's
     /// stand-in).
     pub nvidia_smi: Option<PathBuf>,
+    /// The audit log when the config file sets no `[audit] file` (`demo`'s throwaway one);
+    /// `None`: [`crate::audit::DEFAULT_FILE`].
+    pub default_audit_file: Option<PathBuf>,
 }
 
 /// The agent's whole configuration, validated.
@@ -409,7 +412,10 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
         api_socket: f.api.socket,
         api_socket_mode: f.api.socket_mode,
         api_tcp: f.api.tcp,
-        audit_file: f.audit.file,
+        audit_file: match &o.default_audit_file {
+            Some(d) if f.audit.file == Path::new(crate::audit::DEFAULT_FILE) => d.clone(),
+            _ => f.audit.file,
+        },
         health: f.health.into_config(),
         processes: f.processes,
         kubernetes: f.kubernetes.into_config(),
