@@ -198,7 +198,7 @@ pub fn simulated_audit_file(
     named: bool,
     configured: &Path,
 ) -> Result<Option<PathBuf>, String> {
-    if named && configured != Path::new(crate::audit::DEFAULT_FILE) {
+    if named && configured != Path::new(crate::config::DEFAULT_AUDIT_FILE) {
         return Ok(None);
     }
     scenario_audit_file(scenario).map(Some)

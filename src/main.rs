@@ -63,7 +63,7 @@ fn run(args: RunArgs) -> ExitCode {
         }
     };
     if let Some(state) = &args.demo_state {
-        eprintln!("{}", cli::demo::where_it_writes(state, &config));
+        eprintln!("{}", cli::demo::where_it_writes(state, &loaded.config));
     }
     let log = logging::init(
         overrides.log_level.clone(),

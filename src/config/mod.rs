@@ -78,7 +78,7 @@ pub struct Overrides {
     /// stand-in).
     pub nvidia_smi: Option<PathBuf>,
     /// The audit log when the config file sets no `[audit] file` (`demo`'s throwaway one);
-    /// `None`: [`crate::audit::DEFAULT_FILE`].
+    /// `None`: [`DEFAULT_AUDIT_FILE`].
     pub default_audit_file: Option<PathBuf>,
 }
 
@@ -413,7 +413,7 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
         api_socket_mode: f.api.socket_mode,
         api_tcp: f.api.tcp,
         audit_file: match &o.default_audit_file {
-            Some(d) if f.audit.file == Path::new(crate::audit::DEFAULT_FILE) => d.clone(),
+            Some(d) if f.audit.file == Path::new(DEFAULT_AUDIT_FILE) => d.clone(),
             _ => f.audit.file,
         },
         health: f.health.into_config(),
