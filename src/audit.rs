@@ -22,6 +22,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 pub mod event;
+#[cfg(test)]
+pub(crate) mod legacy_log;
 pub mod mig;
 mod read;
 mod trust;
@@ -85,7 +87,8 @@ impl AuditLog {
     /// caller may act. The error names the file.
     pub fn record(&self, event: &Event) -> io::Result<()> {
         let component = event.component();
-        let mut line = encode(SystemTime::now(), event).map_err(|e| with_path(e, &self.inner.path))?;
+        let mut line =
+            encode(SystemTime::now(), event).map_err(|e| with_path(e, &self.inner.path))?;
         line.push('\n');
         let written = self.append(line.as_bytes());
         note(component, &self.inner.path, written.as_ref().err());
@@ -193,7 +196,10 @@ fn encode(now: SystemTime, event: &Event) -> io::Result<String> {
     let ts = humantime::format_rfc3339_millis(now).to_string();
     // An event serialises as a JSON object with its tags first: `{"component":…`.
     let rest = body.strip_prefix('{').ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidData, "an audit event is not a JSON object")
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "an audit event is not a JSON object",
+        )
     })?;
     let mut line = String::with_capacity(body.len() + ts.len() + 10);
     line.push_str("{\"ts\":\"");

@@ -178,11 +178,15 @@ pub enum Mig {
         undo: String,
         uuid: String,
     },
+    /// A GPU whose mode change waits for a reset (the fields of a [`PendingReset`]).
     #[serde(rename = "mode.pending")]
     ModePending {
-        #[serde(flatten)]
-        pending: PendingReset,
+        blocking_pids: Vec<u32>,
+        enable: bool,
+        index: u32,
+        status: String,
         trigger: String,
+        uuid: String,
     },
     #[serde(rename = "hook")]
     Hook {
@@ -205,11 +209,11 @@ pub enum Mig {
 /// One sharing change on one GPU (`setting`: `compute_mode` or `timeslice`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SharingStep {
-    pub gpu: u32,
-    pub uuid: String,
-    pub setting: String,
     pub from: String,
+    pub gpu: u32,
+    pub setting: String,
     pub to: String,
+    pub uuid: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -240,8 +244,8 @@ pub enum Sharing {
         not_read: usize,
         ok: bool,
         result: String,
-        rolled_back: usize,
         rollback_failed: usize,
+        rolled_back: usize,
         trigger: String,
     },
     /// The decision to signal a process over its memory limit, before the signal.
@@ -291,9 +295,9 @@ pub struct ReclaimProcess {
 /// A container allocated the GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReclaimPod {
+    pub container: String,
     pub namespace: String,
     pub pod: String,
-    pub container: String,
     pub replica: Option<String>,
 }
 
@@ -431,8 +435,13 @@ pub struct Decision {
     pub hooks: Option<Vec<String>>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
-    #[serde(default)]
-    pub reason: Option<String>,
+    /// Why a route was skipped: `null` for a decision to act; absent for `no_route`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub reason: Option<Option<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -475,49 +484,92 @@ pub struct ProcessOutcome {
     pub pid: u32,
 }
 
-/// What a hook or a built-in action did: the fields its kind has.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// What a hook or a built-in action did: the fields its kind has (see [`HookEnd`]).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepDetails {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_mode: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// A hook's outcome (`exit 0`, `timeout`, …).
+    pub outcome: Option<String>,
+    pub power_limit_watts: Option<f64>,
+    pub processes: Option<Vec<ProcessOutcome>>,
+    /// The limit asked for by `power_limit` (`None` inside: back to the default).
+    pub requested_watts: Option<Option<u32>>,
+    pub signal: Option<String>,
+    pub skipped: Option<String>,
+    pub stderr: Option<String>,
+    pub stdout: Option<String>,
+    pub uuid: Option<String>,
+}
+
+/// A step of a route after it ran: the alert, the step's result, and what its kind reports
+/// ([`StepDetails`]: absent fields are not written).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HookEnd {
+    pub alertname: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_mode: Option<String>,
+    pub duration_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub fingerprint: String,
+    /// The alert's `gpu` label, or the index of the GPU a signal action acted on.
+    pub gpu: Option<GpuRef>,
+    pub hook: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_limit_watts: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<Vec<ProcessOutcome>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub requested_watts: Option<u32>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub requested_watts: Option<Option<u32>>,
+    pub result: String,
+    pub route: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
+    pub status: AlertStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout: Option<String>,
+    pub trigger: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
 }
 
-/// A step of a route after it ran.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HookEnd {
-    pub alertname: String,
-    pub duration_ms: Option<u64>,
-    pub fingerprint: String,
-    /// The alert's `gpu` label, or the index of the GPU a signal action acted on.
-    pub gpu: Option<GpuRef>,
-    pub hook: String,
-    pub result: String,
-    pub route: u64,
-    pub status: AlertStatus,
-    pub trigger: String,
-    #[serde(flatten)]
-    pub details: StepDetails,
+impl HookEnd {
+    /// Takes what the step reports into the record.
+    pub fn with(mut self, d: StepDetails) -> HookEnd {
+        self.compute_mode = d.compute_mode;
+        self.error = d.error;
+        self.outcome = d.outcome;
+        self.power_limit_watts = d.power_limit_watts;
+        self.processes = d.processes;
+        self.requested_watts = d.requested_watts;
+        self.signal = d.signal;
+        self.skipped = d.skipped;
+        self.stderr = d.stderr;
+        self.stdout = d.stdout;
+        self.uuid = d.uuid;
+        self
+    }
+}
+
+/// A field that may be absent (`None`), `null` (`Some(None)`) or a value: with `default`, a
+/// present field, `null` included, is `Some`.
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -568,3 +620,7 @@ pub enum Slurm {
     #[serde(other)]
     Other,
 }
+
+#[cfg(test)]
+#[path = "event_tests.rs"]
+mod tests;

@@ -45,7 +45,6 @@ pub enum Step {
     },
 }
 
-
 /// The plan for one GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuPlan {
@@ -66,7 +65,6 @@ pub struct Plan {
     pub gpus: Vec<GpuPlan>,
 }
 
-
 /// A GPU whose MIG mode change waits for a reset.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
 pub struct PendingReset {
@@ -77,4 +75,3 @@ pub struct PendingReset {
     pub status: String,
     pub blocking_pids: Vec<u32>,
 }
-

@@ -56,12 +56,7 @@ pub struct ReadBack {
 ///
 /// Never fails a start: damaged and overlong lines are skipped, an unreadable file (or the
 /// rest of it) is logged, and the caller gets what could be read.
-pub fn read_back(
-    path: &Path,
-    component: &str,
-    event: &str,
-    each: impl FnMut(Entry),
-) -> ReadBack {
+pub fn read_back(path: &Path, component: &str, event: &str, each: impl FnMut(Entry)) -> ReadBack {
     let found = read_back_inner(path, component, event, each);
     match &found {
         Ok(r) => {

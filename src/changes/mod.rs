@@ -35,8 +35,8 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::audit::{AuditLog, Event};
 pub use crate::audit::{AuditFailed, AUDIT_FAILED};
+use crate::audit::{AuditLog, Event};
 use crate::config::Config;
 use crate::gpu::Session;
 use crate::mig::config::MigConfig;

@@ -18,7 +18,11 @@ fn slurm(resume: bool) -> Event {
         state_before: "IDLE".into(),
         trigger: "test".into(),
     };
-    Event::Slurm(if resume { Slurm::Resume(c) } else { Slurm::Drain(c) })
+    Event::Slurm(if resume {
+        Slurm::Resume(c)
+    } else {
+        Slurm::Drain(c)
+    })
 }
 
 fn owner_at(audit_file: &Path) -> Arc<Owner> {
@@ -51,9 +55,7 @@ fn the_decision_is_on_disk_before_the_act_and_the_outcome_after_it() {
     let owner = owner_at(&audit);
     let (tx, rx) = mpsc::channel();
     owner.set_waker(tx);
-    let begun = owner
-        .begin(slurm(false))
-        .expect("recorded");
+    let begun = owner.begin(slurm(false)).expect("recorded");
     let seen_during_act = begun.act(|_| {
         let during = events(&audit);
         Done {
@@ -67,10 +69,7 @@ fn the_decision_is_on_disk_before_the_act_and_the_outcome_after_it() {
         ["slurm/drain"],
         "the act ran before its record"
     );
-    assert_eq!(
-        events(&audit),
-        ["slurm/drain", "slurm/resume"]
-    );
+    assert_eq!(events(&audit), ["slurm/drain", "slurm/resume"]);
     assert!(
         matches!(rx.try_recv(), Ok(crate::poller::Control::Changed)),
         "the poller was not woken"
@@ -83,9 +82,7 @@ fn an_act_that_touched_nothing_does_not_wake_the_poller() {
     let owner = owner_at(&dir.path().join("audit.jsonl"));
     let (tx, rx) = mpsc::channel();
     owner.set_waker(tx);
-    let begun = owner
-        .begin(slurm(false))
-        .expect("recorded");
+    let begun = owner.begin(slurm(false)).expect("recorded");
     begun.act(|_| Done {
         value: (),
         after: None,
@@ -111,18 +108,14 @@ fn a_process_without_a_poller_leaves_the_notice_for_the_daemon() {
     let audit = dir.path().join("audit.jsonl");
     let owner = owner_at(&audit);
     let notice = dir.path().join(notice::FILE_NAME);
-    let begun = owner
-        .begin(slurm(false))
-        .expect("recorded");
+    let begun = owner.begin(slurm(false)).expect("recorded");
     begun.act(|_| Done {
         value: (),
         after: None,
         touched: false,
     });
     assert!(!notice.exists(), "a notice for nothing");
-    let begun = owner
-        .begin(slurm(false))
-        .expect("recorded");
+    let begun = owner.begin(slurm(false)).expect("recorded");
     begun.act(|_| Done {
         value: (),
         after: None,

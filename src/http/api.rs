@@ -90,13 +90,10 @@ async fn record_and_run(
         peer,
         trigger: "api".into(),
     };
-    let written = tokio::task::spawn_blocking(move || {
-        owner
-            .record(event)
-            .map_err(|e| e.to_string())
-    })
-    .await
-    .unwrap_or_else(|e| Err(e.to_string()));
+    let written =
+        tokio::task::spawn_blocking(move || owner.record(event).map_err(|e| e.to_string()))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
     match written {
         Ok(()) => next.run(request).await,
         // The shape of the MIG and sharing answers' refusals: the node's disk is at fault.

@@ -21,13 +21,12 @@
 
 use std::collections::HashMap;
 
-
 use super::config::MigConfig;
 use super::layout::Layout;
 use super::plan::{plan, GpuPlan, Infeasible, Plan, Step};
 use crate::audit::event::Mig;
-use crate::audit::{AuditLog, Event};
 pub use crate::audit::mig::PendingReset;
+use crate::audit::{AuditLog, Event};
 use crate::exec::{self, CommandSpec};
 use crate::gpu::{MigCallError, MigControl};
 use crate::snapshot::mig::MigGpu;
@@ -434,8 +433,12 @@ impl Run<'_> {
                         Ok(None) => {}
                         Ok(Some(p)) => {
                             let _ = self.audit(|trigger| Mig::ModePending {
-                                pending: p.clone(),
+                                blocking_pids: p.blocking_pids.clone(),
+                                enable: p.enable,
+                                index: p.index,
+                                status: p.status.clone(),
                                 trigger,
+                                uuid: p.uuid.clone(),
                             });
                             pending.push(p);
                             // The mode request stays; nothing else can happen on this GPU now.

@@ -72,10 +72,7 @@ impl Actor {
     /// audit log cannot be written, so this is a forced dry run) there is nothing to act on.
     fn begin(&self, event: Reclaim) -> Result<Option<Begun>, ()> {
         match &self.owner {
-            Some(owner) => owner
-                .begin(event)
-                .map(Some)
-                .map_err(|_| ()),
+            Some(owner) => owner.begin(event).map(Some).map_err(|_| ()),
             None => Ok(None),
         }
     }

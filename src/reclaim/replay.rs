@@ -109,4 +109,15 @@ mod tests {
         let half_hour_ago = now - std::time::Duration::from_secs(1800);
         assert_eq!(at, vec![now, half_hour_ago]);
     }
+
+    /// A log written before records were typed: its one live reclaim counts, and its dry-run
+    /// one only in a dry run.
+    #[test]
+    fn a_log_of_the_previous_format_is_counted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = crate::audit::legacy_log::write(dir.path());
+        let now = humantime::parse_rfc3339("2026-11-27T10:30:00Z").expect("time");
+        assert_eq!(reclaims(&path, false, now).len(), 1);
+        assert_eq!(reclaims(&path, true, now).len(), 2);
+    }
 }

@@ -77,7 +77,7 @@ pub fn run(
                             .set_power_limit(gpu.uuid(), want)
                             .map(|now| StepDetails {
                                 uuid: Some(gpu.uuid().to_string()),
-                                requested_watts: want,
+                                requested_watts: Some(want),
                                 power_limit_watts: Some(now),
                                 ..StepDetails::default()
                             })

@@ -13,8 +13,7 @@ use std::time::SystemTime;
 use tokio::sync::{mpsc, watch};
 
 use crate::audit::event::{
-    AlertStatus, Decision as RecordedDecision, GpuRef, HookEnd, HookStep, Remediation,
-    StepDetails,
+    AlertStatus, Decision as RecordedDecision, GpuRef, HookEnd, HookStep, Remediation, StepDetails,
 };
 use crate::changes::{Acting, Done, Owner};
 use crate::exec::{self, CommandSpec};
@@ -326,7 +325,7 @@ impl Runner {
             let recorded = self.audit(Remediation::Decision(RecordedDecision {
                 decision: word.into(),
                 hooks: Some(route.hooks.clone()),
-                reason: reason.map(|r| r.as_str().to_string()),
+                reason: Some(reason.map(|r| r.as_str().to_string())),
                 route: Some(index as u64),
                 route_id: Some(route.id.clone()),
                 ..base.clone()
@@ -424,7 +423,9 @@ impl Runner {
             let name = step.name().to_string();
             if dry {
                 self.metrics.observe(&name, "dry_run", None);
-                self.audit(Remediation::HookDryRun(step.describe(route, alert, trigger)));
+                self.audit(Remediation::HookDryRun(
+                    step.describe(route, alert, trigger),
+                ));
                 tracing::info!(hook = %name, alertname = alert.name(), "dry run: not run");
                 continue;
             }
@@ -447,19 +448,30 @@ impl Runner {
                 self.metrics.observe(&name, result, duration);
                 let end = HookEnd {
                     alertname: alert.name().into(),
+                    compute_mode: None,
                     duration_ms: duration.map(|d| d.as_millis() as u64),
+                    error: None,
                     fingerprint: alert.fingerprint.clone(),
                     gpu: match acted_on {
                         Some(i) => Some(GpuRef::Index(i)),
                         None => alert.gpu().map(|g| GpuRef::Label(g.to_string())),
                     },
                     hook: name.clone(),
+                    outcome: None,
+                    power_limit_watts: None,
+                    processes: None,
+                    requested_watts: None,
                     result: result.into(),
                     route: route as u64,
+                    signal: None,
+                    skipped: None,
                     status: recorded_status(alert.status),
+                    stderr: None,
+                    stdout: None,
                     trigger: trigger.into(),
-                    details,
-                };
+                    uuid: None,
+                }
+                .with(details);
                 Done {
                     value: (),
                     after: Some(Remediation::HookEnd(end).into()),

@@ -11,10 +11,10 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use super::alert::Status;
-use crate::audit::event::{AlertStatus, Remediation};
-use crate::audit::{Entry, Event};
 use super::config::Route;
 use super::rails::{Handled, Rails};
+use crate::audit::event::{AlertStatus, Remediation};
+use crate::audit::{Entry, Event};
 
 /// The rails as the decisions in `audit_file` left them. In a dry run, dry-run decisions count
 /// too (as they do in memory); a live agent counts only decisions that ran, so that trying a
@@ -140,5 +140,34 @@ mod tests {
         let _ = rails(&path, &routes(), false, SystemTime::now());
         std::fs::write(&path, "{\"half\":\n\u{0}\u{1}not json\n").expect("write");
         let _ = rails(&path, &routes(), false, SystemTime::now());
+    }
+
+    /// A log written before records were typed: its decisions to act are read back (the live
+    /// one, and the dry-run one in a dry run), with their route, GPU key and time.
+    #[test]
+    fn a_log_of_the_previous_format_gives_its_decisions() {
+        let routes: Vec<Route> = ["xid -> drain", "xid -> fence"]
+            .iter()
+            .map(|id| Route {
+                id: id.to_string(),
+                matchers: Vec::new(),
+                hooks: Vec::new(),
+                cooldown: std::time::Duration::ZERO,
+                on_resolved: false,
+            })
+            .collect();
+        let read = |dry_run| -> Vec<(String, String, String)> {
+            crate::audit::legacy_log::records()
+                .filter_map(|l| serde_json::from_str::<Entry>(l).ok())
+                .filter_map(|e| handled(&e, &routes, dry_run))
+                .map(|h| (h.route, h.gpu, h.fingerprint))
+                .collect()
+        };
+        let uuid = "GPU-1f6b3c5e-0000-4000-8000-000000000000".to_string();
+        assert_eq!(
+            read(false),
+            [("xid -> drain".into(), uuid.clone(), "abc123".into())]
+        );
+        assert_eq!(read(true).len(), 2);
     }
 }

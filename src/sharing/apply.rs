@@ -89,11 +89,11 @@ impl Outcome {
 fn recorded(step: &Step) -> SharingStep {
     let (from, to) = change_ends(step.change);
     SharingStep {
-        gpu: step.gpu,
-        uuid: step.uuid.clone(),
-        setting: step.change.setting().to_string(),
         from,
+        gpu: step.gpu,
+        setting: step.change.setting().to_string(),
         to,
+        uuid: step.uuid.clone(),
     }
 }
 
@@ -486,9 +486,7 @@ pub fn apply_plan(
     }
     // Every record says what started the apply (`start`, `sighup`, `api`, `cli`).
     let record = |event: Sharing| match audit {
-        Some(a) => a
-            .record(&Event::Sharing(event))
-            .map_err(|e| e.to_string()),
+        Some(a) => a.record(&Event::Sharing(event)).map_err(|e| e.to_string()),
         None => Ok(()),
     };
     if let Err(e) = record(Sharing::ApplyStart {
