@@ -19,8 +19,6 @@ use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use super::event::Entry;
 use crate::bounded::{self, Limits};
 
@@ -98,8 +96,8 @@ fn read_back_inner(
     }
     let marker = format!(
         ",\"component\":{},\"event\":{}",
-        Value::String(component.into()),
-        Value::String(event.into())
+        quoted(component),
+        quoted(event)
     );
     let marker = marker.as_bytes();
     let mut reader = BufReader::with_capacity(64 << 10, Read::take(file, MAX_READ_BACK));
@@ -124,6 +122,11 @@ fn read_back_inner(
     .map_err(|e| io::Error::new(e.kind(), format!("audit log '{}': {e}", path.display())))?;
     found.too_long = stats.too_long;
     Ok(found)
+}
+
+/// `s` as a JSON string, as the writer spells it.
+fn quoted(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
 }
 
 /// What [`for_each_line`] saw.
