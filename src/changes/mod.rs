@@ -36,10 +36,8 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use serde_json::Value;
-
-use crate::audit::AuditLog;
 pub use crate::audit::{AuditFailed, AUDIT_FAILED};
+use crate::audit::{AuditLog, Event};
 use crate::config::mig::MigConfig;
 use crate::gpu::Session;
 
@@ -48,7 +46,7 @@ pub mod notice;
 pub mod step;
 
 pub use mig::{MigApply, MigFailed, MigOutcome, MigReport, OnWait};
-pub use step::{Begun, Done, Record};
+pub use step::{Begun, Done};
 
 /// A typed request to change the node: the change's own steps, run by [`Owner::handle`] with
 /// the owner's means ([`Acting`]). `act` writes its record before each step it takes.
@@ -68,8 +66,8 @@ pub struct Acting<'a> {
 
 impl Acting<'_> {
     /// Writes one audit record (synced before it returns).
-    pub fn record(&self, component: &str, event: &str, fields: Value) -> Result<(), AuditFailed> {
-        self.owner.record(component, event, fields)
+    pub fn record(&self, event: impl Into<Event>) -> Result<(), AuditFailed> {
+        self.owner.record(event)
     }
 
     /// The audit log, for the building blocks that take one (MIG and sharing applies).
@@ -251,9 +249,9 @@ impl Owner {
 
     /// Writes one record that is not itself a change (a decision, an API request's receipt),
     /// through the process's one audit writer; synced before it returns.
-    pub fn record(&self, component: &str, event: &str, fields: Value) -> Result<(), AuditFailed> {
+    pub fn record(&self, event: impl Into<Event>) -> Result<(), AuditFailed> {
         let log = self.audit_log()?;
-        log.record(component, event, fields)
+        log.record(&event.into())
             .map_err(|e| AuditFailed(e.to_string()))
     }
 

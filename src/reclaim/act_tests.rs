@@ -3,6 +3,8 @@
 use std::process::{Child, Command};
 use std::time::{Duration, Instant, SystemTime};
 
+use serde_json::Value;
+
 use super::*;
 use crate::config::reclaim::WarnStep;
 use crate::reclaim::idle::UnitKey;
