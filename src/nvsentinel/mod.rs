@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 use crate::health::{Action, Condition, NodeHealth, Status};
 use crate::snapshot::Snapshot;
-use proto::{Entity, RecommendedAction, Timestamp};
+use proto::{Entity, ProcessingStrategy, RecommendedAction, Timestamp};
 
 /// The `agent` of every event.
 pub const AGENT: &str = "gpu-steward";
@@ -36,18 +36,36 @@ pub const MAX_BATCH: usize = 256;
 #[serde(deny_unknown_fields, default)]
 pub struct NvsentinelSection {
     pub socket: String,
+    /// NVSentinel's observe-only rollout switch; unset: the field is left `UNSPECIFIED`, which
+    /// the platform connector normalises to `EXECUTE_REMEDIATION`.
+    pub processing_strategy: Option<StrategyName>,
+}
+
+/// `[nvsentinel] processing_strategy` as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StrategyName {
+    ExecuteRemediation,
+    StoreOnly,
 }
 
 /// `[nvsentinel]` as used: off without a socket.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NvsentinelConfig {
     pub socket: Option<PathBuf>,
+    /// `processingStrategy` of every event.
+    pub processing_strategy: ProcessingStrategy,
 }
 
 impl NvsentinelSection {
     pub fn into_config(self) -> NvsentinelConfig {
         NvsentinelConfig {
             socket: (!self.socket.is_empty()).then(|| PathBuf::from(self.socket)),
+            processing_strategy: match self.processing_strategy {
+                None => ProcessingStrategy::Unspecified,
+                Some(StrategyName::ExecuteRemediation) => ProcessingStrategy::ExecuteRemediation,
+                Some(StrategyName::StoreOnly) => ProcessingStrategy::StoreOnly,
+            },
         }
     }
 }
@@ -59,9 +77,15 @@ impl NvsentinelConfig {
             None => "nvsentinel: off\n".to_string(),
             Some(s) => format!(
                 "nvsentinel: every change of a GPU's verdict or condition as a HealthEvent to \
-                 '{}' (PlatformConnector/HealthEventOccurredV1), at most {} queued while it is \
-                 down, each call at most {}\n",
+                 '{}' (PlatformConnector/HealthEventOccurredV1), processingStrategy {}, at most \
+                 {} queued while it is down, each call at most {}\n",
                 s.display(),
+                match self.processing_strategy {
+                    ProcessingStrategy::Unspecified =>
+                        "UNSPECIFIED (the connector's default, EXECUTE_REMEDIATION)",
+                    ProcessingStrategy::ExecuteRemediation => "EXECUTE_REMEDIATION",
+                    ProcessingStrategy::StoreOnly => "STORE_ONLY (observe only)",
+                },
                 QUEUE_CAPACITY,
                 humantime::format_duration(CALL_TIMEOUT)
             ),
@@ -69,11 +93,12 @@ impl NvsentinelConfig {
     }
 }
 
-/// Our action as NVSentinel's recommended action (docs/health.md has the table).
+/// Our action as NVSentinel's recommended action (docs/health.md has the table). Every value is
+/// one of the main line's enum; an application fault (`restart_app`) is `NONE`: NVSentinel
+/// remediates infrastructure, and its maintainers declined an app-restart action.
 pub fn recommended(action: Action) -> RecommendedAction {
     match action {
-        Action::None => RecommendedAction::None,
-        Action::RestartApp => RecommendedAction::RestartApp,
+        Action::None | Action::RestartApp => RecommendedAction::None,
         Action::ResetGpu | Action::DrainAndReset => RecommendedAction::ComponentReset,
         Action::RebootNode => RecommendedAction::RestartBm,
         Action::ContactSupport => RecommendedAction::ContactSupport,
@@ -112,6 +137,13 @@ impl Seen {
 pub struct Stamp<'a> {
     pub node: &'a str,
     pub at: SystemTime,
+    pub strategy: ProcessingStrategy,
+}
+
+/// Whether NVSentinel is to treat a raised condition as fatal: a fail, unless it is the
+/// application's fault (`restart_app`), which is not the node's.
+fn fatal(c: &Condition) -> bool {
+    c.severity == Status::Fail && c.action != Action::RestartApp
 }
 
 /// The events from `before` to `now`: a condition raised or changed in severity or action, and
@@ -168,7 +200,7 @@ fn event(
         agent: AGENT.into(),
         component_class: "GPU".into(),
         check_name: c.name.clone(),
-        is_fatal: !cleared && c.severity == Status::Fail,
+        is_fatal: !cleared && fatal(c),
         is_healthy: cleared,
         message: if cleared {
             format!("cleared: {}", c.reason)
@@ -187,6 +219,7 @@ fn event(
             nanos: i32::try_from(at.subsec_nanos()).unwrap_or(0),
         }),
         node_name: stamp.node.into(),
+        processing_strategy: stamp.strategy as i32,
         ..Default::default()
     }
 }
