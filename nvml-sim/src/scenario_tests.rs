@@ -70,9 +70,15 @@ fn the_rate_keys_and_imex_recovery_are_read() {
                 ecc = { correctable_per_s = 17700 }\n\
                 pcie = { gen = 4, width = 8, replays_per_s = 2.5 }\n");
     let g = &s.gpus[0];
-    assert_eq!(g.recovery_action, 5, "NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN");
+    assert_eq!(
+        g.recovery_action, 5,
+        "NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN"
+    );
     assert_eq!(g.ecc.correctable_per_s, 17700);
-    assert_eq!((g.pcie_gen, g.pcie_width, g.pcie_replays_per_s), (4, 8, 2.5));
+    assert_eq!(
+        (g.pcie_gen, g.pcie_width, g.pcie_replays_per_s),
+        (4, 8, 2.5)
+    );
     assert_eq!((g.model.pcie_max_gen, g.model.pcie_max_width), (5, 16));
 }
 

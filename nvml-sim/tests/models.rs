@@ -284,12 +284,20 @@ fn rates_grow_counters_and_the_link_trains_down() {
     assert!((500..1500).contains(&(v1 - v0)), "{v0} -> {v1}");
     assert!((50..150).contains(&(r1 - r0)), "{r0} -> {r1}");
     assert_eq!(
-        d.memory_error_counter(MemoryError::Corrected, EccCounter::Volatile, MemoryLocation::Device)
-            .expect("device memory")
-            .saturating_sub(v1),
+        d.memory_error_counter(
+            MemoryError::Corrected,
+            EccCounter::Volatile,
+            MemoryLocation::Device
+        )
+        .expect("device memory")
+        .saturating_sub(v1),
         0
     );
-    assert_eq!(d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(), Some(0));
+    assert_eq!(
+        d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+            .ok(),
+        Some(0)
+    );
     sim.rewrite("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\necc = { sbe_volatile = 7 }\n");
     assert!(common::eventually(
         std::time::Duration::from_secs(5),
