@@ -497,3 +497,22 @@ fn a_pcie_replay_rate_from_the_simulator_raises_pcie_replay_rate() {
         std::time::Duration::from_secs(3 + 2),
     );
 }
+
+#[test]
+fn the_imex_domain_recovery_action_fails_that_gpu_and_clears() {
+    let a = Agent::start(&h100s(""), "");
+    a.rewrite(&h100s("recovery_action = \"recover_imex_domain\""));
+    a.wait_for("the recovery action", |a| !a.conditions(1).is_empty());
+    assert_eq!(a.conditions(1), ["driver_recovery_action"]);
+    assert!(a.conditions(0).is_empty());
+    let (code, one) = a.json("/health/gpus/1");
+    assert_eq!((code, one["status"].as_str()), (503, Some("fail")), "{one}");
+    assert_eq!(one["action"], "drain_and_reset");
+    let reason = one["conditions"][0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("IMEX domain") && !reason.contains("unknown"),
+        "{reason}"
+    );
+    a.rewrite(&h100s(""));
+    a.wait_for("all clear", |a| a.conditions(1).is_empty());
+}

@@ -245,3 +245,34 @@ fn the_keys_parse_and_bad_values_say_where_and_what_to_write() {
     let e = err("[health]\npcie_busy_for = \"soon\"\n");
     assert!(e.starts_with("c.toml:2:17: invalid duration 'soon'"), "{e}");
 }
+
+/// NVML's recovery action 5 is a known action: the IMEX domain in the reason, not the
+/// fallback for values NVML did not define then (6 here, `contact_support`).
+#[test]
+fn recovery_action_5_names_the_imex_domain_and_is_not_the_unknown_fallback() {
+    let mut e = Evaluator::default();
+    let mut g = h100();
+    g.reading.recovery_action = Some(5);
+    let h = eval(&mut e, &g, 0);
+    assert_eq!(names(&h), ["driver_recovery_action"]);
+    let c = &h.gpus[0].verdict.conditions[0];
+    assert_eq!(
+        (c.severity, c.action),
+        (Status::Fail, super::Action::DrainAndReset)
+    );
+    assert!(c.reason.contains("IMEX domain"), "{}", c.reason);
+    assert!(!c.reason.contains("unknown"), "{}", c.reason);
+    assert_eq!(h.gpus[0].verdict.action, super::Action::DrainAndReset);
+    g.reading.recovery_action = Some(6);
+    let h = eval(&mut e, &g, 1);
+    let c = &h.gpus[0].verdict.conditions[0];
+    assert_eq!(
+        (c.severity, c.action),
+        (Status::Warn, super::Action::ContactSupport)
+    );
+    assert!(
+        c.reason.contains("unknown recovery action (6)"),
+        "{}",
+        c.reason
+    );
+}
