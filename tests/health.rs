@@ -516,3 +516,42 @@ fn the_imex_domain_recovery_action_fails_that_gpu_and_clears() {
     a.rewrite(&h100s(""));
     a.wait_for("all clear", |a| a.conditions(1).is_empty());
 }
+
+/// The driver's recovery action arrives as an event (`nvmlEventTypeGpuRecoveryAction`, 0x8000,
+/// which the simulated H100 offers as the real one does): the poller polls at once, not at its
+/// next tick a minute later.
+#[test]
+fn a_recovery_action_event_wakes_the_poller() {
+    let agent = common::Agent::with_scenario(&h100s(""))
+        .interval("60s")
+        .start();
+    let conditions = |i: u32| {
+        let v = agent.get("/health/gpus").json();
+        v["checks"][format!("gpu:{i}")][0]["conditions"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|c| c["name"].as_str().map(String::from))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    common::wait_for("the first poll", std::time::Duration::from_secs(20), || {
+        (agent.get("/health/gpus").json()["checks"]["gpu:1"].is_array()).then_some(())
+    });
+    // The watcher registers after the first poll: give it a moment before the change.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let started = std::time::Instant::now();
+    agent.rewrite_scenario(&h100s("recovery_action = \"recover_imex_domain\""));
+    common::wait_for(
+        "the recovery action",
+        std::time::Duration::from_secs(30),
+        || (conditions(1) == ["driver_recovery_action"]).then_some(()),
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "waited for the next poll: {:?}",
+        started.elapsed()
+    );
+    assert!(conditions(0).is_empty());
+}
