@@ -386,9 +386,7 @@ fn raised_alone_and_cleared(
     );
     // Everywhere a condition is shown: the metric, the journal, check-health (a warn: exit 0).
     assert_eq!(
-        a.metric(&format!(
-            "gpu_steward_health_condition{{gpu=\"1\",uuid=\"GPU-"
-        )),
+        a.metric("gpu_steward_health_condition{gpu=\"1\",uuid=\"GPU-"),
         Some(1.0)
     );
     let (_, m) = a.get("/metrics");

@@ -155,7 +155,11 @@ xid = 13
         assert_eq!(imex[1].recovery_action, 5);
         assert_eq!(a.next_recovery(&imex), Some((1, 5)));
         assert_eq!(a.next_recovery(&imex), None, "once");
-        assert_eq!(xids_only.next_recovery(&imex), None, "not registered for it");
+        assert_eq!(
+            xids_only.next_recovery(&imex),
+            None,
+            "not registered for it"
+        );
         let mut later = EventSet::default();
         later.register(&imex[1], GPU_RECOVERY_ACTION);
         assert_eq!(later.next_recovery(&imex), None, "it occurred before");

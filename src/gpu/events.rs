@@ -213,7 +213,9 @@ fn run(
                     // action changing (`nvmlEventTypeGpuRecoveryAction`, which nvml-wrapper
                     // 0.13 does not name). Poll now: the poll reads the action on the fast tier.
                     None => {
-                        tracing::info!("nvml: the driver changed a GPU's recommended recovery action");
+                        tracing::info!(
+                            "nvml: the driver changed a GPU's recommended recovery action"
+                        );
                         on_xid();
                         continue;
                     }
@@ -315,7 +317,13 @@ pub const GPU_RECOVERY_ACTION_EVENT: u64 = 0x8000;
 /// thread (1.6 µs on the real H100: `nvml-sim/costs/h100-driver-580.json`).
 fn event_mask(device: &Device) -> u64 {
     let xids = EventTypes::CRITICAL_XID_ERROR.bits();
-    let Ok(sym) = nvml_sym(device.nvml().lib().nvmlDeviceGetSupportedEventTypes.as_ref()) else {
+    let Ok(sym) = nvml_sym(
+        device
+            .nvml()
+            .lib()
+            .nvmlDeviceGetSupportedEventTypes
+            .as_ref(),
+    ) else {
         return xids;
     };
     let mut supported: u64 = 0;
@@ -337,7 +345,5 @@ fn register_xids(device: &Device, set: &EventSet) -> Result<(), NvmlError> {
     // SAFETY: both handles are live for the duration of the call (`device` and `set` are
     // borrowed), and `nvmlDeviceRegisterEvents(nvmlDevice_t, unsigned long long, nvmlEventSet_t)`
     // takes them by value.
-    unsafe {
-        nvml_try(sym(device.handle(), mask, set.handle()))
-    }
+    unsafe { nvml_try(sym(device.handle(), mask, set.handle())) }
 }
