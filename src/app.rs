@@ -264,6 +264,7 @@ fn start_fleet(
         let node = render_config(config).hostname;
         collectors.push(crate::nvsentinel::task::spawn(
             socket.clone(),
+            crate::nvsentinel::strategy(config.nvsentinel.processing_strategy),
             node,
             published.clone(),
             stop.clone(),

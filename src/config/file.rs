@@ -267,6 +267,12 @@ pub struct HealthSection {
     pub nvlink_errors_per_minute: Option<f64>,
     #[serde(deserialize_with = "positive_duration")]
     pub nvlink_error_window: Option<Duration>,
+    #[serde(deserialize_with = "sbe_rate")]
+    pub ecc_correctable_per_minute: Option<f64>,
+    #[serde(deserialize_with = "positive_duration")]
+    pub ecc_correctable_window: Option<Duration>,
+    #[serde(deserialize_with = "positive_duration")]
+    pub pcie_busy_for: Option<Duration>,
 }
 
 /// `[health.pcie_replay_per_minute]`: expected replays per minute per lane, by generation.
@@ -317,6 +323,13 @@ impl HealthSection {
                 .nvlink_errors_per_minute
                 .unwrap_or(d.nvlink_errors_per_minute),
             nvlink_error_window: self.nvlink_error_window.unwrap_or(d.nvlink_error_window),
+            ecc_correctable_per_minute: self
+                .ecc_correctable_per_minute
+                .unwrap_or(d.ecc_correctable_per_minute),
+            ecc_correctable_window: self
+                .ecc_correctable_window
+                .unwrap_or(d.ecc_correctable_window),
+            pcie_busy_for: self.pcie_busy_for.unwrap_or(d.pcie_busy_for),
         }
     }
 }
@@ -518,6 +531,19 @@ fn error_rate<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> 
         Err(de::Error::custom(format!(
             "invalid error rate {v}; give NVLink replay and recovery errors per minute as a \
              number of 0 or more, e.g. 1.0"
+        )))
+    }
+}
+
+/// `ecc_correctable_per_minute`: a rate of 0 or more (0 = any correctable error warns).
+fn sbe_rate<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = f64::deserialize(d)?;
+    if v.is_finite() && v >= 0.0 {
+        Ok(Some(v))
+    } else {
+        Err(de::Error::custom(format!(
+            "invalid ECC error rate {v}; give correctable ECC errors per minute as a number of 0 \
+             or more, e.g. 10.0 (DCGM's limit)"
         )))
     }
 }

@@ -133,7 +133,20 @@ pub struct HealthConfig {
     pub nvlink_errors_per_minute: f64,
     /// The span over which that rate is measured; no verdict before that.
     pub nvlink_error_window: Duration,
+    /// Correctable (single-bit) ECC errors per minute at or above which the GPU warns
+    /// (`ecc_sbe_rate`).
+    pub ecc_correctable_per_minute: f64,
+    /// The span over which that rate is measured; no verdict before that.
+    pub ecc_correctable_window: Duration,
+    /// How long a busy GPU's link may run below its maximum generation before it warns
+    /// (`pcie_link_degraded`).
+    pub pcie_busy_for: Duration,
 }
+
+/// DCGM's limit on correctable (single-bit) ECC errors in its MEM watch's one-minute window
+/// (`DCGM_LIMIT_MAX_SBE_RATE`, `NVIDIA/DCGM:dcgmlib/src/dcgm_gpu_hardware_limits.h`; the watch
+/// warns at or above it: `modules/health/DcgmHealthWatch.cpp` `MonitorMem`).
+pub const DCGM_SBE_PER_MINUTE: f64 = 10.0;
 
 impl Default for HealthConfig {
     fn default() -> Self {
@@ -153,6 +166,12 @@ impl Default for HealthConfig {
             // stray error a minute is not yet a storm.
             nvlink_errors_per_minute: 1.0,
             nvlink_error_window: Duration::from_secs(60),
+            ecc_correctable_per_minute: DCGM_SBE_PER_MINUTE,
+            // DCGM's MEM watch looks at the last minute.
+            ecc_correctable_window: Duration::from_secs(60),
+            // CHOSEN: a minute, the span of DCGM's rate watches; a link the driver is about to
+            // raise is back at its maximum within a poll of the GPU getting busy.
+            pcie_busy_for: Duration::from_secs(60),
         }
     }
 }
@@ -191,6 +210,8 @@ impl HealthConfig {
              PCIe replays/min/lane {rates} measured over {replay_window}, warn after {polls} polls of failing calls, \
              fail at {pages} retired pages, warn at {rows} uncorrectable remapped rows, \
              NVLink errors above {nvlink}/min over {nvlink_window}, \
+             correctable ECC errors at or above {sbe}/min over {sbe_window}, \
+             PCIe link below its maximum generation while busy for {busy_for}, \
              XID overrides: {overrides}\n",
             window = humantime::format_duration(self.xid_window),
             esc = self.xid_escalate_after,
@@ -203,6 +224,9 @@ impl HealthConfig {
             rows = self.remapped_rows_uncorrectable_max,
             nvlink = self.nvlink_errors_per_minute,
             nvlink_window = humantime::format_duration(self.nvlink_error_window),
+            sbe = self.ecc_correctable_per_minute,
+            sbe_window = humantime::format_duration(self.ecc_correctable_window),
+            busy_for = humantime::format_duration(self.pcie_busy_for),
             overrides = if overrides.is_empty() {
                 "none".to_string()
             } else {

@@ -21,6 +21,17 @@ pub const MAX_BATCH: usize = 256;
 pub struct NvsentinelConfig {
     #[serde(deserialize_with = "socket")]
     pub socket: Option<PathBuf>,
+    /// NVSentinel's observe-only rollout switch (`processingStrategy` of every event); unset:
+    /// left `UNSPECIFIED`, which the platform connector normalises to `EXECUTE_REMEDIATION`.
+    pub processing_strategy: Option<Strategy>,
+}
+
+/// `[nvsentinel] processing_strategy`: NVSentinel's `ProcessingStrategy`, as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    ExecuteRemediation,
+    StoreOnly,
 }
 
 fn socket<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
@@ -35,9 +46,14 @@ impl NvsentinelConfig {
             None => "nvsentinel: off\n".to_string(),
             Some(s) => format!(
                 "nvsentinel: every change of a GPU's verdict or condition as a HealthEvent to \
-                 '{}' (PlatformConnector/HealthEventOccurredV1), at most {} queued while it is \
-                 down, each call at most {}\n",
+                 '{}' (PlatformConnector/HealthEventOccurredV1), processingStrategy {}, at most \
+                 {} queued while it is down, each call at most {}\n",
                 s.display(),
+                match self.processing_strategy {
+                    None => "UNSPECIFIED (the connector's default, EXECUTE_REMEDIATION)",
+                    Some(Strategy::ExecuteRemediation) => "EXECUTE_REMEDIATION",
+                    Some(Strategy::StoreOnly) => "STORE_ONLY (observe only)",
+                },
                 QUEUE_CAPACITY,
                 humantime::format_duration(CALL_TIMEOUT)
             ),

@@ -11,12 +11,15 @@
 //! - [`conditions`]: the checks of one GPU reading (ECC, memory, driver action, thermal, ...);
 //! - [`xid`]: XID occurrences per GPU, the window and escalation;
 //! - [`nvlink`]: NVLink links, error rates and the GPU fabric;
+//! - [`degraded`]: a GPU that answers while it degrades (correctable ECC storm, PCIe link
+//!   below its maximum);
 //! - [`evaluator`]: the state across polls and the condition diff;
 //! - [`journal`]: the bounded event journal behind `/api/v1/events`, and [`journal_file`], its
 //!   copy in the state directory that outlives a restart.
 
 pub mod catalog;
 pub mod conditions;
+pub mod degraded;
 pub mod evaluator;
 pub mod event;
 pub mod journal;

@@ -17,17 +17,29 @@ use std::time::SystemTime;
 
 use crate::health::{Action, Condition, NodeHealth, Status};
 use crate::snapshot::Snapshot;
-use proto::{Entity, RecommendedAction, Timestamp};
+use proto::{Entity, ProcessingStrategy, RecommendedAction, Timestamp};
 
 pub use crate::config::nvsentinel::{
     NvsentinelConfig, AGENT, CALL_TIMEOUT, MAX_BATCH, QUEUE_CAPACITY,
 };
 
-/// Our action as NVSentinel's recommended action (docs/health.md has the table).
+/// `[nvsentinel] processing_strategy` as the event's `processingStrategy`: unset stays
+/// `UNSPECIFIED`, which the platform connector normalises to `EXECUTE_REMEDIATION`.
+pub fn strategy(configured: Option<crate::config::nvsentinel::Strategy>) -> ProcessingStrategy {
+    use crate::config::nvsentinel::Strategy;
+    match configured {
+        None => ProcessingStrategy::Unspecified,
+        Some(Strategy::ExecuteRemediation) => ProcessingStrategy::ExecuteRemediation,
+        Some(Strategy::StoreOnly) => ProcessingStrategy::StoreOnly,
+    }
+}
+
+/// Our action as NVSentinel's recommended action (docs/health.md has the table). Every value is
+/// one of the main line's enum; an application fault (`restart_app`) is `NONE`: NVSentinel
+/// remediates infrastructure, and its maintainers declined an app-restart action.
 pub fn recommended(action: Action) -> RecommendedAction {
     match action {
-        Action::None => RecommendedAction::None,
-        Action::RestartApp => RecommendedAction::RestartApp,
+        Action::None | Action::RestartApp => RecommendedAction::None,
         Action::ResetGpu | Action::DrainAndReset => RecommendedAction::ComponentReset,
         Action::RebootNode => RecommendedAction::RestartBm,
         Action::ContactSupport => RecommendedAction::ContactSupport,
@@ -66,6 +78,13 @@ impl Seen {
 pub struct Stamp<'a> {
     pub node: &'a str,
     pub at: SystemTime,
+    pub strategy: ProcessingStrategy,
+}
+
+/// Whether NVSentinel is to treat a raised condition as fatal: a fail, unless it is the
+/// application's fault (`restart_app`), which is not the node's.
+fn fatal(c: &Condition) -> bool {
+    c.severity == Status::Fail && c.action != Action::RestartApp
 }
 
 /// The events from `before` to `now`: a condition raised or changed in severity or action, and
@@ -122,7 +141,7 @@ fn event(
         agent: AGENT.into(),
         component_class: "GPU".into(),
         check_name: c.name.clone(),
-        is_fatal: !cleared && c.severity == Status::Fail,
+        is_fatal: !cleared && fatal(c),
         is_healthy: cleared,
         message: if cleared {
             format!("cleared: {}", c.reason)
@@ -141,6 +160,7 @@ fn event(
             nanos: i32::try_from(at.subsec_nanos()).unwrap_or(0),
         }),
         node_name: stamp.node.into(),
+        processing_strategy: stamp.strategy as i32,
         ..Default::default()
     }
 }

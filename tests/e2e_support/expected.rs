@@ -268,6 +268,14 @@ pub fn truth_node(xids: bool, xid_ms: (f64, f64)) -> Table {
     };
     panel(&mut t, n, "XIDs in the time range", "B", last);
     panel(&mut t, n, "ECC errors (volatile)", "A", Expect::Empty);
+    // Healthy boards at their maximum link (Gen5 x16), no correctable errors.
+    panel(
+        &mut t,
+        n,
+        "Degrading while it answers (ECC storm, PCIe link)",
+        "A",
+        Expect::Empty,
+    );
     panel(&mut t, n, "Row remapping", "A", Expect::Empty);
     panel(&mut t, n, "Row remapping", "B", zero_up.clone());
     panel(&mut t, n, "PCIe replays", "A", zero_up);
