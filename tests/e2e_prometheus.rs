@@ -114,8 +114,21 @@ fn dashboards_and_alerts_work_with(config: &str) {
         "a100-mig.toml",
         &format!("{config}{}", ops_config(ops_dir.path())),
     );
+    // A GPU that degrades while it answers (issue [23/28]): a link trained to x8 and a
+    // correctable ECC storm, for the node dashboard's "Degrading while it answers" panel.
+    let degrading = Agent::start_on(
+        "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\npcie = { width = 8 }\n\
+         ecc = { correctable_per_s = 100 }\n",
+        config,
+    );
     let prom = Prometheus::start(
-        &[faults.target(), dgx.target(), hgx.target(), ops.target()],
+        &[
+            faults.target(),
+            dgx.target(),
+            hgx.target(),
+            ops.target(),
+            degrading.target(),
+        ],
         &rules_without_for(),
     );
 
@@ -125,7 +138,7 @@ fn dashboards_and_alerts_work_with(config: &str) {
             &prom,
             r#"count(count_over_time(gpu_steward_build_info{job="gpu-steward"}[1m]) >= 8)"#,
         )?;
-        (n == 4.0).then_some(())
+        (n == 5.0).then_some(())
     });
 
     let queries = dashboards::queries(&repo().join("dashboards"));
@@ -188,6 +201,8 @@ fn dashboards_and_alerts_work_with(config: &str) {
         ("GpuStewardRecoveryAction", "gpu", "1", faults.target()),
         // The operations rules: the ops node's hook fails at every run.
         ("GpuStewardHookFailing", "hook", "page", ops.target()),
+        // The degrading node's GPU 0: a link narrower than its maximum warns at once.
+        ("GpuStewardPcieLinkDegraded", "gpu", "0", degrading.target()),
     ];
     let alerts = wait_for(
         "the faults scenario's alerts to fire",

@@ -293,9 +293,15 @@ const MAX_PEM_FILE: u64 = 1 << 20;
 
 /// A PEM file the web config names, read through the bounded reader (a regular file within
 /// [`MAX_PEM_FILE`] and its deadline: a FIFO or a device there is refused, never waited on).
-fn pem_file(path: &Path, key: &str) -> Result<Vec<u8>, String> {
-    crate::bounded::read(path, crate::bounded::Limits::provided(MAX_PEM_FILE))
-        .map_err(|e| format!("tls_server_config.{key} {}: {e}", path.display()))
+/// Errors name the file as the web config wrote it (`written`), then why.
+fn pem_file(path: &Path, written: &Path, key: &str) -> Result<Vec<u8>, String> {
+    crate::bounded::read(path, crate::bounded::Limits::provided(MAX_PEM_FILE)).map_err(|e| {
+        format!(
+            "tls_server_config.{key} {}: {}",
+            written.display(),
+            e.problem
+        )
+    })
 }
 
 /// The server's certificate chain and key, from files (relative to the web config) or inline.
@@ -304,7 +310,7 @@ fn certificate_and_key(
     resolve: &dyn Fn(&PathBuf) -> PathBuf,
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
     let certs: Vec<CertificateDer<'static>> = match (&t.cert_file, &t.cert) {
-        (Some(f), None) => CertificateDer::pem_slice_iter(&pem_file(&resolve(f), "cert_file")?)
+        (Some(f), None) => CertificateDer::pem_slice_iter(&pem_file(&resolve(f), f, "cert_file")?)
             .collect::<Result<_, _>>()
             .map_err(|e| format!("tls_server_config.cert_file {}: {e}", f.display()))?,
         (None, Some(pem)) => CertificateDer::pem_slice_iter(pem.as_bytes())
@@ -322,7 +328,7 @@ fn certificate_and_key(
         return Err("tls_server_config: the certificate file holds no certificate".into());
     }
     let key = match (&t.key_file, &t.key) {
-        (Some(f), None) => PrivateKeyDer::from_pem_slice(&pem_file(&resolve(f), "key_file")?)
+        (Some(f), None) => PrivateKeyDer::from_pem_slice(&pem_file(&resolve(f), f, "key_file")?)
             .map_err(|e| format!("tls_server_config.key_file {}: {e}", f.display()))?,
         (None, Some(pem)) => PrivateKeyDer::from_pem_slice(pem.as_bytes())
             .map_err(|e| format!("tls_server_config.key: {e}"))?,
@@ -352,7 +358,7 @@ fn client_verifier(
             ));
         };
         let mut roots = rustls::RootCertStore::empty();
-        let certs = CertificateDer::pem_slice_iter(&pem_file(&resolve(f), "client_ca_file")?)
+        let certs = CertificateDer::pem_slice_iter(&pem_file(&resolve(f), f, "client_ca_file")?)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("tls_server_config.client_ca_file {}: {e}", f.display()))?;
         for c in certs {

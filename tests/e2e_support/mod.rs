@@ -94,6 +94,15 @@ impl Agent {
         )
     }
 
+    /// On a scenario given as text (a node no shared scenario describes), with this config.
+    pub fn start_on(scenario_text: &str, config: &str) -> Agent {
+        Agent(
+            crate::common::Agent::with_scenario(scenario_text)
+                .config(config)
+                .start(),
+        )
+    }
+
     pub fn target(&self) -> String {
         format!("127.0.0.1:{}", self.0.port)
     }
