@@ -293,6 +293,12 @@ fn a_gpu_whose_calls_hang_does_not_hold_the_others_nor_shutdown() {
     );
     assert_eq!(condition.len(), 1, "{condition:?}");
     assert_eq!(condition[0].labels["uuid"], UUID);
+    let anywhere = later.find("gpu_steward_health_condition", &[]);
+    assert_eq!(
+        anywhere.len(),
+        1,
+        "no other condition anywhere: {anywhere:?}"
+    );
     assert!(later.find("gpu_steward_gpu_up", &[("uuid", "")]).is_empty());
     assert_eq!(agent.get("/readyz").status, 200);
     // The reason names the call that hangs and for how long.
@@ -310,6 +316,50 @@ fn a_gpu_whose_calls_hang_does_not_hold_the_others_nor_shutdown() {
     agent.signal(nix::sys::signal::Signal::SIGTERM);
     let status = agent.wait_exit(Duration::from_secs(5));
     assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn a_gpu_whose_call_stops_hanging_is_readable_again_with_all_clear() {
+    // GPU 2's temperature read takes 10 s (past stall_after, 5 s) until the scenario drops it.
+    let text = scenario("dgx-h100.toml");
+    let agent = Agent::with_scenario(&text).start();
+    let uuid =
+        agent.metrics().find("gpu_steward_gpu_up", &[("gpu", "2")])[0].labels["uuid"].clone();
+    agent.rewrite_scenario(&with_gpu(
+        &text,
+        2,
+        "delay_ms = { nvmlDeviceGetTemperature = 10000 }",
+    ));
+    let unreadable = |m: &Metrics| {
+        m.find(
+            "gpu_steward_health_condition",
+            &[("gpu", "2"), ("condition", "gpu_unreadable")],
+        )
+        .len()
+    };
+    let m = wait_for("GPU 2 reported unreadable", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        (unreadable(&m) == 1).then_some(m)
+    });
+    assert_eq!(
+        m.find("gpu_steward_gpu_up", &[("gpu", "2")])[0].labels["uuid"],
+        uuid
+    );
+    let output = agent.get("/health/gpus/2").json()["output"].to_string();
+    assert!(output.contains("nvmlDeviceGetTemperature"), "{output}");
+    agent.rewrite_scenario(&text);
+    // The call in flight returns within 10 s; the next ones are quick.
+    let m = wait_for("GPU 2 readable again", Duration::from_secs(20), || {
+        let m = after_polls(&agent, 1.0);
+        (m.get("gpu_steward_gpu_up", &[("gpu", "2")]) == 1.0).then_some(m)
+    });
+    let m = after_polls(&agent, 2.0);
+    assert_eq!(m.get("gpu_steward_gpu_up", &[("gpu", "2")]), 1.0);
+    assert!(
+        m.find("gpu_steward_health_condition", &[]).is_empty(),
+        "all clear"
+    );
+    assert_eq!(agent.get("/health/gpus/2").json()["status"], "pass");
 }
 
 #[test]
