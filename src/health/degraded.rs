@@ -10,10 +10,10 @@
 //! Must not: raise anything on an idle GPU whose link generation is low (GPUs lower it to save
 //! power), or before a whole window of samples.
 
-use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
 use super::conditions::{finding, Finding};
+use super::window::CounterWindow;
 use super::{Action, HealthConfig, Status};
 use crate::snapshot::{GpuSnapshot, GpuStatus};
 
@@ -31,8 +31,8 @@ pub const PCIE_BUSY_UTIL_PERCENT: u32 = 50;
 /// What one GPU's degradation checks remember.
 #[derive(Debug, Default)]
 pub struct DegradedHistory {
-    /// (time, volatile correctable ECC count) samples covering the window.
-    sbe: VecDeque<(SystemTime, u64)>,
+    /// The volatile correctable ECC count over `ecc_correctable_window`.
+    sbe: CounterWindow,
     /// Since when the GPU has been busy with its link generation below the maximum.
     slow_busy_since: Option<SystemTime>,
 }
@@ -65,21 +65,9 @@ impl DegradedHistory {
         now: SystemTime,
     ) -> Option<Finding> {
         let count = gpu.reading.ecc.corrected_volatile?;
-        if self.sbe.back().is_some_and(|(_, c)| *c > count) {
-            self.sbe.clear(); // the volatile counter restarted (driver reload or GPU reset)
-        }
-        self.sbe.push_back((now, count));
-        let window = config.ecc_correctable_window;
-        let old = |t: &SystemTime| now.duration_since(*t).unwrap_or_default() >= window;
-        while self.sbe.len() > 2 && self.sbe.get(1).is_some_and(|(t, _)| old(t)) {
-            self.sbe.pop_front();
-        }
-        let (start, base) = *self.sbe.front()?;
-        let span = now.duration_since(start).unwrap_or_default();
-        if !old(&start) || span.is_zero() {
-            return None;
-        }
-        let errors = count - base;
+        let (errors, span) = self
+            .sbe
+            .observe(now, count, config.ecc_correctable_window)?;
         let per_minute = errors as f64 * 60.0 / span.as_secs_f64();
         let limit = config.ecc_correctable_per_minute;
         (errors > 0 && per_minute >= limit).then(|| {

@@ -5,10 +5,11 @@
 //! give the same verdicts and events. It never reads the clock and performs no I/O; the poller
 //! logs and journals the events it returns.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
 use super::conditions::{self, finding, Finding};
+use super::window::CounterWindow;
 use super::xid::XidHistory;
 use super::{
     catalog, Condition, EventKind, GpuHealth, GpuVerdict, HealthConfig, HealthEvent, NodeHealth,
@@ -51,8 +52,8 @@ struct GpuState {
     absent: u32,
     active: BTreeMap<String, Condition>,
     xids: XidHistory,
-    /// (time, cumulative replay count) samples covering the replay window.
-    replays: VecDeque<(SystemTime, u32)>,
+    /// The cumulative replay count over `pcie_replay_window`.
+    replays: CounterWindow,
     links: super::nvlink::LinkHistory,
     degraded: super::degraded::DegradedHistory,
 }
@@ -194,22 +195,10 @@ impl GpuState {
         let count = r
             .pcie_replay_count
             .filter(|_| gpu.status == GpuStatus::Up)?;
-        if self.replays.back().is_some_and(|(_, c)| *c > count) {
-            self.replays.clear(); // the counter restarted (driver reload or reset)
-        }
-        self.replays.push_back((now, count));
-        let old = |t: &SystemTime| {
-            now.duration_since(*t).unwrap_or_default() >= config.pcie_replay_window
-        };
-        while self.replays.len() > 2 && self.replays.get(1).is_some_and(|(t, _)| old(t)) {
-            self.replays.pop_front();
-        }
-        let (start, base) = *self.replays.front()?;
-        let span = now.duration_since(start).unwrap_or_default();
-        if !old(&start) || span.is_zero() {
-            return None;
-        }
-        let per_minute = f64::from(count - base) * 60.0 / span.as_secs_f64();
+        let (replays, span) =
+            self.replays
+                .observe(now, u64::from(count), config.pcie_replay_window)?;
+        let per_minute = replays as f64 * 60.0 / span.as_secs_f64();
         let limit = config.pcie_replay_limit(r.pcie_generation?, r.pcie_width?)?;
         (per_minute > limit).then(|| {
             finding(

@@ -26,6 +26,7 @@ pub mod journal;
 pub mod journal_file;
 pub mod nvlink;
 mod readiness;
+pub mod window;
 pub mod xid;
 
 #[cfg(test)]
