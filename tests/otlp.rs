@@ -1,0 +1,509 @@
+//! `[otlp]` end to end: the real agent on the simulated NVML pushes to receivers built from
+//! the OpenTelemetry project's own protos (crate `opentelemetry-proto`: tonic's generated
+//! `MetricsService` server for gRPC; an HTTP server decoding `ExportMetricsServiceRequest`
+//! with prost for http/protobuf). Every value is the scenario's; a lost GPU is
+//! `hw.status{hw.state="failed"} = 1`; a collector that answers 503 / UNAVAILABLE first gets
+//! the data once it is up; one killed mid-run leaves the polls going and the queue bounded.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{first, scenario, scenario_gpus, wait_for, with_gpu, Agent};
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
+use prost::Message;
+
+const MIB: f64 = 1024.0 * 1024.0;
+/// `hw.gpu.memory.limit` of an H100 SXM5 80GB: NVML's total (tests/metrics.rs has the same).
+const H100_TOTAL_MIB: f64 = 81559.0;
+/// `[otlp]`'s queue bound (src/config/otlp.rs).
+const QUEUE_CAPACITY: f64 = 16.0;
+
+/// What a receiver got: each request and the headers (gRPC metadata) it came with.
+#[derive(Default)]
+struct Got {
+    requests: Vec<ExportMetricsServiceRequest>,
+    headers: Vec<BTreeMap<String, String>>,
+}
+
+/// A receiver on loopback, stopped when dropped (its runtime with it).
+struct Receiver {
+    port: u16,
+    got: Arc<Mutex<Got>>,
+    calls: Arc<AtomicUsize>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Receiver {
+    fn requests(&self) -> Vec<ExportMetricsServiceRequest> {
+        self.got.lock().expect("lock").requests.clone()
+    }
+    /// Stops it at once, as a collector that is killed.
+    fn kill(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// http/protobuf on `/v1/metrics`: the first `fail_first` requests get 503 with
+/// `Retry-After: 1`.
+fn http_receiver(fail_first: usize) -> Receiver {
+    let rt = runtime();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let got = Arc::new(Mutex::new(Got::default()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (g, c) = (got.clone(), calls.clone());
+    let app = axum::Router::new().route(
+        "/v1/metrics",
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| async move {
+                use axum::http::StatusCode;
+                if c.fetch_add(1, Ordering::SeqCst) < fail_first {
+                    return (StatusCode::SERVICE_UNAVAILABLE, [("retry-after", "1")], Vec::new());
+                }
+                let ok = headers
+                    .get("content-type")
+                    .is_some_and(|v| v == "application/x-protobuf");
+                let Ok(req) = ExportMetricsServiceRequest::decode(body).map_err(drop) else {
+                    return (StatusCode::BAD_REQUEST, [("x-why", "decode")], Vec::new());
+                };
+                if !ok {
+                    return (StatusCode::UNSUPPORTED_MEDIA_TYPE, [("x-why", "type")], Vec::new());
+                }
+                let mut got = g.lock().expect("lock");
+                got.requests.push(req);
+                got.headers.push(
+                    headers
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+                        .collect(),
+                );
+                let reply = ExportMetricsServiceResponse::default().encode_to_vec();
+                (StatusCode::OK, [("content-type", "application/x-protobuf")], reply)
+            },
+        ),
+    );
+    rt.spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Receiver {
+        port,
+        got,
+        calls,
+        rt: Some(rt),
+    }
+}
+
+struct Grpc {
+    got: Arc<Mutex<Got>>,
+    calls: Arc<AtomicUsize>,
+    fail_first: usize,
+}
+
+#[tonic::async_trait]
+impl MetricsService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) < self.fail_first {
+            return Err(tonic::Status::unavailable("starting up"));
+        }
+        let headers = request
+            .metadata()
+            .clone()
+            .into_headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect();
+        let mut got = self.got.lock().expect("lock");
+        got.requests.push(request.into_inner());
+        got.headers.push(headers);
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
+/// gRPC `MetricsService`: the first `fail_first` calls get `UNAVAILABLE`.
+fn grpc_receiver(fail_first: usize) -> Receiver {
+    let rt = runtime();
+    let got = Arc::new(Mutex::new(Got::default()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = Grpc {
+        got: got.clone(),
+        calls: calls.clone(),
+        fail_first,
+    };
+    let incoming = rt
+        .block_on(async {
+            tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().expect("addr"))
+        })
+        .expect("bind");
+    let port = incoming.local_addr().expect("addr").port();
+    rt.spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(MetricsServiceServer::new(svc))
+            .serve_with_incoming(incoming)
+            .await;
+    });
+    Receiver {
+        port,
+        got,
+        calls,
+        rt: Some(rt),
+    }
+}
+
+/// One data point, flattened: metric name, unit, kind, attributes, value.
+#[derive(Debug, Clone)]
+struct Point {
+    name: String,
+    unit: String,
+    /// `gauge`, `counter` (monotonic cumulative sum) or `updown` (non-monotonic).
+    kind: &'static str,
+    attrs: BTreeMap<String, String>,
+    value: f64,
+    start: u64,
+    time: u64,
+}
+
+fn text(kv: &[KeyValue]) -> BTreeMap<String, String> {
+    kv.iter()
+        .map(|a| {
+            let v = match a.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(Any::StringValue(s)) => s.clone(),
+                Some(Any::IntValue(i)) => i.to_string(),
+                other => format!("{other:?}"),
+            };
+            (a.key.clone(), v)
+        })
+        .collect()
+}
+
+fn flatten(r: &ExportMetricsServiceRequest) -> Vec<Point> {
+    let mut out = Vec::new();
+    for rm in &r.resource_metrics {
+        for sm in &rm.scope_metrics {
+            for m in &sm.metrics {
+                let (kind, dps) = match &m.data {
+                    Some(metric::Data::Gauge(g)) => ("gauge", &g.data_points),
+                    Some(metric::Data::Sum(s)) => {
+                        // Every sum the agent sends is cumulative (temporality 2).
+                        assert_eq!(s.aggregation_temporality, 2, "{}", m.name);
+                        (if s.is_monotonic { "counter" } else { "updown" }, &s.data_points)
+                    }
+                    other => panic!("{}: unexpected data {other:?}", m.name),
+                };
+                for p in dps {
+                    let value = match p.value {
+                        Some(number_data_point::Value::AsDouble(d)) => d,
+                        Some(number_data_point::Value::AsInt(i)) => i as f64,
+                        None => panic!("{}: a point without a value", m.name),
+                    };
+                    out.push(Point {
+                        name: m.name.clone(),
+                        unit: m.unit.clone(),
+                        kind,
+                        attrs: text(&p.attributes),
+                        value,
+                        start: p.start_time_unix_nano,
+                        time: p.time_unix_nano,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn resource(r: &ExportMetricsServiceRequest) -> BTreeMap<String, String> {
+    text(
+        &r.resource_metrics[0]
+            .resource
+            .as_ref()
+            .expect("a resource")
+            .attributes,
+    )
+}
+
+/// The one point of `name` for `hw_id` with the extra attributes `with`.
+fn point<'a>(ps: &'a [Point], name: &str, hw_id: &str, with: &[(&str, &str)]) -> &'a Point {
+    let found: Vec<&Point> = ps
+        .iter()
+        .filter(|p| {
+            p.name == name
+                && p.attrs.get("hw.id").map(String::as_str) == Some(hw_id)
+                && with
+                    .iter()
+                    .all(|(k, v)| p.attrs.get(*k).map(String::as_str) == Some(*v))
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "{name} {hw_id} {with:?}: {found:?}");
+    found[0]
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+}
+
+/// The UUID of each GPU, by index, from `/metrics` (the agent's own page).
+fn uuids(agent: &Agent, n: usize) -> Vec<String> {
+    let m = agent.metrics();
+    (0..n)
+        .map(|i| {
+            let idx = i.to_string();
+            let s = m.find("DCGM_FI_DEV_GPU_UTIL", &[("gpu", idx.as_str())]);
+            s[0].labels["UUID"].clone()
+        })
+        .collect()
+}
+
+fn metric(agent: &Agent, name: &str) -> f64 {
+    agent.metrics().get(name, &[])
+}
+
+/// Every value of the first two GPUs of the DGX scenario, as the hardware conventions name it.
+fn check_values(agent: &Agent, text_: &str, r: &ExportMetricsServiceRequest) {
+    let ps = flatten(r);
+    let gpus = scenario_gpus(text_);
+    let ids = uuids(agent, gpus.len());
+    let res = resource(r);
+    assert_eq!(res["service.name"], "gpu-steward");
+    assert_eq!(res["service.version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        res["host.name"],
+        nix::unistd::gethostname()
+            .expect("hostname")
+            .to_string_lossy()
+    );
+    for (i, g) in gpus.iter().enumerate() {
+        let id = ids[i].as_str();
+        assert!(id.starts_with("GPU-"), "{id}");
+        let int = |k: &str| g[k].as_integer().expect(k) as f64;
+        let float = |k: &str| g[k].as_float().expect(k);
+        let util = point(&ps, "hw.gpu.utilization", id, &[("hw.gpu.task", "general")]);
+        assert_eq!((util.unit.as_str(), util.kind), ("1", "gauge"));
+        assert!(close(util.value, int("gpu_util_percent") / 100.0), "{util:?}");
+        // Identity on every point.
+        assert_eq!(util.attrs["hw.type"], "gpu");
+        assert_eq!(util.attrs["hw.vendor"], "NVIDIA");
+        assert_eq!(util.attrs["hw.model"], "NVIDIA H100 80GB HBM3");
+        assert_eq!(util.attrs["hw.name"], format!("GPU {i}"));
+        assert_eq!(util.attrs["hw.driver_version"], "580.95.05");
+        let used = point(&ps, "hw.gpu.memory.usage", id, &[]);
+        assert_eq!((used.unit.as_str(), used.kind), ("By", "updown"));
+        assert_eq!(used.value, int("memory_used_mib") * MIB);
+        let limit = point(&ps, "hw.gpu.memory.limit", id, &[]);
+        assert_eq!((limit.unit.as_str(), limit.kind), ("By", "updown"));
+        assert_eq!(limit.value, H100_TOTAL_MIB * MIB);
+        let frac = point(&ps, "hw.gpu.memory.utilization", id, &[]);
+        assert!(close(frac.value, int("memory_used_mib") / H100_TOTAL_MIB), "{frac:?}");
+        let bw = point(&ps, "gpu_steward.gpu.memory.bandwidth.utilization", id, &[]);
+        assert!(close(bw.value, int("mem_util_percent") / 100.0), "{bw:?}");
+        let power = point(&ps, "hw.power", id, &[]);
+        assert_eq!((power.unit.as_str(), power.kind), ("W", "gauge"));
+        assert!(close(power.value, float("power_w")), "{power:?}");
+        let energy = point(&ps, "hw.energy", id, &[]);
+        assert_eq!((energy.unit.as_str(), energy.kind), ("J", "counter"));
+        assert!(energy.start > 0 && energy.start < energy.time, "{energy:?}");
+        let temp = point(&ps, "gpu_steward.gpu.temperature", id, &[]);
+        assert_eq!((temp.unit.as_str(), temp.value), ("Cel", int("temperature_c")));
+        let mtemp = point(&ps, "gpu_steward.gpu.memory.temperature", id, &[]);
+        assert_eq!(mtemp.value, int("memory_temperature_c"));
+        let sm = point(&ps, "gpu_steward.gpu.clock", id, &[("gpu_steward.clock.domain", "sm")]);
+        assert_eq!((sm.unit.as_str(), sm.value), ("Hz", int("sm_clock_mhz") * 1e6));
+        let memclk = point(
+            &ps,
+            "gpu_steward.gpu.clock",
+            id,
+            &[("gpu_steward.clock.domain", "memory")],
+        );
+        assert_eq!(memclk.value, int("mem_clock_mhz") * 1e6);
+        for kind in ["corrected", "uncorrected"] {
+            let e = point(&ps, "hw.errors", id, &[("error.type", kind)]);
+            assert_eq!((e.unit.as_str(), e.kind, e.value), ("{error}", "counter", 0.0));
+        }
+        for (state, v) in [("ok", 1.0), ("degraded", 0.0), ("failed", 0.0)] {
+            let s = point(&ps, "hw.status", id, &[("hw.state", state)]);
+            assert_eq!((s.unit.as_str(), s.kind, s.value), ("1", "updown", v), "{state}");
+        }
+    }
+}
+
+#[test]
+fn http_protobuf_from_the_environment_sends_the_scenarios_values() {
+    let rx = http_receiver(0);
+    let text = first(&scenario("dgx-h100.toml"), 2).to_string();
+    let endpoint = format!("http://127.0.0.1:{}", rx.port);
+    let agent = Agent::with_scenario(&text)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "1000")
+        .env("OTEL_EXPORTER_OTLP_HEADERS", "x-team=gpu%20fleet")
+        .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
+        .env("NODE_NAME", "node-a")
+        .start();
+    let r = wait_for("an export", Duration::from_secs(20), || {
+        rx.requests().into_iter().next()
+    });
+    check_values(&agent, &text, &r);
+    let res = resource(&r);
+    assert_eq!(res["deployment.environment"], "test");
+    assert_eq!(res["k8s.node.name"], "node-a");
+    let headers = rx.got.lock().expect("lock").headers[0].clone();
+    assert_eq!(headers["x-team"], "gpu fleet");
+    wait_for("two exports counted", Duration::from_secs(10), || {
+        (metric(&agent, "gpu_steward_otlp_exports_total") >= 2.0).then_some(())
+    });
+    let m = agent.metrics();
+    assert_eq!(m.get("gpu_steward_otlp_failures_total", &[]), 0.0);
+    assert_eq!(m.get("gpu_steward_otlp_points_dropped_total", &[]), 0.0);
+    assert!(m.get("gpu_steward_otlp_last_success_timestamp_seconds", &[]) > 1.7e9);
+}
+
+#[test]
+fn grpc_sends_the_scenarios_values_and_a_lost_gpu_is_failed() {
+    let rx = grpc_receiver(0);
+    let text = first(&scenario("dgx-h100.toml"), 2).to_string();
+    let config = format!(
+        "[otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\ninterval = \"1s\"\n\
+         [otlp.headers]\nx-team = \"gpu\"\n",
+        rx.port
+    );
+    let agent = Agent::with_scenario(&text).config(&config).start();
+    let r = wait_for("an export", Duration::from_secs(20), || {
+        rx.requests().into_iter().next()
+    });
+    check_values(&agent, &text, &r);
+    assert_eq!(rx.got.lock().expect("lock").headers[0]["x-team"], "gpu");
+    let ids = uuids(&agent, 2);
+    // GPU 1 falls off the bus.
+    agent.rewrite_scenario(&with_gpu(&text, 1, "lost = true"));
+    let seen = rx.requests().len();
+    let lost = wait_for("GPU 1 failed in an export", Duration::from_secs(20), || {
+        rx.requests().into_iter().skip(seen).find(|r| {
+            let ps = flatten(r);
+            ps.iter().any(|p| {
+                p.name == "hw.status"
+                    && p.attrs["hw.id"] == ids[1]
+                    && p.attrs["hw.state"] == "failed"
+                    && p.value == 1.0
+            })
+        })
+    });
+    let ps = flatten(&lost);
+    assert_eq!(point(&ps, "hw.status", &ids[1], &[("hw.state", "ok")]).value, 0.0);
+    assert_eq!(point(&ps, "hw.status", &ids[1], &[("hw.state", "degraded")]).value, 0.0);
+    assert_eq!(point(&ps, "hw.status", &ids[0], &[("hw.state", "ok")]).value, 1.0);
+    // What the lost GPU cannot answer is left out, not sent as 0.
+    assert!(
+        !ps.iter()
+            .any(|p| p.name == "hw.gpu.utilization" && p.attrs["hw.id"] == ids[1]),
+        "no utilization from a lost GPU"
+    );
+}
+
+/// A collector that answers 503 (http) or UNAVAILABLE (gRPC) at first gets the data once it
+/// is up; the failures are counted.
+fn retried_until_up(rx: &Receiver, protocol: &str) {
+    let text = first(&scenario("dgx-h100.toml"), 1).to_string();
+    let config = format!(
+        "[otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"{protocol}\"\ninterval = \"1s\"\n",
+        rx.port
+    );
+    let agent = Agent::with_scenario(&text).config(&config).start();
+    let r = wait_for("an export after the failures", Duration::from_secs(30), || {
+        rx.requests().into_iter().next()
+    });
+    assert!(rx.calls.load(Ordering::SeqCst) >= 3, "two refused, then one accepted");
+    let ids = uuids(&agent, 1);
+    let ps = flatten(&r);
+    let g = &scenario_gpus(&text)[0];
+    let util = point(&ps, "hw.gpu.utilization", &ids[0], &[("hw.gpu.task", "general")]);
+    assert!(close(util.value, g["gpu_util_percent"].as_integer().expect("util") as f64 / 100.0));
+    // The page shows the count from the poll after the answer.
+    wait_for("the export counted", Duration::from_secs(10), || {
+        (metric(&agent, "gpu_steward_otlp_exports_total") >= 1.0).then_some(())
+    });
+    let m = agent.metrics();
+    assert!(m.get("gpu_steward_otlp_failures_total", &[]) >= 2.0);
+    assert_eq!(m.get("gpu_steward_otlp_points_dropped_total", &[]), 0.0);
+}
+
+#[test]
+fn http_503_then_ok_gets_the_data() {
+    retried_until_up(&http_receiver(2), "http/protobuf");
+}
+
+#[test]
+fn grpc_unavailable_then_ok_gets_the_data() {
+    retried_until_up(&grpc_receiver(2), "grpc");
+}
+
+#[test]
+fn a_collector_killed_mid_run_leaves_polls_going_and_the_queue_bounded() {
+    let mut rx = http_receiver(0);
+    let text = first(&scenario("dgx-h100.toml"), 2).to_string();
+    let config = format!(
+        "[otlp]\nendpoint = \"http://127.0.0.1:{}\"\ninterval = \"1s\"\n",
+        rx.port
+    );
+    let agent = Agent::with_scenario(&text).config(&config).start();
+    wait_for("an export", Duration::from_secs(20), || {
+        (!rx.requests().is_empty()).then_some(())
+    });
+    let per_export = flatten(&rx.requests()[0]).len() as f64;
+    rx.kill();
+    let polls = metric(&agent, "gpu_steward_polls_total");
+    // One export queued a second; the queue holds 16, then the oldest go, counted.
+    wait_for("points dropped from the full queue", Duration::from_secs(40), || {
+        (metric(&agent, "gpu_steward_otlp_points_dropped_total") > 0.0).then_some(())
+    });
+    let m = agent.metrics();
+    assert_eq!(m.get("gpu_steward_otlp_queued_exports", &[]), QUEUE_CAPACITY);
+    let dropped = m.get("gpu_steward_otlp_points_dropped_total", &[]);
+    assert_eq!(dropped % per_export, 0.0, "whole exports dropped: {dropped} / {per_export}");
+    assert!(m.get("gpu_steward_otlp_failures_total", &[]) >= 1.0);
+    // The poller never waited on the collector: a poll every 200 ms all along.
+    assert!(
+        m.get("gpu_steward_polls_total", &[]) >= polls + 50.0,
+        "polls went on: {polls} then {}",
+        m.get("gpu_steward_polls_total", &[])
+    );
+    let health = agent.get("/health");
+    assert!(
+        health.text().contains("otlp:"),
+        "an agent warning on /health: {}",
+        health.text()
+    );
+    // Still bounded a few intervals later.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(metric(&agent, "gpu_steward_otlp_queued_exports"), QUEUE_CAPACITY);
+}
