@@ -507,3 +507,165 @@ fn a_collector_killed_mid_run_leaves_polls_going_and_the_queue_bounded() {
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(metric(&agent, "gpu_steward_otlp_queued_exports"), QUEUE_CAPACITY);
 }
+
+/// A test CA, the receiver's certificate (localhost) and a client certificate, as PEM.
+struct Pki {
+    ca: String,
+    server_cert: String,
+    server_key: String,
+    client_cert: String,
+    client_key: String,
+}
+
+fn pki() -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate().expect("ca key");
+    let mut ca = CertificateParams::new(Vec::new()).expect("ca params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "otlp test CA");
+    let ca = ca.self_signed(&ca_key).expect("ca cert");
+    let server_key = KeyPair::generate().expect("server key");
+    let server = CertificateParams::new(vec!["localhost".into()])
+        .expect("server params")
+        .signed_by(&server_key, &ca, &ca_key)
+        .expect("server cert");
+    let client_key = KeyPair::generate().expect("client key");
+    let mut client = CertificateParams::new(vec!["gpu-steward".into()]).expect("client params");
+    client.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let client = client
+        .signed_by(&client_key, &ca, &ca_key)
+        .expect("client cert");
+    Pki {
+        ca: ca.pem(),
+        server_cert: server.pem(),
+        server_key: server_key.serialize_pem(),
+        client_cert: client.pem(),
+        client_key: client_key.serialize_pem(),
+    }
+}
+
+/// http/protobuf over TLS that requires a client certificate signed by the test CA.
+fn https_receiver(p: &Pki) -> Receiver {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(p.ca.as_bytes()).expect("ca"))
+        .expect("add ca");
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .expect("verifier");
+    let chain = vec![CertificateDer::from_pem_slice(p.server_cert.as_bytes()).expect("cert")];
+    let key = PrivateKeyDer::from_pem_slice(p.server_key.as_bytes()).expect("key");
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .expect("server config");
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let rt = runtime();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let got = Arc::new(Mutex::new(Got::default()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (g, c) = (got.clone(), calls.clone());
+    rt.spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, g, c) = (acceptor.clone(), g.clone(), c.clone());
+            tokio::spawn(async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let g = g.clone();
+                    async move {
+                        use http_body_util::BodyExt;
+                        let path = req.uri().path().to_string();
+                        let body = req.into_body().collect().await.map(|b| b.to_bytes());
+                        let status = match (path.as_str(), body) {
+                            ("/v1/metrics", Ok(b)) => match ExportMetricsServiceRequest::decode(b) {
+                                Ok(r) => {
+                                    g.lock().expect("lock").requests.push(r);
+                                    200
+                                }
+                                Err(_) => 400,
+                            },
+                            _ => 404,
+                        };
+                        let reply = ExportMetricsServiceResponse::default().encode_to_vec();
+                        hyper::Response::builder()
+                            .status(status)
+                            .body(http_body_util::Full::new(bytes::Bytes::from(reply)))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    Receiver {
+        port,
+        got,
+        calls,
+        rt: Some(rt),
+    }
+}
+
+#[test]
+fn https_with_a_client_certificate_from_the_config_file() {
+    let p = pki();
+    let rx = https_receiver(&p);
+    let text = first(&scenario("dgx-h100.toml"), 1).to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, pem) in [
+        ("ca.pem", &p.ca),
+        ("client.pem", &p.client_cert),
+        ("client.key", &p.client_key),
+    ] {
+        std::fs::write(dir.path().join(name), pem).expect("write pem");
+    }
+    let at = |n: &str| dir.path().join(n).display().to_string();
+    let config = format!(
+        "[otlp]\nendpoint = \"https://localhost:{}\"\ninterval = \"1s\"\ncertificate = \"{}\"\n\
+         client_certificate = \"{}\"\nclient_key = \"{}\"\n",
+        rx.port,
+        at("ca.pem"),
+        at("client.pem"),
+        at("client.key")
+    );
+    let agent = Agent::with_scenario(&text).config(&config).start();
+    let r = wait_for("an export over TLS", Duration::from_secs(20), || {
+        rx.requests().into_iter().next()
+    });
+    let ids = uuids(&agent, 1);
+    let ps = flatten(&r);
+    let g = &scenario_gpus(&text)[0];
+    let power = point(&ps, "hw.power", &ids[0], &[]);
+    assert!(close(power.value, g["power_w"].as_float().expect("power")));
+    // Without the client certificate the receiver refuses the handshake: failures, no data.
+    let rx2 = https_receiver(&p);
+    let config = format!(
+        "[otlp]\nendpoint = \"https://localhost:{}\"\ninterval = \"1s\"\ncertificate = \"{}\"\n",
+        rx2.port,
+        at("ca.pem"),
+    );
+    let agent2 = Agent::with_scenario(&text).config(&config).start();
+    wait_for("failed exports counted", Duration::from_secs(20), || {
+        (metric(&agent2, "gpu_steward_otlp_failures_total") >= 1.0).then_some(())
+    });
+    assert!(rx2.requests().is_empty());
+    assert!(rx2.calls.load(Ordering::SeqCst) >= 1, "it did connect");
+}

@@ -707,6 +707,55 @@ mod tests {
         );
     }
 
+    fn config_err(text: &str) -> String {
+        super::super::from_text("c.toml", text, &super::super::Overrides::default())
+            .map(|_| ())
+            .expect_err("must be rejected")
+            .to_string()
+    }
+
+    #[test]
+    fn check_config_names_mistakes_with_positions() {
+        let e = config_err("[poller]\ninterval = \"5s\"\n[otlp]\nendpoint = \"http://c\"\ninterval = \"1s\"\n");
+        assert!(
+            e.starts_with("c.toml:5:12: otlp interval '1s' is shorter than the poll interval '5s'"),
+            "{e}"
+        );
+        let e = config_err("[otlp]\nprotocol = \"http/json\"\n");
+        assert!(e.starts_with("c.toml:2:12: protocol 'http/json' is not supported"), "{e}");
+        let e = config_err("[otlp]\nendpoint = \"collector:4317\"\n");
+        assert!(e.starts_with("c.toml:2:12:"), "{e}");
+        let e = config_err("[otlp]\nendpont = \"http://c\"\n");
+        assert!(e.starts_with("c.toml:2:1: unknown field `endpont`"), "{e}");
+        let e = config_err("[otlp]\ntimeout = \"soon\"\n");
+        assert!(e.starts_with("c.toml:2:11: invalid duration 'soon'"), "{e}");
+        let e = config_err("[otlp]\nclient_key = \"/k.pem\"\n");
+        assert!(e.starts_with("c.toml:2:14: client_certificate and client_key go together"), "{e}");
+        let e = config_err("[otlp]\ncertificate = \"/nonexistent/ca.pem\"\n");
+        assert!(e.starts_with("c.toml:2:15: certificate /nonexistent/ca.pem:"), "{e}");
+        let e = config_err("[otlp.headers]\n\"bad header\" = \"x\"\n");
+        assert!(e.starts_with("c.toml:2:16: invalid header name 'bad header'"), "{e}");
+        let e = config_err("[otlp.headers]\nauthorization = { file = \"/nonexistent/token\" }\n");
+        assert!(e.starts_with("c.toml:2:17: header file /nonexistent/token:"), "{e}");
+        // Off by default, and the summary says so.
+        let c = super::super::from_text("c.toml", "", &super::super::Overrides::default())
+            .expect("valid");
+        assert!(c.otlp.is_none());
+        assert!(c.describe("").contains("otlp: off"), "{}", c.describe(""));
+        let c = super::super::from_text(
+            "c.toml",
+            "[otlp]\nendpoint = \"http://c:4318\"\nprotocol = \"grpc\"\n[otlp.headers]\nx-token = \"s3cret\"\n",
+            &super::super::Overrides::default(),
+        )
+        .expect("valid");
+        let d = c.describe("");
+        assert!(
+            d.contains("otlp: metrics (grpc) to 'http://c:4318' every 1m") && d.contains("headers [x-token]"),
+            "{d}"
+        );
+        assert!(!d.contains("s3cret"), "{d}");
+    }
+
     #[test]
     fn a_header_from_a_file_is_read_without_its_newline() {
         let dir = tempfile::tempdir().expect("tempdir");
