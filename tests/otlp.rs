@@ -88,7 +88,11 @@ fn http_receiver(fail_first: usize) -> Receiver {
             move |headers: axum::http::HeaderMap, body: axum::body::Bytes| async move {
                 use axum::http::StatusCode;
                 if c.fetch_add(1, Ordering::SeqCst) < fail_first {
-                    return (StatusCode::SERVICE_UNAVAILABLE, [("retry-after", "1")], Vec::new());
+                    return (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [("retry-after", "1")],
+                        Vec::new(),
+                    );
                 }
                 let ok = headers
                     .get("content-type")
@@ -97,7 +101,11 @@ fn http_receiver(fail_first: usize) -> Receiver {
                     return (StatusCode::BAD_REQUEST, [("x-why", "decode")], Vec::new());
                 };
                 if !ok {
-                    return (StatusCode::UNSUPPORTED_MEDIA_TYPE, [("x-why", "type")], Vec::new());
+                    return (
+                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                        [("x-why", "type")],
+                        Vec::new(),
+                    );
                 }
                 let mut got = g.lock().expect("lock");
                 got.requests.push(req);
@@ -108,7 +116,11 @@ fn http_receiver(fail_first: usize) -> Receiver {
                         .collect(),
                 );
                 let reply = ExportMetricsServiceResponse::default().encode_to_vec();
-                (StatusCode::OK, [("content-type", "application/x-protobuf")], reply)
+                (
+                    StatusCode::OK,
+                    [("content-type", "application/x-protobuf")],
+                    reply,
+                )
             },
         ),
     );
@@ -218,7 +230,10 @@ fn flatten(r: &ExportMetricsServiceRequest) -> Vec<Point> {
                     Some(metric::Data::Sum(s)) => {
                         // Every sum the agent sends is cumulative (temporality 2).
                         assert_eq!(s.aggregation_temporality, 2, "{}", m.name);
-                        (if s.is_monotonic { "counter" } else { "updown" }, &s.data_points)
+                        (
+                            if s.is_monotonic { "counter" } else { "updown" },
+                            &s.data_points,
+                        )
                     }
                     other => panic!("{}: unexpected data {other:?}", m.name),
                 };
@@ -311,7 +326,10 @@ fn check_values(agent: &Agent, text_: &str, r: &ExportMetricsServiceRequest) {
         let float = |k: &str| g[k].as_float().expect(k);
         let util = point(&ps, "hw.gpu.utilization", id, &[("hw.gpu.task", "general")]);
         assert_eq!((util.unit.as_str(), util.kind), ("1", "gauge"));
-        assert!(close(util.value, int("gpu_util_percent") / 100.0), "{util:?}");
+        assert!(
+            close(util.value, int("gpu_util_percent") / 100.0),
+            "{util:?}"
+        );
         // Identity on every point.
         assert_eq!(util.attrs["hw.type"], "gpu");
         assert_eq!(util.attrs["hw.vendor"], "NVIDIA");
@@ -325,7 +343,10 @@ fn check_values(agent: &Agent, text_: &str, r: &ExportMetricsServiceRequest) {
         assert_eq!((limit.unit.as_str(), limit.kind), ("By", "updown"));
         assert_eq!(limit.value, H100_TOTAL_MIB * MIB);
         let frac = point(&ps, "hw.gpu.memory.utilization", id, &[]);
-        assert!(close(frac.value, int("memory_used_mib") / H100_TOTAL_MIB), "{frac:?}");
+        assert!(
+            close(frac.value, int("memory_used_mib") / H100_TOTAL_MIB),
+            "{frac:?}"
+        );
         let bw = point(&ps, "gpu_steward.gpu.memory.bandwidth.utilization", id, &[]);
         assert!(close(bw.value, int("mem_util_percent") / 100.0), "{bw:?}");
         let power = point(&ps, "hw.power", id, &[]);
@@ -335,11 +356,22 @@ fn check_values(agent: &Agent, text_: &str, r: &ExportMetricsServiceRequest) {
         assert_eq!((energy.unit.as_str(), energy.kind), ("J", "counter"));
         assert!(energy.start > 0 && energy.start < energy.time, "{energy:?}");
         let temp = point(&ps, "gpu_steward.gpu.temperature", id, &[]);
-        assert_eq!((temp.unit.as_str(), temp.value), ("Cel", int("temperature_c")));
+        assert_eq!(
+            (temp.unit.as_str(), temp.value),
+            ("Cel", int("temperature_c"))
+        );
         let mtemp = point(&ps, "gpu_steward.gpu.memory.temperature", id, &[]);
         assert_eq!(mtemp.value, int("memory_temperature_c"));
-        let sm = point(&ps, "gpu_steward.gpu.clock", id, &[("gpu_steward.clock.domain", "sm")]);
-        assert_eq!((sm.unit.as_str(), sm.value), ("Hz", int("sm_clock_mhz") * 1e6));
+        let sm = point(
+            &ps,
+            "gpu_steward.gpu.clock",
+            id,
+            &[("gpu_steward.clock.domain", "sm")],
+        );
+        assert_eq!(
+            (sm.unit.as_str(), sm.value),
+            ("Hz", int("sm_clock_mhz") * 1e6)
+        );
         let memclk = point(
             &ps,
             "gpu_steward.gpu.clock",
@@ -349,11 +381,18 @@ fn check_values(agent: &Agent, text_: &str, r: &ExportMetricsServiceRequest) {
         assert_eq!(memclk.value, int("mem_clock_mhz") * 1e6);
         for kind in ["corrected", "uncorrected"] {
             let e = point(&ps, "hw.errors", id, &[("error.type", kind)]);
-            assert_eq!((e.unit.as_str(), e.kind, e.value), ("{error}", "counter", 0.0));
+            assert_eq!(
+                (e.unit.as_str(), e.kind, e.value),
+                ("{error}", "counter", 0.0)
+            );
         }
         for (state, v) in [("ok", 1.0), ("degraded", 0.0), ("failed", 0.0)] {
             let s = point(&ps, "hw.status", id, &[("hw.state", state)]);
-            assert_eq!((s.unit.as_str(), s.kind, s.value), ("1", "updown", v), "{state}");
+            assert_eq!(
+                (s.unit.as_str(), s.kind, s.value),
+                ("1", "updown", v),
+                "{state}"
+            );
         }
     }
 }
@@ -386,6 +425,36 @@ fn http_protobuf_from_the_environment_sends_the_scenarios_values() {
     assert_eq!(m.get("gpu_steward_otlp_failures_total", &[]), 0.0);
     assert_eq!(m.get("gpu_steward_otlp_points_dropped_total", &[]), 0.0);
     assert!(m.get("gpu_steward_otlp_last_success_timestamp_seconds", &[]) > 1.7e9);
+    // The exporter's series are documented, and the page still passes promtool's lint.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+        .expect("docs/metrics.md");
+    let ours: Vec<&str> = m
+        .samples
+        .iter()
+        .map(|s| s.name.as_str())
+        .filter(|n| n.starts_with("gpu_steward_otlp_"))
+        .collect();
+    assert_eq!(ours.len(), 5, "{ours:?}");
+    for n in ours {
+        assert!(
+            doc.contains(&format!("| `{n}` |")),
+            "{n} is not in docs/metrics.md"
+        );
+    }
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package 'prometheus')");
+    std::io::Write::write_all(promtool.stdin.as_mut().expect("stdin"), m.text.as_bytes())
+        .expect("write");
+    let out = promtool.wait_with_output().expect("promtool runs");
+    let report =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let ours: Vec<&str> = report.lines().filter(|l| l.contains("otlp")).collect();
+    assert!(ours.is_empty(), "promtool on the otlp series: {ours:?}");
 }
 
 #[test]
@@ -419,9 +488,18 @@ fn grpc_sends_the_scenarios_values_and_a_lost_gpu_is_failed() {
         })
     });
     let ps = flatten(&lost);
-    assert_eq!(point(&ps, "hw.status", &ids[1], &[("hw.state", "ok")]).value, 0.0);
-    assert_eq!(point(&ps, "hw.status", &ids[1], &[("hw.state", "degraded")]).value, 0.0);
-    assert_eq!(point(&ps, "hw.status", &ids[0], &[("hw.state", "ok")]).value, 1.0);
+    assert_eq!(
+        point(&ps, "hw.status", &ids[1], &[("hw.state", "ok")]).value,
+        0.0
+    );
+    assert_eq!(
+        point(&ps, "hw.status", &ids[1], &[("hw.state", "degraded")]).value,
+        0.0
+    );
+    assert_eq!(
+        point(&ps, "hw.status", &ids[0], &[("hw.state", "ok")]).value,
+        1.0
+    );
     // What the lost GPU cannot answer is left out, not sent as 0.
     assert!(
         !ps.iter()
@@ -439,15 +517,28 @@ fn retried_until_up(rx: &Receiver, protocol: &str) {
         rx.port
     );
     let agent = Agent::with_scenario(&text).config(&config).start();
-    let r = wait_for("an export after the failures", Duration::from_secs(30), || {
-        rx.requests().into_iter().next()
-    });
-    assert!(rx.calls.load(Ordering::SeqCst) >= 3, "two refused, then one accepted");
+    let r = wait_for(
+        "an export after the failures",
+        Duration::from_secs(30),
+        || rx.requests().into_iter().next(),
+    );
+    assert!(
+        rx.calls.load(Ordering::SeqCst) >= 3,
+        "two refused, then one accepted"
+    );
     let ids = uuids(&agent, 1);
     let ps = flatten(&r);
     let g = &scenario_gpus(&text)[0];
-    let util = point(&ps, "hw.gpu.utilization", &ids[0], &[("hw.gpu.task", "general")]);
-    assert!(close(util.value, g["gpu_util_percent"].as_integer().expect("util") as f64 / 100.0));
+    let util = point(
+        &ps,
+        "hw.gpu.utilization",
+        &ids[0],
+        &[("hw.gpu.task", "general")],
+    );
+    assert!(close(
+        util.value,
+        g["gpu_util_percent"].as_integer().expect("util") as f64 / 100.0
+    ));
     // The page shows the count from the poll after the answer.
     wait_for("the export counted", Duration::from_secs(10), || {
         (metric(&agent, "gpu_steward_otlp_exports_total") >= 1.0).then_some(())
@@ -483,13 +574,22 @@ fn a_collector_killed_mid_run_leaves_polls_going_and_the_queue_bounded() {
     rx.kill();
     let polls = metric(&agent, "gpu_steward_polls_total");
     // One export queued a second; the queue holds 16, then the oldest go, counted.
-    wait_for("points dropped from the full queue", Duration::from_secs(40), || {
-        (metric(&agent, "gpu_steward_otlp_points_dropped_total") > 0.0).then_some(())
-    });
+    wait_for(
+        "points dropped from the full queue",
+        Duration::from_secs(40),
+        || (metric(&agent, "gpu_steward_otlp_points_dropped_total") > 0.0).then_some(()),
+    );
     let m = agent.metrics();
-    assert_eq!(m.get("gpu_steward_otlp_queued_exports", &[]), QUEUE_CAPACITY);
+    assert_eq!(
+        m.get("gpu_steward_otlp_queued_exports", &[]),
+        QUEUE_CAPACITY
+    );
     let dropped = m.get("gpu_steward_otlp_points_dropped_total", &[]);
-    assert_eq!(dropped % per_export, 0.0, "whole exports dropped: {dropped} / {per_export}");
+    assert_eq!(
+        dropped % per_export,
+        0.0,
+        "whole exports dropped: {dropped} / {per_export}"
+    );
     assert!(m.get("gpu_steward_otlp_failures_total", &[]) >= 1.0);
     // The poller never waited on the collector: a poll every 200 ms all along.
     assert!(
@@ -505,7 +605,10 @@ fn a_collector_killed_mid_run_leaves_polls_going_and_the_queue_bounded() {
     );
     // Still bounded a few intervals later.
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(metric(&agent, "gpu_steward_otlp_queued_exports"), QUEUE_CAPACITY);
+    assert_eq!(
+        metric(&agent, "gpu_steward_otlp_queued_exports"),
+        QUEUE_CAPACITY
+    );
 }
 
 /// A test CA, the receiver's certificate (localhost) and a client certificate, as PEM.
@@ -555,10 +658,12 @@ fn https_receiver(p: &Pki) -> Receiver {
     roots
         .add(CertificateDer::from_pem_slice(p.ca.as_bytes()).expect("ca"))
         .expect("add ca");
-    let verifier =
-        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .build()
-            .expect("verifier");
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .expect("verifier");
     let chain = vec![CertificateDer::from_pem_slice(p.server_cert.as_bytes()).expect("cert")];
     let key = PrivateKeyDer::from_pem_slice(p.server_key.as_bytes()).expect("key");
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
@@ -588,28 +693,32 @@ fn https_receiver(p: &Pki) -> Receiver {
                 let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
                 };
-                let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let g = g.clone();
-                    async move {
-                        use http_body_util::BodyExt;
-                        let path = req.uri().path().to_string();
-                        let body = req.into_body().collect().await.map(|b| b.to_bytes());
-                        let status = match (path.as_str(), body) {
-                            ("/v1/metrics", Ok(b)) => match ExportMetricsServiceRequest::decode(b) {
-                                Ok(r) => {
-                                    g.lock().expect("lock").requests.push(r);
-                                    200
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let g = g.clone();
+                        async move {
+                            use http_body_util::BodyExt;
+                            let path = req.uri().path().to_string();
+                            let body = req.into_body().collect().await.map(|b| b.to_bytes());
+                            let status = match (path.as_str(), body) {
+                                ("/v1/metrics", Ok(b)) => {
+                                    match ExportMetricsServiceRequest::decode(b) {
+                                        Ok(r) => {
+                                            g.lock().expect("lock").requests.push(r);
+                                            200
+                                        }
+                                        Err(_) => 400,
+                                    }
                                 }
-                                Err(_) => 400,
-                            },
-                            _ => 404,
-                        };
-                        let reply = ExportMetricsServiceResponse::default().encode_to_vec();
-                        hyper::Response::builder()
-                            .status(status)
-                            .body(http_body_util::Full::new(bytes::Bytes::from(reply)))
-                    }
-                });
+                                _ => 404,
+                            };
+                            let reply = ExportMetricsServiceResponse::default().encode_to_vec();
+                            hyper::Response::builder()
+                                .status(status)
+                                .body(http_body_util::Full::new(bytes::Bytes::from(reply)))
+                        }
+                    },
+                );
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
                     .await;

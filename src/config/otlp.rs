@@ -53,9 +53,11 @@ impl Protocol {
         match s.trim() {
             "http/protobuf" => Ok(Protocol::HttpProtobuf),
             "grpc" => Ok(Protocol::Grpc),
-            "http/json" => Err("protocol 'http/json' is not supported; use 'http/protobuf' or \
+            "http/json" => Err(
+                "protocol 'http/json' is not supported; use 'http/protobuf' or \
                                 'grpc'"
-                .into()),
+                    .into(),
+            ),
             other => Err(format!(
                 "unknown protocol '{other}'; use 'http/protobuf' or 'grpc'"
             )),
@@ -273,9 +275,8 @@ impl OtlpSection {
             ..Checked::default()
         };
         if let Some(e) = &self.endpoint {
-            c.endpoint = Some(
-                endpoint_url(e.get_ref()).map_err(|m| Problem::At(at(&e.span()), m))?,
-            );
+            c.endpoint =
+                Some(endpoint_url(e.get_ref()).map_err(|m| Problem::At(at(&e.span()), m))?);
         }
         if let Some(p) = &self.protocol {
             c.protocol =
@@ -302,12 +303,12 @@ impl OtlpSection {
                         .to_string()
                 }
             };
-            c.headers.push((n.clone(), header_value(&n, &v).map_err(here)?));
+            c.headers
+                .push((n.clone(), header_value(&n, &v).map_err(here)?));
         }
         if let Some(f) = &self.certificate {
             let path = beside(config, f.get_ref());
-            let pem =
-                read_file(&path, "certificate").map_err(|m| Problem::At(at(&f.span()), m))?;
+            let pem = read_file(&path, "certificate").map_err(|m| Problem::At(at(&f.span()), m))?;
             pem_check(&pem, "certificate", &path, false)
                 .map_err(|m| Problem::At(at(&f.span()), m))?;
             c.certificate = Some((path, pem));
@@ -315,7 +316,10 @@ impl OtlpSection {
         match (&self.client_certificate, &self.client_key) {
             (None, None) => {}
             (Some(cert), Some(key)) => {
-                let (cp, kp) = (beside(config, cert.get_ref()), beside(config, key.get_ref()));
+                let (cp, kp) = (
+                    beside(config, cert.get_ref()),
+                    beside(config, key.get_ref()),
+                );
                 let cpem = read_file(&cp, "client_certificate")
                     .map_err(|m| Problem::At(at(&cert.span()), m))?;
                 pem_check(&cpem, "client_certificate", &cp, false)
@@ -594,7 +598,10 @@ mod tests {
         assert_eq!(c.timeout, DEFAULT_TIMEOUT);
         let off = file("[otlp]\nenabled = false\n");
         assert_eq!(
-            resolve(off, &env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")])),
+            resolve(
+                off,
+                &env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")])
+            ),
             Ok(None)
         );
     }
@@ -648,7 +655,10 @@ mod tests {
                 ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
                 ("OTEL_EXPORTER_OTLP_HEADERS", "x-team=env,x-other=1"),
                 ("OTEL_EXPORTER_OTLP_TIMEOUT", "2000"),
-                ("OTEL_RESOURCE_ATTRIBUTES", "service.name=x,deployment.environment=prod"),
+                (
+                    "OTEL_RESOURCE_ATTRIBUTES",
+                    "service.name=x,deployment.environment=prod",
+                ),
                 ("OTEL_SERVICE_NAME", "gpu-agent"),
             ]),
         )
@@ -716,13 +726,18 @@ mod tests {
 
     #[test]
     fn check_config_names_mistakes_with_positions() {
-        let e = config_err("[poller]\ninterval = \"5s\"\n[otlp]\nendpoint = \"http://c\"\ninterval = \"1s\"\n");
+        let e = config_err(
+            "[poller]\ninterval = \"5s\"\n[otlp]\nendpoint = \"http://c\"\ninterval = \"1s\"\n",
+        );
         assert!(
             e.starts_with("c.toml:5:12: otlp interval '1s' is shorter than the poll interval '5s'"),
             "{e}"
         );
         let e = config_err("[otlp]\nprotocol = \"http/json\"\n");
-        assert!(e.starts_with("c.toml:2:12: protocol 'http/json' is not supported"), "{e}");
+        assert!(
+            e.starts_with("c.toml:2:12: protocol 'http/json' is not supported"),
+            "{e}"
+        );
         let e = config_err("[otlp]\nendpoint = \"collector:4317\"\n");
         assert!(e.starts_with("c.toml:2:12:"), "{e}");
         let e = config_err("[otlp]\nendpont = \"http://c\"\n");
@@ -730,13 +745,25 @@ mod tests {
         let e = config_err("[otlp]\ntimeout = \"soon\"\n");
         assert!(e.starts_with("c.toml:2:11: invalid duration 'soon'"), "{e}");
         let e = config_err("[otlp]\nclient_key = \"/k.pem\"\n");
-        assert!(e.starts_with("c.toml:2:14: client_certificate and client_key go together"), "{e}");
+        assert!(
+            e.starts_with("c.toml:2:14: client_certificate and client_key go together"),
+            "{e}"
+        );
         let e = config_err("[otlp]\ncertificate = \"/nonexistent/ca.pem\"\n");
-        assert!(e.starts_with("c.toml:2:15: certificate /nonexistent/ca.pem:"), "{e}");
+        assert!(
+            e.starts_with("c.toml:2:15: certificate /nonexistent/ca.pem:"),
+            "{e}"
+        );
         let e = config_err("[otlp.headers]\n\"bad header\" = \"x\"\n");
-        assert!(e.starts_with("c.toml:2:16: invalid header name 'bad header'"), "{e}");
+        assert!(
+            e.starts_with("c.toml:2:16: invalid header name 'bad header'"),
+            "{e}"
+        );
         let e = config_err("[otlp.headers]\nauthorization = { file = \"/nonexistent/token\" }\n");
-        assert!(e.starts_with("c.toml:2:17: header file /nonexistent/token:"), "{e}");
+        assert!(
+            e.starts_with("c.toml:2:17: header file /nonexistent/token:"),
+            "{e}"
+        );
         // Off by default, and the summary says so.
         let c = super::super::from_text("c.toml", "", &super::super::Overrides::default())
             .expect("valid");
@@ -750,7 +777,8 @@ mod tests {
         .expect("valid");
         let d = c.describe("");
         assert!(
-            d.contains("otlp: metrics (grpc) to 'http://c:4318' every 1m") && d.contains("headers [x-token]"),
+            d.contains("otlp: metrics (grpc) to 'http://c:4318' every 1m")
+                && d.contains("headers [x-token]"),
             "{d}"
         );
         assert!(!d.contains("s3cret"), "{d}");

@@ -71,7 +71,9 @@ struct Builder {
 enum Kind {
     Gauge,
     /// A cumulative sum: monotonic (Counter) or not (UpDownCounter).
-    Sum { monotonic: bool },
+    Sum {
+        monotonic: bool,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -141,7 +143,9 @@ fn describe(name: &str) -> &'static str {
         "gpu_steward.gpu.power.limit" => "Power limit the driver enforces.",
         "gpu_steward.gpu.clock" => "Current clock frequency, by clock domain.",
         "gpu_steward.gpu.pcie.throughput" => "PCIe throughput, by direction.",
-        "gpu_steward.gpu.xid.errors" => "XID errors reported by the driver since the agent started.",
+        "gpu_steward.gpu.xid.errors" => {
+            "XID errors reported by the driver since the agent started."
+        }
         "gpu_steward.gpu.memory.bandwidth.utilization" => {
             "Fraction of time the memory controller was busy (NVML memory utilization)."
         }
@@ -299,11 +303,29 @@ fn gpu_readings(b: &mut Builder, g: &GpuSnapshot, attrs: &[KeyValue]) {
     }
     if let Some(m) = r.memory {
         let updown = Kind::Sum { monotonic: false };
-        b.point("hw.gpu.memory.usage", "By", updown, a.clone(), Num::I(m.used as i64));
-        b.point("hw.gpu.memory.limit", "By", updown, a.clone(), Num::I(m.total as i64));
+        b.point(
+            "hw.gpu.memory.usage",
+            "By",
+            updown,
+            a.clone(),
+            Num::I(m.used as i64),
+        );
+        b.point(
+            "hw.gpu.memory.limit",
+            "By",
+            updown,
+            a.clone(),
+            Num::I(m.total as i64),
+        );
         if m.total > 0 {
             let used = m.used as f64 / m.total as f64;
-            b.point("hw.gpu.memory.utilization", "1", Kind::Gauge, a.clone(), Num::F(used));
+            b.point(
+                "hw.gpu.memory.utilization",
+                "1",
+                Kind::Gauge,
+                a.clone(),
+                Num::F(used),
+            );
         }
     }
     if let Some(v) = ratio(r.mem_util_percent) {
@@ -316,11 +338,23 @@ fn gpu_readings(b: &mut Builder, g: &GpuSnapshot, attrs: &[KeyValue]) {
     }
     if let Some(mj) = r.energy_mj {
         let j = mj as f64 / 1000.0;
-        b.point("hw.energy", "J", Kind::Sum { monotonic: true }, a.clone(), Num::F(j));
+        b.point(
+            "hw.energy",
+            "J",
+            Kind::Sum { monotonic: true },
+            a.clone(),
+            Num::F(j),
+        );
     }
     if let Some(mw) = r.enforced_power_limit_mw {
         let w = f64::from(mw) / 1000.0;
-        b.point("gpu_steward.gpu.power.limit", "W", Kind::Gauge, a.clone(), Num::F(w));
+        b.point(
+            "gpu_steward.gpu.power.limit",
+            "W",
+            Kind::Gauge,
+            a.clone(),
+            Num::F(w),
+        );
     }
     let counter = Kind::Sum { monotonic: true };
     for (kind, v) in [
@@ -358,7 +392,13 @@ fn gpu_readings(b: &mut Builder, g: &GpuSnapshot, attrs: &[KeyValue]) {
     ] {
         if let Some(v) = v {
             let at = with(a.clone(), &[("network.io.direction", dir)]);
-            b.point("gpu_steward.gpu.pcie.throughput", "By/s", Kind::Gauge, at, Num::F(v));
+            b.point(
+                "gpu_steward.gpu.pcie.throughput",
+                "By/s",
+                Kind::Gauge,
+                at,
+                Num::F(v),
+            );
         }
     }
     for (xid, stat) in &g.xids {
@@ -402,7 +442,10 @@ fn mig_instances(b: &mut Builder, g: &GpuSnapshot, gpu: &[KeyValue], driver: Opt
             kv("hw.parent", parent.clone()),
             kv(
                 "hw.name",
-                format!("GPU {} MIG {} (GI {})", g.index, gi.profile, gi.gpu_instance_id),
+                format!(
+                    "GPU {} MIG {} (GI {})",
+                    g.index, gi.profile, gi.gpu_instance_id
+                ),
             ),
             kv("hw.model", format!("MIG {}", gi.profile)),
         ];
@@ -411,9 +454,21 @@ fn mig_instances(b: &mut Builder, g: &GpuSnapshot, gpu: &[KeyValue], driver: Opt
         }
         let updown = Kind::Sum { monotonic: false };
         let limit = (gi.memory_mib * MIB) as i64;
-        b.point("hw.gpu.memory.limit", "By", updown, a.clone(), Num::I(limit));
+        b.point(
+            "hw.gpu.memory.limit",
+            "By",
+            updown,
+            a.clone(),
+            Num::I(limit),
+        );
         if let Some(used) = gi.memory_used_bytes {
-            b.point("hw.gpu.memory.usage", "By", updown, a.clone(), Num::I(used as i64));
+            b.point(
+                "hw.gpu.memory.usage",
+                "By",
+                updown,
+                a.clone(),
+                Num::I(used as i64),
+            );
             if limit > 0 {
                 let f = used as f64 / limit as f64;
                 b.point("hw.gpu.memory.utilization", "1", Kind::Gauge, a, Num::F(f));

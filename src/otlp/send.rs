@@ -174,7 +174,10 @@ async fn connect(t: &Target) -> std::io::Result<Box<dyn Io>> {
 }
 
 /// One export within the target's timeout.
-pub async fn export(t: &Target, request: &ExportMetricsServiceRequest) -> Result<Accepted, Failure> {
+pub async fn export(
+    t: &Target,
+    request: &ExportMetricsServiceRequest,
+) -> Result<Accepted, Failure> {
     let call = async {
         match t.protocol {
             Protocol::HttpProtobuf => http(t, request).await,
@@ -216,7 +219,10 @@ async fn http(t: &Target, request: &ExportMetricsServiceRequest) -> Result<Accep
     let mut req = hyper::Request::post(path)
         .header(hyper::header::HOST, authority)
         .header(hyper::header::CONTENT_TYPE, "application/x-protobuf")
-        .header(hyper::header::USER_AGENT, concat!("gpu-steward/", env!("CARGO_PKG_VERSION")));
+        .header(
+            hyper::header::USER_AGENT,
+            concat!("gpu-steward/", env!("CARGO_PKG_VERSION")),
+        );
     for (k, v) in &t.headers {
         req = req.header(k.as_str(), v.as_str());
     }
@@ -348,7 +354,10 @@ mod tests {
         );
         let soon = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(120));
         let d = retry_after(&soon).expect("a date");
-        assert!(d > Duration::from_secs(100) && d <= Duration::from_secs(120), "{d:?}");
+        assert!(
+            d > Duration::from_secs(100) && d <= Duration::from_secs(120),
+            "{d:?}"
+        );
         assert_eq!(retry_after("soon"), None);
     }
 }
