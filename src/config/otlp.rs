@@ -4,10 +4,11 @@
 //! Two sources: the config file's `[otlp]` and the OpenTelemetry SDK's environment variables
 //! (`OTEL_EXPORTER_OTLP_*`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME`, as the
 //! specification's `protocol/exporter.md` and `configuration/sdk-environment-variables.md`
-//! define them). Precedence, per key: the config file (the operator's explicit configuration)
-//! > the signal-specific variable (`OTEL_EXPORTER_OTLP_METRICS_*`) > the generic one
-//! (`OTEL_EXPORTER_OTLP_*`) > the specification's default. The exporter is on when an endpoint
-//! is given by either source, unless `[otlp] enabled = false`; off when neither gives one.
+//! define them). Precedence, per key: the config file (the operator's explicit configuration),
+//! then the signal-specific variable (`OTEL_EXPORTER_OTLP_METRICS_*`), then the generic one
+//! (`OTEL_EXPORTER_OTLP_*`), then the specification's default. The exporter is on when an
+//! endpoint is given by either source, unless `[otlp] enabled = false`; off when neither gives
+//! one.
 //!
 //! Must not: log header values (tokens), or read anything but the files named here.
 
