@@ -162,7 +162,10 @@ impl OtlpConfig {
                 (ca, client) => format!(
                     "with CA {}{}",
                     ca.as_ref()
-                        .map_or("(none)".to_string(), |c| c.0.display().to_string()),
+                        .map_or(format!("{SYSTEM_CA_BUNDLE} (the system's)"), |c| c
+                            .0
+                            .display()
+                            .to_string()),
                     if client.is_some() {
                         " and a client certificate"
                     } else {
