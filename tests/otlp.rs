@@ -295,8 +295,8 @@ fn uuids(agent: &Agent, n: usize) -> Vec<String> {
     (0..n)
         .map(|i| {
             let idx = i.to_string();
-            let s = m.find("DCGM_FI_DEV_GPU_UTIL", &[("gpu", idx.as_str())]);
-            s[0].labels["UUID"].clone()
+            let s = m.find("gpu_steward_gpu_info", &[("gpu", idx.as_str())]);
+            s[0].labels["uuid"].clone()
         })
         .collect()
 }
@@ -777,4 +777,66 @@ fn https_with_a_client_certificate_from_the_config_file() {
     });
     assert!(rx2.requests().is_empty());
     assert!(rx2.calls.load(Ordering::SeqCst) >= 1, "it did connect");
+}
+
+#[test]
+fn mig_instances_are_components_of_their_gpu() {
+    let rx = http_receiver(0);
+    let text = scenario("a100-mig.toml");
+    let config = format!(
+        "[otlp]\nendpoint = \"http://127.0.0.1:{}\"\ninterval = \"1s\"\n",
+        rx.port
+    );
+    let agent = Agent::with_scenario(&text).config(&config).start();
+    // The MIG layout is read by the slow tier: wait for an export that has it.
+    let r = wait_for(
+        "an export with the MIG instances",
+        Duration::from_secs(20),
+        || {
+            rx.requests()
+                .into_iter()
+                .find(|r| flatten(r).iter().any(|p| p.attrs.contains_key("hw.parent")))
+        },
+    );
+    let ps = flatten(&r);
+    let m = agent.metrics();
+    let gpu0 = uuids(&agent, 1)[0].clone();
+    let instances = m.find("gpu_steward_mig_instance_info", &[("gpu", "0")]);
+    // Four instances of one compute instance each (the scenario's mig_devices).
+    assert_eq!(instances.len(), 4, "{instances:?}");
+    for i in instances {
+        let l = &i.labels;
+        let id = l["mig_uuid"].as_str();
+        assert!(id.starts_with("MIG-"), "{l:?}");
+        let limit = point(&ps, "hw.gpu.memory.limit", id, &[]);
+        assert_eq!(limit.attrs["hw.parent"], gpu0);
+        assert_eq!(limit.attrs["hw.type"], "gpu");
+        assert_eq!(limit.attrs["hw.model"], format!("MIG {}", l["profile"]));
+        // The same memory in use as the page's dcgm-exporter series of that instance (MiB).
+        let fb = m.get(
+            "DCGM_FI_DEV_FB_USED",
+            &[("gpu", "0"), ("GPU_I_ID", l["gpu_instance"].as_str())],
+        );
+        let used = point(&ps, "hw.gpu.memory.usage", id, &[]);
+        assert_eq!(used.value, fb * MIB, "{id}");
+        assert!(used.value <= limit.value);
+    }
+    assert!(
+        ps.iter().any(|p| p.name == "hw.gpu.memory.usage"
+            && p.attrs.contains_key("hw.parent")
+            && p.value > 0.0),
+        "the scenario's processes use memory in their instances"
+    );
+    let profiles: Vec<String> = ps
+        .iter()
+        .filter(|p| p.name == "hw.gpu.memory.limit" && p.attrs.contains_key("hw.parent"))
+        .map(|p| p.attrs["hw.model"].clone())
+        .collect();
+    let mut sorted = profiles.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        ["MIG 1g.10gb", "MIG 1g.10gb", "MIG 2g.20gb", "MIG 3g.40gb"],
+        "the scenario's mig_devices"
+    );
 }
