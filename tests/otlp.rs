@@ -649,8 +649,9 @@ fn pki() -> Pki {
     }
 }
 
-/// http/protobuf over TLS that requires a client certificate signed by the test CA.
-fn https_receiver(p: &Pki) -> Receiver {
+/// The receiver's TLS: its certificate, and a client certificate signed by the test CA
+/// required; `alpn` as the protocol wants it.
+fn server_tls(p: &Pki, alpn: &[u8]) -> tokio_rustls::TlsAcceptor {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -672,8 +673,13 @@ fn https_receiver(p: &Pki) -> Receiver {
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain, key)
         .expect("server config");
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    config.alpn_protocols = vec![alpn.to_vec()];
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+/// http/protobuf over TLS that requires a client certificate signed by the test CA.
+fn https_receiver(p: &Pki) -> Receiver {
+    let acceptor = server_tls(p, b"http/1.1");
     let rt = runtime();
     let listener = rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -731,6 +737,127 @@ fn https_receiver(p: &Pki) -> Receiver {
         calls,
         rt: Some(rt),
     }
+}
+
+/// A TLS connection as tonic's server takes it (`Connected`; tonic is built without TLS).
+struct Tls(tokio_rustls::server::TlsStream<tokio::net::TcpStream>);
+
+impl tonic::transport::server::Connected for Tls {
+    type ConnectInfo = ();
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl tokio::io::AsyncRead for Tls {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Tls {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// gRPC `MetricsService` over TLS (h2) that requires the client certificate.
+fn grpcs_receiver(p: &Pki) -> Receiver {
+    let acceptor = server_tls(p, b"h2");
+    let rt = runtime();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let got = Arc::new(Mutex::new(Got::default()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = Grpc {
+        got: got.clone(),
+        calls: calls.clone(),
+        fail_first: 0,
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Tls>>(4);
+    rt.spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                if let Ok(tls) = acceptor.accept(tcp).await {
+                    let _ = tx.send(Ok(Tls(tls))).await;
+                }
+            });
+        }
+    });
+    rt.spawn(async move {
+        let incoming = tonic::codegen::tokio_stream::wrappers::ReceiverStream::new(rx);
+        let _ = tonic::transport::Server::builder()
+            .add_service(MetricsServiceServer::new(svc))
+            .serve_with_incoming(incoming)
+            .await;
+    });
+    Receiver {
+        port,
+        got,
+        calls,
+        rt: Some(rt),
+    }
+}
+
+#[test]
+fn grpc_over_tls_with_a_client_certificate_from_the_environment() {
+    let p = pki();
+    let rx = grpcs_receiver(&p);
+    let text = first(&scenario("dgx-h100.toml"), 1).to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, pem) in [
+        ("ca.pem", &p.ca),
+        ("client.pem", &p.client_cert),
+        ("client.key", &p.client_key),
+    ] {
+        std::fs::write(dir.path().join(name), pem).expect("write pem");
+    }
+    let at = |n: &str| dir.path().join(n).display().to_string();
+    let agent = Agent::with_scenario(&text)
+        .env(
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            &format!("https://localhost:{}", rx.port),
+        )
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "1000")
+        .env("OTEL_EXPORTER_OTLP_CERTIFICATE", &at("ca.pem"))
+        .env("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &at("client.pem"))
+        .env("OTEL_EXPORTER_OTLP_CLIENT_KEY", &at("client.key"))
+        .start();
+    let r = wait_for(
+        "an export over gRPC and TLS",
+        Duration::from_secs(20),
+        || rx.requests().into_iter().next(),
+    );
+    let ids = uuids(&agent, 1);
+    let ps = flatten(&r);
+    let g = &scenario_gpus(&text)[0];
+    let power = point(&ps, "hw.power", &ids[0], &[]);
+    assert!(close(power.value, g["power_w"].as_float().expect("power")));
 }
 
 #[test]
