@@ -2,7 +2,7 @@
 //! serves) to a request and queues it (at most [`QUEUE_CAPACITY`] exports; the oldest go
 //! first, their points counted); the queue is sent in order, one export at a time, each in a
 //! task of its own within `[otlp] timeout`. A retryable failure keeps the export and waits
-//! (exponential backoff from 1 s to 60 s, or the collector's `Retry-After`); a final one
+//! (exponential backoff from 1 s to 60 s with jitter, or the collector's `Retry-After`); a final one
 //! drops it (counted). After [`WARN_AFTER_FAILURES`] intervals that end with the collector
 //! failing, `/health` carries an agent warning until an export works again.
 //!
@@ -119,6 +119,19 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_secs(1u64 << attempt.saturating_sub(1).min(6)).min(MAX_BACKOFF)
 }
 
+/// The backoff with jitter, as the specification asks (protocol/exporter.md, "Retry"): a wait
+/// drawn between half and all of [`backoff`], so that agents that lost the same collector do
+/// not come back in step.
+fn jittered(attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // A per-call random key (std's hasher seeds): no generator crate for one number.
+    let r = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let fraction = 0.5 + (r % 1000) as f64 / 2000.0;
+    backoff(attempt).mul_f64(fraction)
+}
+
 fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -217,7 +230,7 @@ async fn run(
                     Err(Failure::Retryable { reason, retry_after }) => {
                         attempt += 1;
                         failing = true;
-                        let wait = retry_after.unwrap_or_else(|| backoff(attempt));
+                        let wait = retry_after.unwrap_or_else(|| jittered(attempt));
                         retry_at = Some(Instant::now() + wait);
                         metrics.update(|m| m.failures += 1);
                         tracing::warn!(
@@ -287,8 +300,13 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_to_a_minute() {
+    fn backoff_doubles_to_a_minute_with_jitter() {
         let waits: Vec<u64> = (1..=9).map(|a| backoff(a).as_secs()).collect();
         assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        let draws: Vec<Duration> = (0..50).map(|_| jittered(4)).collect();
+        assert!(draws
+            .iter()
+            .all(|d| *d >= Duration::from_secs(4) && *d <= Duration::from_secs(8)));
+        assert!(draws.iter().any(|d| *d != draws[0]), "not all the same");
     }
 }
