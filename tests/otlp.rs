@@ -603,12 +603,31 @@ fn a_collector_killed_mid_run_leaves_polls_going_and_the_queue_bounded() {
         "an agent warning on /health: {}",
         health.text()
     );
-    // Still bounded a few intervals later.
+    // Still bounded a few intervals later, and so is the process.
+    let before = rss_kib(&agent);
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
         metric(&agent, "gpu_steward_otlp_queued_exports"),
         QUEUE_CAPACITY
     );
+    let after = rss_kib(&agent);
+    eprintln!("agent RSS with the queue full: {before} KiB, 3 intervals later {after} KiB");
+    assert!(
+        after < before + 16 * 1024,
+        "RSS grew from {before} to {after} KiB"
+    );
+}
+
+/// The agent's resident set (`VmRSS`), KiB.
+fn rss_kib(agent: &Agent) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.child.id()))
+        .expect("/proc/<pid>/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS")
 }
 
 /// A test CA, the receiver's certificate (localhost) and a client certificate, as PEM.
