@@ -697,6 +697,9 @@ async fn wait_for_signals(
                         if new.kubernetes != old.kubernetes {
                             tracing::warn!("[kubernetes] changes only on restart");
                         }
+                        if new.otlp != old.otlp {
+                            tracing::warn!("[otlp] (and the OTEL_* environment) changes only on restart");
+                        }
                         if (&new.reclaim.exempt.pod_labels, &new.reclaim.cri_socket)
                             != (&old.reclaim.exempt.pod_labels, &old.reclaim.cri_socket)
                         {
