@@ -272,6 +272,35 @@ fn start_fleet(
     }
 }
 
+/// Starts the OTLP exporter when `[otlp]` (or the `OTEL_*` environment) gives an endpoint; one
+/// whose TLS is unusable is not started, and says why on `/health`.
+fn start_otlp(
+    config: &Config,
+    published: &watch::Receiver<Arc<Published>>,
+    stop: &watch::Receiver<bool>,
+    collectors: &mut Vec<Arc<dyn Collector>>,
+) {
+    let Some(o) = &config.otlp else {
+        return;
+    };
+    let origin = crate::otlp::Origin {
+        host: nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_default(),
+        k8s_node: std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()),
+        extra: o.resource.clone(),
+        started: std::time::SystemTime::now(),
+    };
+    match crate::otlp::task::spawn(o, origin, published.clone(), stop.clone()) {
+        Ok(m) => collectors.push(m),
+        Err(e) => {
+            tracing::error!("otlp: {e}; not exporting");
+            crate::warnings::set("otlp", Some(format!("otlp: not exporting: {e}")));
+        }
+    }
+}
+
 /// TLS or basic auth asked for and unusable: serving without them would expose what the
 /// operator meant to protect, so the agent does not start.
 fn load_web_config(config: &Config) -> Result<Option<http::web_config::WebConfig>, AppError> {
@@ -387,6 +416,12 @@ pub async fn run(
     start_fleet(
         &config,
         &owner,
+        &published,
+        &stop,
+        &mut actors.for_poller.collectors,
+    );
+    start_otlp(
+        &config,
         &published,
         &stop,
         &mut actors.for_poller.collectors,
@@ -661,6 +696,9 @@ async fn wait_for_signals(
                         }
                         if new.kubernetes != old.kubernetes {
                             tracing::warn!("[kubernetes] changes only on restart");
+                        }
+                        if new.otlp != old.otlp {
+                            tracing::warn!("[otlp] (and the OTEL_* environment) changes only on restart");
                         }
                         if (&new.reclaim.exempt.pod_labels, &new.reclaim.cri_socket)
                             != (&old.reclaim.exempt.pod_labels, &old.reclaim.cri_socket)

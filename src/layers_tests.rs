@@ -100,6 +100,23 @@ const RULES: &[(&str, &[&str], &str)] = &[
         &["changes"],
         "the Slurm drainer is a building block the owner of changes runs",
     ),
+    (
+        "otlp",
+        &[
+            "gpu",
+            "poller",
+            "changes",
+            "rules",
+            "remediation",
+            "reclaim",
+            "sharing",
+            "mig",
+            "http",
+            "app",
+            "cli",
+        ],
+        "the OTLP exporter reads publications only: no NVML call, no actor, nothing that acts",
+    ),
 ];
 
 /// Where the audit log may be opened for writing: its own module, and the owner of changes,

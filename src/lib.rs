@@ -62,6 +62,7 @@ pub mod logging;
 pub mod metrics;
 pub mod mig;
 pub mod nvsentinel;
+pub mod otlp;
 pub mod poller;
 pub mod port_holder;
 pub mod procs;

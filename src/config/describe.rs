@@ -40,7 +40,8 @@ impl Config {
              {sharing}\
              {mig}\
              {slurm}\
-             {nvsentinel}",
+             {nvsentinel}\
+             {otlp}",
             listen = self.listen,
             max_connections = self.max_connections,
             header_timeout = humantime::format_duration(self.header_timeout),
@@ -72,6 +73,7 @@ impl Config {
             sharing = self.sharing.describe(),
             slurm = self.slurm.describe(),
             nvsentinel = self.nvsentinel.describe(),
+            otlp = super::otlp::OtlpConfig::describe(self.otlp.as_ref()),
         )
     }
 

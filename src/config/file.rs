@@ -38,6 +38,7 @@ pub struct FileConfig {
     pub sharing: crate::config::sharing::section::SharingSection,
     pub slurm: super::slurm::SlurmConfig,
     pub nvsentinel: super::nvsentinel::NvsentinelConfig,
+    pub otlp: super::otlp::OtlpSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

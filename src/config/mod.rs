@@ -16,6 +16,7 @@ pub(crate) mod labels;
 pub mod mig;
 pub mod mig_layout;
 pub mod nvsentinel;
+pub mod otlp;
 #[cfg(test)]
 mod profiling_tests;
 pub mod reclaim;
@@ -145,6 +146,8 @@ pub struct Config {
     pub slurm: slurm::SlurmConfig,
     /// `[nvsentinel]`: health events to NVSentinel's platform connector.
     pub nvsentinel: nvsentinel::NvsentinelConfig,
+    /// `[otlp]` with the `OTEL_*` environment applied: `None` while the exporter is off.
+    pub otlp: Option<otlp::OtlpConfig>,
 }
 
 /// A configuration that cannot be used.
@@ -157,6 +160,9 @@ pub enum ConfigError {
         column: usize,
         message: String,
     },
+    /// An OpenTelemetry environment variable (`OTEL_*`) that cannot be used.
+    #[error("environment variable {var}: {message}")]
+    Environment { var: &'static str, message: String },
     #[error("{file}: cannot read: {source}")]
     Read {
         file: String,
@@ -183,10 +189,58 @@ fn finish(
     overrides: &Overrides,
 ) -> Result<Config, ConfigError> {
     let profiling_at = parsed.profiling_at;
+    let otlp = parsed.otlp.clone();
     let name = file.as_ref().map(|f| f.display().to_string());
-    let config = merge(file, parsed, overrides);
-    check_profiling(&config, name, profiling_at, overrides)?;
+    let mut config = merge(file, parsed, overrides);
+    check_profiling(&config, name.clone(), profiling_at, overrides)?;
+    config.otlp = with_otlp_env(otlp, &config, name, &|k| std::env::var(k).ok())?;
     Ok(config)
+}
+
+/// `[otlp]` with the OpenTelemetry environment variables applied (`config::otlp` has the
+/// precedence), and its interval checked against the poll's: an export between two polls
+/// would only send the same publication again.
+fn with_otlp_env(
+    (checked, interval_at): (otlp::Checked, Option<(usize, usize)>),
+    c: &Config,
+    file: Option<String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<otlp::OtlpConfig>, ConfigError> {
+    let resolved = otlp::resolve(checked, env).map_err(|p| match p {
+        otlp::Problem::Env(var, message) => ConfigError::Environment { var, message },
+        // `check` reports the file's problems while parsing; `resolve` finds none there.
+        otlp::Problem::At(_, message) => ConfigError::Invalid {
+            file: file.clone().unwrap_or_default(),
+            line: 0,
+            column: 0,
+            message,
+        },
+    })?;
+    let Some(o) = resolved else {
+        return Ok(None);
+    };
+    if o.interval < c.interval {
+        let message = format!(
+            "otlp interval '{}' is shorter than the poll interval '{}'; an export between two \
+             polls would send the same data again, so use '{}' or more (default 60s)",
+            humantime::format_duration(o.interval),
+            humantime::format_duration(c.interval),
+            humantime::format_duration(c.interval),
+        );
+        return Err(match (file, interval_at) {
+            (Some(file), Some((line, column))) => ConfigError::Invalid {
+                file,
+                line,
+                column,
+                message,
+            },
+            _ => ConfigError::Environment {
+                var: "OTEL_METRIC_EXPORT_INTERVAL",
+                message,
+            },
+        });
+    }
+    Ok(Some(o))
 }
 
 /// `[poller] profiling_interval` shorter than the poll interval (from the file or the command
@@ -238,6 +292,9 @@ struct Parsed {
     mig: mig::MigConfig,
     /// Line and column of `[poller] profiling_interval`, checked once the command line is known.
     profiling_at: Option<(usize, usize)>,
+    /// `[otlp]` checked, and the line and column of its `interval`: the environment and the
+    /// poll interval are applied in `finish`.
+    otlp: (otlp::Checked, Option<(usize, usize)>),
 }
 
 /// Parses config text; `name` is used in error messages.
@@ -285,6 +342,13 @@ fn parse(name: &str, text: &str) -> Result<Parsed, ConfigError> {
         return Err(invalid(span.start, message));
     }
     let mut f = f;
+    let otlp = std::mem::take(&mut f.otlp)
+        .check(Some(Path::new(name)))
+        .map_err(|p| match p {
+            otlp::Problem::At(at, m) => invalid(at, m),
+            otlp::Problem::Env(var, message) => ConfigError::Environment { var, message },
+        })?;
+    let otlp_at = otlp.interval.map(|(_, at)| line_col(text, at));
     let mig = std::mem::take(&mut f.mig).into_config(parted);
     let section = std::mem::take(&mut f.sharing);
     let yaml = match &section.device_plugin_config {
@@ -311,6 +375,7 @@ fn parse(name: &str, text: &str) -> Result<Parsed, ConfigError> {
         sharing,
         mig,
         profiling_at,
+        otlp: (otlp, otlp_at),
     })
 }
 
@@ -358,6 +423,7 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
         mut sharing,
         mig,
         profiling_at: _,
+        otlp: _,
     } = parsed;
     if let Some(n) = &o.nvidia_smi {
         sharing.nvidia_smi = n.clone();
@@ -427,6 +493,7 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
         sharing,
         slurm: f.slurm,
         nvsentinel: f.nvsentinel,
+        otlp: None,
     }
 }
 
