@@ -22,7 +22,7 @@ pub mod stage;
 pub mod task;
 
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 
 pub use config::{AccountingConfig, ActionKind, ReclaimConfig};
 pub use stage::{Settings, View};
