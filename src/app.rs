@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
-use crate::changes::{MigApply, MigReport, Owner};
+use crate::changes::{MigApply, MigReport, Owner, Setup};
 use crate::config::{self, Config, Overrides};
 use crate::health::NodeHealth;
 use crate::kubernetes::{self, KubeletFeed};
@@ -42,10 +42,12 @@ const DRAIN: Duration = Duration::from_millis(500);
 /// Failures that stop the daemon (exit status 1).
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
-    #[error("cannot listen on {addr}: {source}; is another exporter (dcgm-exporter?) using the port? pick another with --listen")]
+    #[error("cannot listen on {addr}: {source}; {holder}; pick another with --listen")]
     Bind {
         addr: std::net::SocketAddr,
         source: std::io::Error,
+        /// What holds the port, as far as this user can tell ([`crate::port_holder`]).
+        holder: String,
     },
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -111,6 +113,15 @@ fn render_config(c: &Config) -> RenderConfig {
 struct Feeds {
     kubelet: Option<KubeletFeed>,
     pod_labels: Option<PodLabelFeed>,
+}
+
+/// What the owner of changes is given from the configuration (at start and on reload).
+fn owner_setup(c: &Config) -> Setup {
+    Setup {
+        nvml_lib: c.nvml_lib.clone(),
+        audit_file: c.audit_file.clone(),
+        mig: c.mig.clone(),
+    }
 }
 
 fn poller_config(c: &Config, feeds: &Feeds, sharing: &Sharing) -> PollerConfig {
@@ -180,6 +191,7 @@ struct Actors {
 /// Starts remediation (which refuses to start without its audit log), the rules and reclaim.
 fn start_actors(
     config: &Config,
+    rules: &Arc<crate::rules::RuleSet>,
     owner: &Arc<Owner>,
     feeds: &Feeds,
     published: &watch::Receiver<Arc<Published>>,
@@ -202,10 +214,10 @@ fn start_actors(
         stop.clone(),
     );
     let mut collectors: Vec<Arc<dyn Collector>> = vec![remediation.metrics.clone()];
-    if config.rules.rule_count() > 0 {
+    if rules.rule_count() > 0 {
         let metrics = Arc::new(crate::rules::RuleMetrics::default());
         crate::rules::task::spawn(
-            config.rules.clone(),
+            rules.clone(),
             config.interval,
             published.clone(),
             metrics.clone(),
@@ -253,6 +265,7 @@ fn start_fleet(
         let node = render_config(config).hostname;
         collectors.push(crate::nvsentinel::task::spawn(
             socket.clone(),
+            crate::nvsentinel::strategy(config.nvsentinel.processing_strategy),
             node,
             published.clone(),
             stop.clone(),
@@ -279,12 +292,26 @@ async fn start_http(
     web: Option<http::web_config::WebConfig>,
     stop: &watch::Receiver<bool>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, AppError> {
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| AppError::Bind {
+    let listener = TcpListener::bind(config.listen).await.map_err(|source| {
+        let holder = match source.kind() {
+            std::io::ErrorKind::AddrInUse => crate::port_holder::describe(config.listen.port())
+                .map_or_else(
+                    || {
+                        "another program holds the port, one this user cannot see (`sudo ss \
+                             -ltnp` names it; dcgm-exporter and the installed gpu-steward use \
+                             9400)"
+                            .to_string()
+                    },
+                    |h| format!("the port is held by {h}"),
+                ),
+            _ => "the address may not be this machine's, or the port is privileged".into(),
+        };
+        AppError::Bind {
             addr: config.listen,
             source,
-        })?;
+            holder,
+        }
+    })?;
     let local = listener.local_addr()?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -326,7 +353,12 @@ async fn start_http(
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
-pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result<(), AppError> {
+pub async fn run(
+    loaded: crate::rules::served::Loaded,
+    source: ConfigSource,
+    log: LogHandle,
+) -> Result<(), AppError> {
+    let crate::rules::served::Loaded { config, rules } = loaded;
     // Before anything changes the node: a SIGTERM or SIGHUP from now on is an event, never the
     // default action (which kills the process, in the middle of a MIG change if one runs).
     let mut signals = Signals::install()?;
@@ -343,7 +375,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
     let (stop_tx, stop) = watch::channel(false);
     let feeds = start_feeds(&config, &stop);
     // The one owner of changes: every change to the node, from any component, goes through it.
-    let owner = Owner::new(&config);
+    let owner = Owner::with(owner_setup(&config));
     let sharing = Sharing::new(config.sharing.clone(), owner.clone());
     let pconfig = poller_config(&config, &feeds, &sharing);
     let initial = first_publication(&pconfig, &counters);
@@ -352,7 +384,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
 
     let web = load_web_config(&config)?;
     say_api(&config);
-    let mut actors = start_actors(&config, &owner, &feeds, &published, &stop)?;
+    let mut actors = start_actors(&config, &rules, &owner, &feeds, &published, &stop)?;
     start_fleet(
         &config,
         &owner,
@@ -396,7 +428,8 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
         let control = poller.control.clone();
         // A MIG or sharing apply from now on (the start's, the API's, a reload's) wakes the
         // poller when it is done, so the next poll shows the change.
-        owner.set_waker(control.clone());
+        let wake = control.clone();
+        owner.set_waker(Arc::new(move || wake.send(Control::Changed).is_ok()));
         // The device plugin and the memory guard live as long as the daemon.
         sharing.start(&config, published, stop.clone());
         let handles = Handles {
@@ -406,7 +439,8 @@ pub async fn run(config: Config, source: ConfigSource, log: LogHandle) -> Result
             owner: &owner,
             reclaim: &actors.reclaim,
         };
-        wait_for_signals(&mut signals, config, &source, &log, &counters, handles).await?;
+        let running = crate::rules::served::Loaded { config, rules };
+        wait_for_signals(&mut signals, running, &source, &log, &counters, handles).await?;
         crate::shutdown::request();
     }
 
@@ -594,7 +628,7 @@ struct Handles<'a> {
 
 async fn wait_for_signals(
     signals: &mut Signals,
-    mut current: Config,
+    mut current: crate::rules::served::Loaded,
     source: &ConfigSource,
     log: &LogHandle,
     counters: &AgentCounters,
@@ -605,49 +639,48 @@ async fn wait_for_signals(
             _ = signals.term.recv() => return Ok(()),
             _ = signals.int.recv() => return Ok(()),
             _ = signals.hup.recv() => {
-                match config::load(&source.path, source.required, &source.overrides)
-                    .and_then(crate::rules::served::checked)
-                {
-                    Ok(new) => {
+                match crate::rules::served::load(&source.path, source.required, &source.overrides) {
+                    Ok(loaded) => {
+                        let (new, old) = (&loaded.config, &current.config);
                         if (new.listen, new.max_connections, new.header_timeout)
-                            != (current.listen, current.max_connections, current.header_timeout)
+                            != (old.listen, old.max_connections, old.header_timeout)
                         {
                             tracing::warn!("[server] settings change only on restart");
                         }
-                        if new.listen != current.listen {
-                            tracing::warn!(old = %current.listen, new = %new.listen, "the listen address changes only on restart");
+                        if new.listen != old.listen {
+                            tracing::warn!(old = %old.listen, new = %new.listen, "the listen address changes only on restart");
                         }
-                        if new.log_format != current.log_format {
+                        if new.log_format != old.log_format {
                             tracing::warn!("the log format changes only on restart");
                         }
-                        if (&new.rule_files, &new.rules, &new.remediation)
-                            != (&current.rule_files, &current.rules, &current.remediation)
+                        if (&new.rule_files, &loaded.rules, &new.remediation)
+                            != (&old.rule_files, &current.rules, &old.remediation)
                         {
                             tracing::warn!("[rules] and [remediation] change only on restart");
                         }
-                        if new.web_config_file != current.web_config_file {
+                        if new.web_config_file != old.web_config_file {
                             tracing::warn!("[server] web_config_file changes only on restart");
                         }
-                        if new.kubernetes != current.kubernetes {
+                        if new.kubernetes != old.kubernetes {
                             tracing::warn!("[kubernetes] changes only on restart");
                         }
                         if (&new.reclaim.exempt.pod_labels, &new.reclaim.cri_socket)
-                            != (&current.reclaim.exempt.pod_labels, &current.reclaim.cri_socket)
+                            != (&old.reclaim.exempt.pod_labels, &old.reclaim.cri_socket)
                         {
                             tracing::warn!("[reclaim] exempt_pod_labels and cri_socket change only on restart");
                         }
                         log.set_config_level(new.log_level.as_deref());
                         // First: whoever acts from now on records to the new audit log.
-                        h.owner.reconfigure(&new);
-                        let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(&new, &h.feeds, h.sharing))));
-                        h.reclaim.reconfigure(reclaim_settings(&new, &h.feeds));
-                        h.sharing.reload(&current, &new);
+                        h.owner.set(owner_setup(new));
+                        let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(new, &h.feeds, h.sharing))));
+                        h.reclaim.reconfigure(reclaim_settings(new, &h.feeds));
+                        h.sharing.reload(old, new);
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
                         let m = h.owner.clone();
                         // In the background: the signal loop must keep answering SIGTERM.
                         tokio::spawn(async move { converge(&m, "reload").await });
-                        current = new;
+                        current = loaded;
                     }
                     Err(e) => {
                         counters.reloads_failed.fetch_add(1, Ordering::Relaxed);

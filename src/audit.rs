@@ -2,8 +2,8 @@
 //! (MIG changes, sharing, reclaim, remediation), appended and fsynced before the call returns,
 //! so that what the agent did survives a crash right after doing it.
 //!
-//! Each line is `{"ts":"2026-11-22T22:30:01.123Z","component":"mig","event":"apply.start",...}`
-//! with the caller's fields merged in after those three. The file is opened for append (a
+//! Each line is `{"ts":"2026-11-22T22:30:01.123Z","component":"mig","event":"apply.start",...}`:
+//! one typed [`Event`] (its component and event first, then its fields), after the time. The file is opened for append (a
 //! rotated file is reopened by the next process, not by this one: rotate with `copytruncate`).
 //!
 //! A record is written *before* the change it describes, and a change whose record could not be
@@ -21,18 +21,20 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
-use serde_json::Value;
-
+pub mod event;
+#[cfg(test)]
+pub(crate) mod legacy_log;
+pub mod mig;
 mod read;
 mod trust;
+pub use event::{Entry, Event};
 pub use read::{read_back, ReadBack, MAX_LINE, MAX_READ_BACK};
 pub use trust::check_trust;
 
+pub use crate::config::DEFAULT_AUDIT_FILE;
+
 /// The components that write the audit log, for metric series that exist from the start.
 pub const COMPONENTS: &[&str] = &["api", "mig", "sharing", "reclaim", "remediation"];
-
-/// The default place of the audit log.
-pub const DEFAULT_FILE: &str = "/var/lib/gpu-steward/audit.jsonl";
 
 /// The name of the refusal every component counts when a record could not be written: the
 /// one spelling of it (metric labels, API answers).
@@ -81,11 +83,11 @@ impl AuditLog {
     }
 
     /// Appends one record and fsyncs it; `Ok` only once the record is on disk, so that the
-    /// caller may act. `fields` should be a JSON object; anything else is kept under the key
-    /// `value`. The three leading keys cannot be overwritten by `fields`. The error names the
-    /// file.
-    pub fn record(&self, component: &str, event: &str, fields: Value) -> io::Result<()> {
-        let mut line = encode(SystemTime::now(), component, event, fields);
+    /// caller may act. The error names the file.
+    pub fn record(&self, event: &Event) -> io::Result<()> {
+        let component = event.component();
+        let mut line =
+            encode(SystemTime::now(), event).map_err(|e| with_path(e, &self.inner.path))?;
         line.push('\n');
         let written = self.append(line.as_bytes());
         note(component, &self.inner.path, written.as_ref().err());
@@ -186,35 +188,24 @@ fn note(component: &str, path: &Path, error: Option<&io::Error>) {
     }
 }
 
-fn encode(now: SystemTime, component: &str, event: &str, fields: Value) -> String {
-    // Written by hand so that time, component and event lead every line (serde_json's map
-    // sorts its keys), which keeps the log readable with `cut` and `grep` as well as `jq`.
-    let mut line = format!(
-        "{{\"ts\":{},\"component\":{},\"event\":{}",
-        Value::String(humantime::format_rfc3339_millis(now).to_string()),
-        Value::String(component.into()),
-        Value::String(event.into()),
-    );
-    let mut push = |k: &str, v: &Value| {
-        line.push(',');
-        line.push_str(&Value::String(k.into()).to_string());
-        line.push(':');
-        line.push_str(&v.to_string());
-    };
-    match fields {
-        Value::Object(extra) => {
-            for (k, v) in extra
-                .iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "ts" | "component" | "event"))
-            {
-                push(k, v);
-            }
-        }
-        Value::Null => {}
-        other => push("value", &other),
-    }
-    line.push('}');
-    line
+fn encode(now: SystemTime, event: &Event) -> io::Result<String> {
+    // The time leads every line, then the event's component and name (its tags), then its
+    // fields: readable with `cut` and `grep` as well as `jq`.
+    let body = serde_json::to_string(event).map_err(io::Error::other)?;
+    let ts = humantime::format_rfc3339_millis(now).to_string();
+    // An event serialises as a JSON object with its tags first: `{"component":…`.
+    let rest = body.strip_prefix('{').ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "an audit event is not a JSON object",
+        )
+    })?;
+    let mut line = String::with_capacity(body.len() + ts.len() + 10);
+    line.push_str("{\"ts\":\"");
+    line.push_str(&ts);
+    line.push_str("\",");
+    line.push_str(rest);
+    Ok(line)
 }
 
 /// The directory of the audit log `file`, where the files beside it live (the MIG node lock and
@@ -227,7 +218,7 @@ pub fn dir_of(file: &Path) -> PathBuf {
 }
 
 /// The agent's state directory: systemd's `$STATE_DIRECTORY` (its first entry; the unit's
-/// `StateDirectory=`, the DaemonSet's env), else the directory of [`DEFAULT_FILE`].
+/// `StateDirectory=`, the DaemonSet's env), else the directory of [`DEFAULT_AUDIT_FILE`].
 pub fn state_dir() -> PathBuf {
     std::env::var_os("STATE_DIRECTORY")
         .and_then(|v| {
@@ -237,7 +228,7 @@ pub fn state_dir() -> PathBuf {
                 .map(PathBuf::from)
         })
         .unwrap_or_else(|| {
-            Path::new(DEFAULT_FILE)
+            Path::new(DEFAULT_AUDIT_FILE)
                 .parent()
                 .map_or_else(PathBuf::new, Path::to_path_buf)
         })
@@ -303,20 +294,30 @@ fn with_path(e: io::Error, path: &Path) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::Value;
     use std::time::Duration;
+
+    fn api(peer: &str) -> Event {
+        Event::Api(event::Api::Request {
+            auth: "token".into(),
+            method: "POST".into(),
+            path: "/api/v1/mig/apply".into(),
+            peer: peer.into(),
+            trigger: "api".into(),
+        })
+    }
 
     #[test]
     fn a_record_is_one_line_with_time_component_and_event_first() {
         let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_386_601_123);
-        let line = encode(t, "mig", "apply.start", json!({"gpu": 0, "event": "spoof"}));
+        let line = encode(t, &api("10.0.0.1")).expect("encode");
         assert_eq!(
             line,
-            r#"{"ts":"2026-11-22T22:30:01.123Z","component":"mig","event":"apply.start","gpu":0}"#
+            r#"{"ts":"2026-11-22T22:30:01.123Z","component":"api","event":"request","auth":"token","method":"POST","path":"/api/v1/mig/apply","peer":"10.0.0.1","trigger":"api"}"#
         );
-        let s = encode(t, "x", "y", json!("text\nwith newline"));
+        let s = encode(t, &api("text\nwith newline")).expect("encode");
         assert!(!s.contains('\n'), "{s}");
-        assert!(s.ends_with(r#""value":"text\nwith newline"}"#), "{s}");
+        assert!(s.contains(r#""peer":"text\nwith newline""#), "{s}");
     }
 
     #[test]
@@ -329,15 +330,14 @@ mod tests {
                 let log = log.clone();
                 s.spawn(move || {
                     for i in 0..25 {
-                        log.record("test", "tick", json!({"thread": t, "i": i}))
-                            .expect("record");
+                        log.record(&api(&format!("{t}.{i}"))).expect("record");
                     }
                 });
             }
         });
         AuditLog::open(&path)
             .expect("reopen")
-            .record("test", "last", Value::Null)
+            .record(&api("last"))
             .expect("record");
         let text = fs::read_to_string(&path).expect("read");
         let lines: Vec<Value> = text
@@ -345,7 +345,7 @@ mod tests {
             .map(|l| serde_json::from_str(l).expect("each line is JSON"))
             .collect();
         assert_eq!(lines.len(), 101);
-        assert_eq!(lines[100]["event"], "last");
+        assert_eq!(lines[100]["peer"], "last");
         use std::os::unix::fs::PermissionsExt;
         let mode = fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
         assert_eq!(
@@ -423,7 +423,7 @@ mod tests {
         );
         let h = health();
         assert!(h.write_errors.get("test-only").is_some_and(|n| *n >= 1));
-        log.record("test-only", "ok", Value::Null).expect("record");
+        log.record(&api("ok")).expect("record");
         // Other tests may fail writes concurrently; this one's own count stays.
         assert!(health()
             .write_errors

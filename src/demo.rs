@@ -121,6 +121,89 @@ pub fn stand_in(nvml_lib: &str, dir: &Path) -> Result<PathBuf, String> {
 
 pub use tempfile_guard::Guard;
 
+/// The audit log in a simulated node's state directory.
+pub fn audit_file_in(state: &Path) -> PathBuf {
+    state.join("audit.jsonl")
+}
+
+/// The demo's throwaway state directory: private (0700), in the temporary directory, removed
+/// with what is in it when this drops. The demo keeps there what the agent keeps in
+/// `$STATE_DIRECTORY` (the health journal, accounting) and its audit log, never in the node's.
+#[derive(Debug)]
+pub struct StateDir {
+    path: PathBuf,
+}
+
+impl StateDir {
+    /// Makes a new directory (`gpu-steward-demo-PID-N`; never one that exists).
+    pub fn new() -> Result<StateDir, String> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        let tmp = std::env::temp_dir();
+        let mut last = None;
+        for n in 0..100u32 {
+            let path = tmp.join(format!("gpu-steward-demo-{}-{n}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(StateDir { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => {
+                    return Err(format!(
+                        "cannot make the demo's state directory '{}': {e}",
+                        path.display()
+                    ))
+                }
+            }
+        }
+        Err(format!(
+            "cannot make the demo's state directory in '{}': {}",
+            tmp.display(),
+            last.map_or_else(String::new, |e| e.to_string())
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for StateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Where a one-shot command on the simulated node of `scenario` keeps its audit log (and the
+/// MIG lock and intent beside it) when the config names none: `<scenario>.steward/`, beside
+/// the simulated driver's `<scenario>.state`, never the node's `/var/lib/gpu-steward`.
+/// Returns the audit log's path, the directory made (0700) if missing.
+pub fn scenario_audit_file(scenario: &Path) -> Result<PathBuf, String> {
+    let mut dir = scenario.as_os_str().to_owned();
+    dir.push(".steward");
+    let dir = PathBuf::from(dir);
+    if !dir.is_dir() {
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("cannot make '{}': {e}", dir.display()))?;
+    }
+    Ok(audit_file_in(&dir))
+}
+
+/// The audit log a one-shot command on the simulated node of `scenario` uses: the named
+/// config's `[audit] file` when it sets one, else [`scenario_audit_file`]. `named`: whether the
+/// config was given (`--config`); the installed agent's, read unnamed, never points a simulated
+/// command at the node's audit log.
+pub fn simulated_audit_file(
+    scenario: &Path,
+    named: bool,
+    configured: &Path,
+) -> Result<Option<PathBuf>, String> {
+    if named && configured != Path::new(crate::config::DEFAULT_AUDIT_FILE) {
+        return Ok(None);
+    }
+    scenario_audit_file(scenario).map(Some)
+}
+
 /// Writes the bundled scenario to a private file and returns its path; the file is removed
 /// when the returned guard drops.
 pub fn bundled_scenario() -> Result<Guard, String> {

@@ -6,10 +6,17 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use gpu_steward::cli::{self, Cli, Command, JobAction, RunArgs, SharingAction};
-use gpu_steward::config;
 use gpu_steward::{app, logging, rules};
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if let Some(message) = cli::habits::foreign_listen_flag(&argv) {
+        eprintln!("{message}");
+        return ExitCode::from(2);
+    }
     match Cli::parse().command {
         Command::CheckConfig { file } => ExitCode::from(cli::check_config::run(&file)),
         Command::CheckHealth {
@@ -37,6 +44,7 @@ fn main() -> ExitCode {
             Ok(cli::demo::Prepared {
                 run: args,
                 scenario: _scenario,
+                state: _state,
             }) => run(args),
             Err(code) => ExitCode::from(code),
         },
@@ -50,17 +58,20 @@ fn run(args: RunArgs) -> ExitCode {
         eprintln!("gpu-steward: {e}");
         return ExitCode::from(2);
     }
-    let config = match config::load(&path, required, &overrides).and_then(rules::served::checked) {
-        Ok(c) => c,
+    let loaded = match rules::served::load(&path, required, &overrides) {
+        Ok(l) => l,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(2);
         }
     };
+    if let Some(state) = &args.demo_state {
+        eprintln!("{}", cli::demo::where_it_writes(state, &loaded.config));
+    }
     let log = logging::init(
         overrides.log_level.clone(),
-        config.log_level.as_deref(),
-        config.log_format,
+        loaded.config.log_level.as_deref(),
+        loaded.config.log_format,
     );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -79,7 +90,7 @@ fn run(args: RunArgs) -> ExitCode {
         required,
         overrides,
     };
-    let ran = runtime.block_on(app::run(config, source, log));
+    let ran = runtime.block_on(app::run(loaded, source, log));
     // Blocking work still running (a hook in its grace, a hung NVML call) is not waited for past
     // the hook grace, nor past the stop budget counted from SIGTERM (the MIG apply's wait may
     // have used most of it): the stop must fit systemd's TimeoutStopSec (gpu_steward::shutdown).

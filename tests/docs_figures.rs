@@ -58,7 +58,16 @@ fn demo_page(config: &str, gpm_name: &str) -> Metrics {
 fn the_series_figures_in_the_docs_are_the_agents() {
     let docs = read("docs/metrics.md");
     let readme = read("README.md");
-    let lean = per_gpu(&demo_page("", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"), 8.0);
+    let lean_page = demo_page("", "DCGM_FI_PROF_GR_ENGINE_ACTIVE");
+    let lean = per_gpu(&lean_page, 8.0);
+    // All in: every series without a `pid` label, per GPU, and the node-level ones among them.
+    let all_in = lean_page
+        .samples
+        .iter()
+        .filter(|s| !s.labels.contains_key("pid"))
+        .count() as f64
+        / 8.0;
+    let node_level = (all_in - lean) * 8.0;
     let lean49 = per_gpu(
         &demo_page(
             "[metrics]\ndcgm_names = \"4.9\"\n",
@@ -95,6 +104,11 @@ fn the_series_figures_in_the_docs_are_the_agents() {
     assert_eq!(number_after(&docs, "| lean, both |"), both);
     assert_eq!(number_after(&docs, "| full, 4.8 |"), full);
     assert_eq!(number_after(&docs, "(both: "), full_both);
+    eprintln!("all in {all_in}, node-level {node_level}");
+    assert_eq!(number_after(&docs, "the lean demo page serves "), all_in);
+    assert_eq!(number_after(&docs, "per GPU: the "), lean);
+    assert_eq!(number_after(&docs, " above and "), node_level);
+    assert_eq!(number_after(&docs, "the lean demo page is at "), lean);
     assert_eq!(
         number_after(&readme, "default **lean** profile serves each"),
         lean

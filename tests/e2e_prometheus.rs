@@ -114,8 +114,21 @@ fn dashboards_and_alerts_work_with(config: &str) {
         "a100-mig.toml",
         &format!("{config}{}", ops_config(ops_dir.path())),
     );
+    // A GPU that degrades while it answers (issue [23/28]): a link trained to x8 and a
+    // correctable ECC storm, for the node dashboard's "Degrading while it answers" panel.
+    let degrading = Agent::start_on(
+        "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\npcie = { width = 8 }\n\
+         ecc = { correctable_per_s = 100 }\n",
+        config,
+    );
     let prom = Prometheus::start(
-        &[faults.target(), dgx.target(), hgx.target(), ops.target()],
+        &[
+            faults.target(),
+            dgx.target(),
+            hgx.target(),
+            ops.target(),
+            degrading.target(),
+        ],
         &rules_without_for(),
     );
 
@@ -125,7 +138,7 @@ fn dashboards_and_alerts_work_with(config: &str) {
             &prom,
             r#"count(count_over_time(gpu_steward_build_info{job="gpu-steward"}[1m]) >= 8)"#,
         )?;
-        (n == 4.0).then_some(())
+        (n == 5.0).then_some(())
     });
 
     let queries = dashboards::queries(&repo().join("dashboards"));
@@ -188,6 +201,8 @@ fn dashboards_and_alerts_work_with(config: &str) {
         ("GpuStewardRecoveryAction", "gpu", "1", faults.target()),
         // The operations rules: the ops node's hook fails at every run.
         ("GpuStewardHookFailing", "hook", "page", ops.target()),
+        // The degrading node's GPU 0: a link narrower than its maximum warns at once.
+        ("GpuStewardPcieLinkDegraded", "gpu", "0", degrading.target()),
     ];
     let alerts = wait_for(
         "the faults scenario's alerts to fire",
@@ -430,6 +445,76 @@ fn truth_every_panel_reads_what_the_scenario_says_on_every_name_set() {
     assert!(
         failures.is_empty(),
         "{} panel values differ from the scenario's:\n  {}",
+        failures.len(),
+        failures.join("\n  ")
+    );
+}
+
+/// The power panels as users get them: the agent at its default tiers (poll every 5 s, the
+/// energy counter read every 30 s: `demo`, which adds nothing to the config), Prometheus at
+/// Grafana's default 15 s scrape, and `$__rate_interval` as Grafana makes it for that scrape
+/// (4 × 15 s = 1m). A rate of the energy counter over that window holds one or two of its 30 s
+/// steps (2/3 or 4/3 of the power); every power panel must show the scenario's watts.
+#[test]
+fn truth_power_panels_at_the_default_tiers_and_a_15s_scrape() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = dir.path().join("truth.toml");
+    std::fs::write(&scenario, expected::truth_scenario(&[])).expect("scenario");
+    let agents: Vec<_> = NAME_SETS
+        .iter()
+        .map(|(n, c)| {
+            let a = common::Agent::with_scenario("")
+                .demo()
+                .interval("5s")
+                .config(c)
+                .arg("--scenario")
+                .arg(&scenario.display().to_string())
+                .start();
+            (*n, a)
+        })
+        .collect();
+    let target = |a: &common::Agent| format!("127.0.0.1:{}", a.port);
+    let all: Vec<String> = agents.iter().map(|(_, a)| target(a)).collect();
+    let prom = e2e_support::Prometheus::start_every(&all, "groups: []\n", "15s");
+    // Six scrapes of every agent: a full minute of data, the energy counter read twice or more.
+    wait_for("6 scrapes of every agent", Duration::from_secs(150), || {
+        let n = scalar(
+            &prom,
+            r#"count(count_over_time(gpu_steward_build_info{job="gpu-steward"}[2m]) >= 6)"#,
+        )?;
+        (n == all.len() as f64).then_some(())
+    });
+    let queries = dashboards::queries(&repo().join("dashboards"));
+    let table: expected::Table = expected::truth_node(false, (0.0, 0.0))
+        .into_iter()
+        .filter(|(origin, _)| {
+            origin.contains("'Power")
+                || origin.contains("power")
+                || origin.contains("Average power")
+        })
+        .collect();
+    assert_eq!(table.len(), 5, "{:?}", table.keys().collect::<Vec<_>>());
+    let t = prom.query("time()").expect("time()")[1]
+        .as_str()
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("time() is a number");
+    let mut failures = Vec::new();
+    for (name, a) in &agents {
+        let instance = target(a);
+        for (origin, want) in &table {
+            let q = queries
+                .iter()
+                .find(|q| q.origin == *origin)
+                .unwrap_or_else(|| panic!("{origin}: no dashboard has it"));
+            let expr = e2e_support::truth::substitute_with(&q.raw, &instance, "1m", "1m");
+            if let Err(e) = e2e_support::truth::check(&prom, &expr, t, want) {
+                failures.push(format!("[{name}] {origin}: {e}\n    {expr}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} power panels differ from the scenario's watts:\n  {}",
         failures.len(),
         failures.join("\n  ")
     );

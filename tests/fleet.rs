@@ -323,7 +323,7 @@ fn the_journal_outlives_a_restart_and_a_damaged_one_is_set_aside() {
         screen
             .lines()
             .any(|l| l.contains("GPU 1 raised xid_79 [fail")
-                && l.ends_with("(before the agent's restart)")),
+                && l.starts_with("  (before the agent's restart) ")),
         "{screen}"
     );
     drop(after);
@@ -459,6 +459,55 @@ fn verdict_changes_reach_nvsentinel_in_order_through_a_connector_down_and_up() {
         nvsentinel_series(&agent, "gpu_steward_nvsentinel_events_dropped_total"),
         0.0
     );
+}
+
+/// XID 13 is an application fault (catalog RESTART_APP: warn, `restart_app`). NVSentinel's main
+/// line has no app-restart action, so it goes as `NONE` and not fatal, with the configured
+/// `processingStrategy`; the connector built from the main line refuses any value its enums
+/// lack (as it would have refused the old 39).
+#[test]
+fn an_application_fault_reaches_a_main_line_connector_as_none_and_store_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("platform-connector.sock");
+    let mut connector = connector::Connector::new(&socket);
+    connector.start();
+    let xid13 = "[[gpu.event]]\nid = 1\nxid = 13\n";
+    let agent = Agent::with_scenario(&with_event(&two_gpus(), 1, xid13))
+        .config(&format!(
+            "[nvsentinel]\nsocket = \"{}\"\nprocessing_strategy = \"store_only\"\n",
+            socket.display()
+        ))
+        .start();
+    let event = wait_for("the XID 13 event", Duration::from_secs(40), || {
+        assert!(
+            connector.rejected().is_empty(),
+            "{:?}",
+            connector.rejected()
+        );
+        connector
+            .events()
+            .into_iter()
+            .find(|e| e.check_name == "xid_13" && !e.is_healthy)
+    });
+    assert_eq!(event.recommended_action, 0, "NONE");
+    assert!(!event.is_fatal);
+    assert_eq!(event.processing_strategy, 2, "STORE_ONLY");
+    assert!(event.id.is_empty(), "the connector assigns it");
+    assert!(event.custom_recommended_action.is_empty());
+    assert_eq!(event.error_code, ["13"]);
+    assert_eq!(
+        event
+            .entities_impacted
+            .last()
+            .map(|e| e.entity_value.as_str()),
+        Some(UUID)
+    );
+    assert!(
+        connector.rejected().is_empty(),
+        "{:?}",
+        connector.rejected()
+    );
+    drop(agent);
 }
 
 #[test]

@@ -344,3 +344,212 @@ fn check_health_follows_the_node_problem_detector_contract() {
     assert!(line.contains("with no JSON"), "{line}");
     drop(hang);
 }
+
+/// Two H100s (Gen5 x16, as the real one: shared/reference/real-h100), GPU 1 given `gpu1`.
+fn h100s(gpu1: &str) -> String {
+    format!(
+        "version = 1\n[driver]\nversion = \"580.95.05\"\n\
+         [[gpu]]\nmodel = \"H100-SXM5-80GB\"\ntemperature_c = 40\n\
+         [[gpu]]\nmodel = \"H100-SXM5-80GB\"\ntemperature_c = 40\n{gpu1}\n"
+    )
+}
+
+/// Windows of 3 s instead of a minute, so that each test takes seconds.
+const DEGRADED: &str = "[health]\necc_correctable_window = \"3s\"\npcie_busy_for = \"3s\"\n\
+                        pcie_replay_window = \"3s\"\n";
+
+/// Rewrites GPU 1's scenario to `cause`; expects exactly `condition` on GPU 1 and nothing on
+/// GPU 0 within `within`, then, with the cause dropped, everything clear. Returns how long
+/// the raise took.
+fn raised_alone_and_cleared(
+    a: &Agent,
+    cause: &str,
+    condition: &str,
+    within: std::time::Duration,
+) -> std::time::Duration {
+    assert!(a.conditions(0).is_empty() && a.conditions(1).is_empty());
+    let journalled = |a: &Agent| {
+        a.json("/api/v1/events").1["events"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    let before = journalled(a);
+    let started = std::time::Instant::now();
+    a.rewrite(&h100s(cause));
+    a.wait_for(condition, |a| !a.conditions(1).is_empty());
+    let took = started.elapsed();
+    assert_eq!(a.conditions(1), [condition], "exactly {condition} on GPU 1");
+    assert!(a.conditions(0).is_empty(), "nothing on GPU 0");
+    assert!(
+        took <= within,
+        "{condition} after {took:?}, more than {within:?}"
+    );
+    // Everywhere a condition is shown: the metric, the journal, check-health (a warn: exit 0).
+    assert_eq!(
+        a.metric("gpu_steward_health_condition{gpu=\"1\",uuid=\"GPU-"),
+        Some(1.0)
+    );
+    let (_, m) = a.get("/metrics");
+    let series: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("gpu_steward_health_condition{"))
+        .collect();
+    assert_eq!(series.len(), 1, "{series:?}");
+    assert!(
+        series[0].contains(&format!("condition=\"{condition}\",severity=\"warn\"")),
+        "{series:?}"
+    );
+    let (_, v) = a.json("/api/v1/events");
+    let events = v["events"].as_array().expect("events");
+    // Newest first: what was journalled since the rewrite.
+    let raised: Vec<&serde_json::Value> = events[..events.len() - before]
+        .iter()
+        .filter(|e| e["kind"] == "raised")
+        .collect();
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!(
+        (raised[0]["condition"].as_str(), raised[0]["gpu"].as_u64()),
+        (Some(condition), Some(1))
+    );
+    let (_, one) = a.json("/health/gpus/1");
+    assert_eq!(one["status"], "warn", "{one}");
+    assert!(one["conditions"][0]["since"]
+        .as_str()
+        .is_some_and(|s| s.ends_with('Z')));
+    a.rewrite(&h100s(""));
+    a.wait_for("all clear", |a| {
+        a.conditions(0).is_empty() && a.conditions(1).is_empty()
+    });
+    took
+}
+
+#[test]
+fn a_correctable_ecc_storm_on_one_gpu_warns_there_and_clears() {
+    let a = Agent::start(&h100s(""), DEGRADED);
+    a.wait_for("a full window", |a| {
+        a.metric("gpu_steward_polls_total").unwrap_or(0.0) >= 20.0
+    });
+    // NVIDIA/NVSentinel#1748's GB200: ~17,700 a second; over DCGM's 10 a minute in one poll.
+    raised_alone_and_cleared(
+        &a,
+        "ecc = { correctable_per_s = 17700 }",
+        "ecc_sbe_rate",
+        std::time::Duration::from_secs(3 + 2),
+    );
+    let (_, v) = a.json("/api/v1/events");
+    let reason = v["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .find(|e| e["kind"] == "raised")
+        .and_then(|e| e["reason"].as_str())
+        .expect("reason")
+        .to_string();
+    assert!(
+        reason.contains("correctable (single-bit) ECC errors per minute")
+            && reason.contains("at or above the limit of 10/min"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_pcie_link_trained_narrow_warns_at_once_and_a_slow_one_only_when_busy() {
+    let a = Agent::start(&h100s(""), DEGRADED);
+    raised_alone_and_cleared(
+        &a,
+        "pcie = { width = 8 }",
+        "pcie_link_degraded",
+        std::time::Duration::from_secs(3),
+    );
+    // Idle at Gen1 (power saving): nothing, for longer than pcie_busy_for.
+    a.rewrite(&h100s("pcie = { gen = 1 }\ngpu_util_percent = 0"));
+    let polls = a.metric("gpu_steward_polls_total").unwrap_or(0.0);
+    a.wait_for("5 s of polls", |a| {
+        a.metric("gpu_steward_polls_total").unwrap_or(0.0) >= polls + 25.0
+    });
+    assert!(a.conditions(0).is_empty() && a.conditions(1).is_empty());
+    // Busy at Gen4 of 5: raised only after pcie_busy_for (3 s).
+    let took = raised_alone_and_cleared(
+        &a,
+        "pcie = { gen = 4 }\ngpu_util_percent = 100",
+        "pcie_link_degraded",
+        std::time::Duration::from_secs(3 + 3),
+    );
+    assert!(
+        took >= std::time::Duration::from_secs(3),
+        "raised after {took:?}, before pcie_busy_for"
+    );
+}
+
+#[test]
+fn a_pcie_replay_rate_from_the_simulator_raises_pcie_replay_rate() {
+    let a = Agent::start(&h100s(""), DEGRADED);
+    a.wait_for("a full window", |a| {
+        a.metric("gpu_steward_polls_total").unwrap_or(0.0) >= 20.0
+    });
+    // 10 a second = 600 a minute, over the 31 a minute of a Gen5 x16 link (DCGM's limit).
+    raised_alone_and_cleared(
+        &a,
+        "pcie = { replays_per_s = 10.0 }",
+        "pcie_replay_rate",
+        std::time::Duration::from_secs(3 + 2),
+    );
+}
+
+#[test]
+fn the_imex_domain_recovery_action_fails_that_gpu_and_clears() {
+    let a = Agent::start(&h100s(""), "");
+    a.rewrite(&h100s("recovery_action = \"recover_imex_domain\""));
+    a.wait_for("the recovery action", |a| !a.conditions(1).is_empty());
+    assert_eq!(a.conditions(1), ["driver_recovery_action"]);
+    assert!(a.conditions(0).is_empty());
+    let (code, one) = a.json("/health/gpus/1");
+    assert_eq!((code, one["status"].as_str()), (503, Some("fail")), "{one}");
+    assert_eq!(one["action"], "drain_and_reset");
+    let reason = one["conditions"][0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("IMEX domain") && !reason.contains("unknown"),
+        "{reason}"
+    );
+    a.rewrite(&h100s(""));
+    a.wait_for("all clear", |a| a.conditions(1).is_empty());
+}
+
+/// The driver's recovery action arrives as an event (`nvmlEventTypeGpuRecoveryAction`, 0x8000,
+/// which the simulated H100 offers as the real one does): the poller polls at once, not at its
+/// next tick a minute later.
+#[test]
+fn a_recovery_action_event_wakes_the_poller() {
+    let agent = common::Agent::with_scenario(&h100s(""))
+        .interval("60s")
+        .start();
+    let conditions = |i: u32| {
+        let v = agent.get("/health/gpus").json();
+        v["checks"][format!("gpu:{i}")][0]["conditions"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|c| c["name"].as_str().map(String::from))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    common::wait_for("the first poll", std::time::Duration::from_secs(20), || {
+        (agent.get("/health/gpus").json()["checks"]["gpu:1"].is_array()).then_some(())
+    });
+    // The watcher registers after the first poll: give it a moment before the change.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let started = std::time::Instant::now();
+    agent.rewrite_scenario(&h100s("recovery_action = \"recover_imex_domain\""));
+    common::wait_for(
+        "the recovery action",
+        std::time::Duration::from_secs(30),
+        || (conditions(1) == ["driver_recovery_action"]).then_some(()),
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "waited for the next poll: {:?}",
+        started.elapsed()
+    );
+    assert!(conditions(0).is_empty());
+}

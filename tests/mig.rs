@@ -13,8 +13,8 @@ use std::process::{Command, Output};
 
 use common::fullfs::SmallFs;
 use common::{bin, sim_lib};
-use gpu_steward::mig::config::read_mig_parted;
-use gpu_steward::mig::layout::Devices;
+use gpu_steward::config::mig::read_mig_parted;
+use gpu_steward::config::mig_layout::Devices;
 use serde_json::Value;
 
 /// One simulated node: scenario, MIG state, call stats, config and audit log in a temp dir.

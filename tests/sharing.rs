@@ -412,6 +412,116 @@ fn the_daemon_applies_at_start_and_on_sighup_only_what_differs() {
     );
 }
 
+/// Issue [25/28] item 4: sharing applies take the node lock, as MIG applies do. A CLI apply that
+/// holds it makes the API's refused at once (409, naming the CLI's pid, nothing changed); the
+/// daemon's start-time apply that holds it makes the CLI wait, saying for whom. Without the lock
+/// the API's apply ran beside the CLI's (200).
+#[test]
+fn the_cli_and_the_daemon_never_apply_sharing_at_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = Node::new(&scenario(""));
+    let token = node.path("api-token");
+    std::fs::write(&token, "s3cret\n").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let api = |sharing: &str| {
+        format!(
+            "[api]\nenabled = true\ntoken_file = \"{}\"\n{}",
+            token.display(),
+            node.config(sharing)
+        )
+    };
+    // Each time-slice set takes 2 s: an apply holds the node lock for seconds.
+    std::fs::write(node.path("slow"), "2").expect("slow");
+    let set_calls = || {
+        node.args_log()
+            .iter()
+            .filter(|a| a.starts_with("compute-policy -i"))
+            .count()
+    };
+
+    // The daemon has nothing to apply at start; the CLI applies the time-slices, slowly.
+    let agent = Agent::with_scenario(&scenario("")).config(&api("")).start();
+    node.write_config(SETTINGS);
+    let mut cli = Command::new(bin())
+        .args(["sharing", "apply", "--config"])
+        .arg(node.path("config.toml"))
+        .arg("--nvml-lib")
+        .arg(sim_lib())
+        .env("NVML_SIM_SCENARIO", node.path("scenario.toml"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the CLI apply");
+    let t0 = std::time::Instant::now();
+    while set_calls() == 0 {
+        let ended = cli.try_wait().ok().flatten();
+        if ended.is_some() || t0.elapsed() > Duration::from_secs(20) {
+            let _ = cli.kill();
+            let out = cli.wait_with_output().expect("CLI");
+            panic!(
+                "no time-slice set by the CLI ({ended:?}): {}{}\nnvidia-smi: {:?}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                node.args_log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let busy = post(&agent, "/api/v1/sharing/apply", Some("s3cret"));
+    assert_eq!(busy.status, 409, "{}", busy.text());
+    let report = busy.json();
+    assert_eq!(report["busy"], true, "{report}");
+    assert!(
+        report["steps"].as_array().is_some_and(Vec::is_empty),
+        "nothing was changed: {report}"
+    );
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(error.contains(&format!("pid {}", cli.id())), "{error}");
+    let out = cli.wait_with_output().expect("CLI");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(set_calls(), 2, "the CLI's two sets, none of the API's");
+    drop(agent);
+
+    // The daemon's start-time apply (time-slices back to the default) holds the lock; the CLI
+    // waits for it, saying whose, then makes the node match its own configuration.
+    let daemon_settings = "timeslice = \"default\"\n";
+    let agent = Agent::with_scenario(&scenario(""))
+        .config(&api(daemon_settings))
+        .start();
+    wait_for(
+        "the daemon's first time-slice set",
+        Duration::from_secs(20),
+        || (set_calls() > 2).then_some(()),
+    );
+    let out = Command::new(bin())
+        .args(["sharing", "apply", "--config"])
+        .arg(node.path("config.toml"))
+        .arg("--nvml-lib")
+        .arg(sim_lib())
+        .env("NVML_SIM_SCENARIO", node.path("scenario.toml"))
+        .output()
+        .expect("run the CLI apply");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "waiting for the apply of pid {} to release the node lock",
+            agent.child.id()
+        )),
+        "{err}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        (node.timeslice(GPU0), node.timeslice(GPU1)),
+        ("Long".into(), "Long".into()),
+        "the CLI's apply came after the daemon's"
+    );
+}
+
 fn post(agent: &Agent, path: &str, token: Option<&str>) -> common::Response {
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     agent.request(&format!(

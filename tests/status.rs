@@ -391,7 +391,7 @@ fn status_in_80x24_keeps_counts_memory_and_says_what_it_left_out() {
     );
     let last = lines.iter().rev().find(|l| !l.is_empty()).expect("a line");
     assert!(
-        last.starts_with("  … ") && last.contains(" more ("),
+        last.starts_with("  … ") && last.contains(" more: gpu-steward status --url "),
         "{pane}"
     );
     // No colour but the health cells': the hostile name painted nothing.
@@ -486,5 +486,101 @@ fn the_screen_in_docs_status_md_is_what_status_shows() {
         doc[start..end],
         screen,
         "docs/status.md is out of date: run GPU_STEWARD_BLESS_DOCS=1 cargo test --test status"
+    );
+}
+
+/// In 80×24, an event from before the agent's restart says so first (the end of a long line
+/// is cut), and a cut section's hint repeats the `--url` the screen was asked with.
+#[test]
+fn status_in_80x24_marks_old_events_first_and_its_hint_keeps_the_url() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).expect("mkdir");
+    let node = "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\n\
+                [[gpu.event]]\nid = 1\nxid = 48\n";
+    let state_env = state.display().to_string();
+    let mut first = Agent::with_scenario(node)
+        .env("STATE_DIRECTORY", &state_env)
+        .start();
+    wait_for("the XID in the journal", Duration::from_secs(20), || {
+        first
+            .get("/api/v1/events")
+            .text()
+            .contains("xid_48")
+            .then_some(())
+    });
+    first.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(first.wait_exit(Duration::from_secs(20)).success());
+    let agent = Agent::with_scenario(node)
+        .env("STATE_DIRECTORY", &state_env)
+        .start();
+    let audit = write_audit(dir.path());
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[audit]\nfile = \"{}\"\n", audit.display()),
+    )
+    .expect("config");
+    let url = format!("http://127.0.0.1:{}", agent.port);
+    let command = format!(
+        "{} status --url {url} --config {}; sleep 60",
+        bin(),
+        config.display()
+    );
+    let tmux = Tmux::start(80, 24, &command);
+    let pane = wait_for("the status screen", Duration::from_secs(20), || {
+        let p = tmux.capture(false);
+        p.contains("LAST CHANGES").then_some(p)
+    });
+    let lines: Vec<&str> = pane.lines().collect();
+    assert!(lines.iter().all(|l| l.chars().count() <= 80), "{pane}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("  (before the agent's restart) ") && l.contains("xid_48")),
+        "{pane}"
+    );
+    let last = lines.iter().rev().find(|l| !l.is_empty()).expect("a line");
+    assert!(
+        last.starts_with("  … ")
+            && last.contains(&format!(" more: gpu-steward status --url {url} ")),
+        "{pane}"
+    );
+}
+
+/// The faults excerpt in docs/status.md (between its markers) is what an 80×24 terminal shows
+/// on tests/scenarios/faults.toml.
+#[test]
+fn the_faults_excerpt_in_docs_status_md_is_what_status_shows() {
+    let agent = Agent::with_scenario(&scenario("faults.toml")).start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let audit = dir.path().join("audit.jsonl");
+    std::fs::write(&audit, "").expect("audit");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[audit]\nfile = \"{}\"\n", audit.display()),
+    )
+    .expect("config");
+    let command = format!(
+        "{} status --url http://127.0.0.1:{} --config {}; sleep 60",
+        bin(),
+        agent.port,
+        config.display()
+    );
+    let tmux = Tmux::start(80, 24, &command);
+    let pane = wait_for("the status screen", Duration::from_secs(20), || {
+        let p = tmux.capture(false);
+        p.contains("LAST CHANGES").then_some(p)
+    });
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/status.md"))
+        .expect("docs/status.md");
+    let begin = "<!-- status faults 80x24: checked by tests/status.rs -->\n```text\n";
+    let start = doc.find(begin).expect("the excerpt's marker") + begin.len();
+    let end = start + doc[start..].find("```").expect("the excerpt's end");
+    let excerpt = &doc[start..end];
+    assert!(
+        pane.contains(excerpt),
+        "docs/status.md's faults excerpt is not on the screen:\n{excerpt}\nscreen:\n{pane}"
     );
 }

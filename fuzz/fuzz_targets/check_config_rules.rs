@@ -1,5 +1,5 @@
 //! Arbitrary rule text through exactly what `gpu-steward check-config` runs: a config file
-//! naming one rule file, read by `gpu_steward::config::load` (the bounded file read, the glob,
+//! naming one rule file, read by `gpu_steward::rules::served::load` (the bounded file read, the glob,
 //! the expression limits, the PromQL parser, the subset check, the series the page serves).
 //! Loading must never panic nor overflow the stack, and every rejection must be
 //! `FILE:LINE:COL: message`. Rules that load are evaluated once on a thread with the stack the
@@ -29,9 +29,9 @@ fn dir() -> &'static PathBuf {
 fuzz_target!(|data: &[u8]| {
     let dir = dir();
     std::fs::write(dir.join("r.yml"), data).expect("r.yml");
-    let config = match gpu_steward::config::load(&dir.join("c.toml"), true, &Default::default())
+    let loaded = match gpu_steward::rules::served::load(&dir.join("c.toml"), true, &Default::default())
     {
-        Ok(config) => config,
+        Ok(loaded) => loaded,
         Err(e) => {
             let message = e.to_string();
             let mut parts = message.splitn(4, ':');
@@ -44,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
     };
-    let rules = config.rules.clone();
+    let rules = loaded.rules.clone();
     std::thread::Builder::new()
         .stack_size(2 << 20)
         .spawn(move || {

@@ -10,7 +10,7 @@ fuzz_target!(|data: &[u8]| {
     };
     match gpu_steward::config::from_text("fuzz.toml", text, &Default::default()) {
         Ok(config) => {
-            let _ = config.describe();
+            let _ = config.describe("");
         }
         Err(e) => {
             let message = e.to_string();

@@ -20,6 +20,9 @@ use crate::resolve::Gpu;
 
 /// `nvmlEventTypeXidCriticalError`.
 pub const XID_CRITICAL_ERROR: u64 = 0x8;
+/// `nvmlEventTypeGpuRecoveryAction`: the driver's recommended recovery action changed; its
+/// `eventData` is the action (`NVML_GPU_RECOVERY_ACTION_*`).
+pub const GPU_RECOVERY_ACTION: u64 = 0x8000;
 
 /// Event ids `(gpu index, id)` delivered to at least one set of this library instance.
 pub type Delivered = BTreeSet<(u32, u64)>;
@@ -31,6 +34,9 @@ pub struct EventSet {
     /// Ids in the scenario when the set registered for XIDs on their GPU.
     known_at_registration: BTreeSet<(u32, u64)>,
     delivered: BTreeSet<(u32, u64)>,
+    /// The recovery action each GPU registered for `GPU_RECOVERY_ACTION` had when the set
+    /// last looked: a change to another action (not none) is an event.
+    recovery_seen: BTreeMap<u32, u32>,
 }
 
 impl EventSet {
@@ -42,7 +48,28 @@ impl EventSet {
             self.known_at_registration
                 .extend(gpu.events.iter().map(|ev| (gpu.index, ev.id)));
         }
+        if before & GPU_RECOVERY_ACTION == 0 && mask & GPU_RECOVERY_ACTION != 0 {
+            self.recovery_seen.insert(gpu.index, gpu.recovery_action);
+        }
         self.registered.insert(gpu.index, before | mask);
+    }
+
+    /// The next recovery-action event `(gpu index, action)` for this set: a GPU registered for
+    /// it whose action changed since the set last looked, to one other than none. The action
+    /// a GPU had when the set registered is not an event (it occurred before).
+    pub fn next_recovery(&mut self, gpus: &[Gpu]) -> Option<(u32, u32)> {
+        for gpu in gpus {
+            let Some(seen) = self.recovery_seen.get_mut(&gpu.index) else {
+                continue;
+            };
+            if *seen != gpu.recovery_action {
+                *seen = gpu.recovery_action;
+                if gpu.recovery_action != 0 {
+                    return Some((gpu.index, gpu.recovery_action));
+                }
+            }
+        }
+        None
     }
 
     /// The next XID event `(gpu index, xid)` for this set, marked as delivered here and in
@@ -112,6 +139,31 @@ xid = 13
             "still pending: delivered"
         );
         assert_eq!(a.next(&g, &mut any), None);
+    }
+
+    #[test]
+    fn a_changed_recovery_action_is_one_event_for_sets_registered_for_it() {
+        let g = gpus(TWO);
+        let (mut a, mut xids_only) = (EventSet::default(), EventSet::default());
+        a.register(&g[1], XID_CRITICAL_ERROR | GPU_RECOVERY_ACTION);
+        xids_only.register(&g[1], XID_CRITICAL_ERROR);
+        assert_eq!(a.next_recovery(&g), None, "none is no event");
+        let imex = gpus(&TWO.replace(
+            "xid = 48\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\n",
+            "xid = 48\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nrecovery_action = \"recover_imex_domain\"\n",
+        ));
+        assert_eq!(imex[1].recovery_action, 5);
+        assert_eq!(a.next_recovery(&imex), Some((1, 5)));
+        assert_eq!(a.next_recovery(&imex), None, "once");
+        assert_eq!(
+            xids_only.next_recovery(&imex),
+            None,
+            "not registered for it"
+        );
+        let mut later = EventSet::default();
+        later.register(&imex[1], GPU_RECOVERY_ACTION);
+        assert_eq!(later.next_recovery(&imex), None, "it occurred before");
+        assert_eq!(a.next_recovery(&g), None, "back to none: no event");
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub enum RecoveryAction {
     NodeReboot,
     DrainP2p,
     DrainAndReset,
+    /// `NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN` (5).
+    RecoverImexDomain,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -90,6 +92,19 @@ pub struct Ecc {
     pub dbe_volatile: u64,
     pub sbe_aggregate: u64,
     pub dbe_aggregate: u64,
+    /// The volatile and aggregate correctable (single-bit) counters grow by this many a second
+    /// from when the scenario says so (in device memory), on top of the counts above.
+    pub correctable_per_s: u64,
+}
+
+/// `pcie = { gen, width, replays_per_s }`: the current link (the maximum stays the model's)
+/// and a replay rate added to `pcie_replay_count`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawPcie {
+    pub gen: Option<Spanned<u32>>,
+    pub width: Option<Spanned<u32>>,
+    pub replays_per_s: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -149,6 +164,7 @@ pub(crate) struct RawGpu {
     pub pcie_tx_kib_s: Option<u32>,
     pub pcie_rx_kib_s: Option<u32>,
     pub pcie_replay_count: Option<u32>,
+    pub pcie: Option<Spanned<RawPcie>>,
     pub fan_percent: Option<Spanned<u32>>,
     pub ecc: Option<Ecc>,
     pub ecc_sram: Option<Spanned<Ecc>>,

@@ -111,7 +111,8 @@ pub struct Gpu {
     pub mig_faults: BTreeMap<String, Vec<u32>>,
     pub power_limit_mw: u32,
     pub lost: bool,
-    /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` value: none 0 … drain_and_reset 4.
+    /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` value: none 0 … drain_and_reset 4,
+    /// recover_imex_domain 5.
     pub recovery_action: u32,
     pub unsupported: BTreeSet<String>,
     pub errors: BTreeMap<String, Ret>,
@@ -130,6 +131,11 @@ pub struct Gpu {
     pub pcie_tx_kib_s: u32,
     pub pcie_rx_kib_s: u32,
     pub pcie_replay_count: u32,
+    /// The current link (`pcie.gen`, `pcie.width`; default the model's maximum).
+    pub pcie_gen: u32,
+    pub pcie_width: u32,
+    /// Replays a second added to `pcie_replay_count` from when the scenario says so.
+    pub pcie_replays_per_s: f64,
     /// `None` on fanless boards (all six models), whatever the scenario says.
     pub fan_percent: Option<u32>,
     /// Totals (location-independent counters).
@@ -387,6 +393,16 @@ fn event(e: &RawEvent) -> Event {
     }
 }
 
+/// One key of `pcie = { ... }`, if given.
+fn pcie_key<T: Copy>(
+    g: &RawGpu,
+    key: impl Fn(&crate::raw::RawPcie) -> Option<&toml::Spanned<T>>,
+) -> Option<T> {
+    g.pcie
+        .as_ref()
+        .and_then(|p| key(p.get_ref()).map(|v| *v.get_ref()))
+}
+
 impl Gpu {
     /// Resolves entry `g` (already validated) as GPU number `index`: one line per field, the
     /// scenario's value or the model's (or a derived) default.
@@ -432,6 +448,9 @@ impl Gpu {
             pcie_tx_kib_s: tx_kib,
             pcie_rx_kib_s: rx_kib,
             pcie_replay_count: g.pcie_replay_count.unwrap_or(0),
+            pcie_gen: pcie_key(g, |p| p.gen.as_ref()).unwrap_or(model.pcie_max_gen),
+            pcie_width: pcie_key(g, |p| p.width.as_ref()).unwrap_or(model.pcie_max_width),
+            pcie_replays_per_s: pcie_key(g, |p| p.replays_per_s.as_ref()).unwrap_or(0.0),
             fan_percent: (model.fans > 0).then(|| given(&g.fan_percent).copied().unwrap_or(30)),
             ecc: g.ecc.unwrap_or_default(),
             ecc_sram: or_default(&g.ecc_sram),

@@ -64,6 +64,25 @@ xid = 79
 "#;
 
 #[test]
+fn the_rate_keys_and_imex_recovery_are_read() {
+    let s = ok("version = 1\n[[gpu]]\nmodel = \"H200-SXM-141GB\"\n\
+                recovery_action = \"recover_imex_domain\"\n\
+                ecc = { correctable_per_s = 17700 }\n\
+                pcie = { gen = 4, width = 8, replays_per_s = 2.5 }\n");
+    let g = &s.gpus[0];
+    assert_eq!(
+        g.recovery_action, 5,
+        "NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN"
+    );
+    assert_eq!(g.ecc.correctable_per_s, 17700);
+    assert_eq!(
+        (g.pcie_gen, g.pcie_width, g.pcie_replays_per_s),
+        (4, 8, 2.5)
+    );
+    assert_eq!((g.model.pcie_max_gen, g.model.pcie_max_width), (5, 16));
+}
+
+#[test]
 fn every_field_is_read() {
     let s = ok(FULL);
     assert_eq!(s.driver_version, "580.95.05");
@@ -98,6 +117,12 @@ fn every_field_is_read() {
     );
     assert_eq!(g.fan_percent, None, "fanless board ignores fan_percent");
     assert_eq!(g.ecc.dbe_aggregate, 4);
+    assert_eq!(g.ecc.correctable_per_s, 0);
+    assert_eq!(
+        (g.pcie_gen, g.pcie_width, g.pcie_replays_per_s),
+        (5, 16, 0.0),
+        "the model's maximum, no replay rate"
+    );
     assert_eq!(g.remapped_rows.uncorrectable, 6);
     assert!(g.remapped_rows.pending);
     assert_eq!(g.throttle_reasons, 0x41);
@@ -156,6 +181,13 @@ fn errors_point_at_the_offending_value() {
         ("version = 1\n[[gpu]]\nmodel = \"T4\"\nremapped_rows = { pending = true }\n", (4, 17), "has no row remapping"),
         ("version = 1\n[[gpu]]\nmodel = \"L4\"\nretired_pages = { sbe = 1 }\n", (4, 17), "not page retirement"),
         ("version = 1\n[[gpu]]\nmodel = \"L4\"\nrecovery_action = \"panic\"\n", (4, 19), "unknown variant `panic`"),
+        ("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\npcie = { gen = 6 }\n", (4, 16), "pcie gen 6 is not one the H100-SXM5-80GB trains to: 1 to 5"),
+        ("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\npcie = { width = 12 }\n", (4, 18), "pcie width 12 is not one"),
+        ("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\npcie = { replays_per_s = -1.0 }\n", (4, 26), "replays_per_s must be a rate of 0 or more"),
+        ("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\npcie = { lanes = 8 }\n", (4, 10), "unknown field `lanes`"),
+        ("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\necc = { correctable_per_s = -5 }\n", (4, 29), ""),
+        ("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\necc_sram = { correctable_per_s = 1 }\n", (4, 12), "give it in 'ecc', not 'ecc_sram'"),
+        ("version = 1\n[[gpu]]\nmodel = \"L4\"\nrecovery_action = \"recover_imex\"\n", (4, 19), "recover_imex_domain"),
         ("version = 1\n[[gpu]]\nmodel = \"L4\"\nthrottle_reasons = [\"too_hot\"]\n", (4, 21), "unknown variant `too_hot`"),
         ("version = 1\n[[gpu]]\nmodel = \"L4\"\npci_bus_id = \"nope\"\n", (4, 14), "is not of the form"),
         ("version = 1\n[[gpu]]\nmodel = \"L4\"\nuuid = \"GPU-1\"\n", (4, 8), "is not of the form GPU-"),

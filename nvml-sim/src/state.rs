@@ -91,6 +91,9 @@ pub struct Sim {
     /// NVLink data KiB transmitted and received per GPU (`NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX`,
     /// `_RX`), integrated from the scenario's rates like energy.
     nvlink_kib: Vec<[Energy; 2]>,
+    /// Correctable ECC errors and PCIe replays per GPU added since the library loaded,
+    /// integrated from the scenario's `ecc.correctable_per_s` and `pcie.replays_per_s`.
+    grown: Vec<[Energy; 2]>,
     event_sets: BTreeMap<usize, EventSetEntry>,
     /// Event ids any set of this library instance received: kept across `nvmlShutdown` and
     /// `nvmlInit` while the library stays loaded, like a driver that stays loaded.
@@ -118,6 +121,7 @@ static SIM: Mutex<Sim> = Mutex::new(Sim {
     ever_count: 0,
     energy: Vec::new(),
     nvlink_kib: Vec::new(),
+    grown: Vec::new(),
     event_sets: BTreeMap::new(),
     delivered: Delivered::new(),
     next_set_id: 1,
@@ -183,6 +187,21 @@ impl Sim {
                     };
                     self.nvlink_kib.push([zero(tx), zero(rx)]);
                 }
+            }
+        }
+        for (i, gpu) in scenario.gpus.iter().enumerate() {
+            let rates = [gpu.ecc.correctable_per_s as f64, gpu.pcie_replays_per_s];
+            match self.grown.get_mut(i) {
+                Some(counters) => {
+                    for (c, rate) in counters.iter_mut().zip(rates) {
+                        *c = c.rerate(now, rate);
+                    }
+                }
+                None => self.grown.push(rates.map(|rate| Energy {
+                    mj_at_since: 0.0,
+                    since: now,
+                    power_mw: rate,
+                })),
             }
         }
         self.ever_count = self.ever_count.max(scenario.gpus.len());
@@ -368,6 +387,23 @@ pub fn nvlink_kib(index: usize, rx: bool) -> NvResult<u64> {
     let sim = lock();
     let c = sim.nvlink_kib.get(index).ok_or(ffi::UNKNOWN)?;
     Ok(c[usize::from(rx)].at(Instant::now()) as u64)
+}
+
+/// What a rate of the scenario added to a counter of GPU `index` since the library loaded.
+#[derive(Debug, Clone, Copy)]
+pub enum Grown {
+    /// Correctable ECC errors (`ecc.correctable_per_s`).
+    CorrectableEcc = 0,
+    /// PCIe replays (`pcie.replays_per_s`).
+    PcieReplays = 1,
+}
+
+/// The count `what` grew by on GPU `index`, now.
+pub fn grown(index: usize, what: Grown) -> u64 {
+    let sim = lock();
+    sim.grown
+        .get(index)
+        .map_or(0, |c| c[what as usize].at(Instant::now()) as u64)
 }
 
 /// `nvmlEventSetCreate`.

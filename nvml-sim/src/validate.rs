@@ -46,6 +46,7 @@ static RULES: &[(&str, Rule)] = &[
     ("*_util_percent, fan_percent", percents),
     ("memory_used_mib", memory_used_mib),
     ("ecc_sram", ecc_sram),
+    ("pcie", pcie),
     ("remapped_rows", |g, m, err| {
         feature(
             g.remapped_rows.as_ref().map(Spanned::span),
@@ -326,6 +327,50 @@ fn memory_used_mib(g: &RawGpu, model: &Model, err: &ErrAt<'_>) -> Result<(), Sce
     Ok(())
 }
 
+/// PCIe link widths a link trains to (PCIe base specification: x1, x2, x4, x8, x16, x32).
+const PCIE_WIDTHS: [u32; 6] = [1, 2, 4, 8, 16, 32];
+
+/// `pcie = { gen, width, replays_per_s }`: a link the board can train to, a rate that is one.
+fn pcie(g: &RawGpu, m: &Model, err: &ErrAt<'_>) -> Result<(), ScenarioError> {
+    let Some(p) = &g.pcie else { return Ok(()) };
+    let p = p.get_ref();
+    if let Some(gen) = &p.gen {
+        if !(1..=m.pcie_max_gen).contains(gen.get_ref()) {
+            return Err(err(
+                gen.span(),
+                format!(
+                    "pcie gen {} is not one the {} trains to: 1 to {}",
+                    gen.get_ref(),
+                    m.key,
+                    m.pcie_max_gen
+                ),
+            ));
+        }
+    }
+    if let Some(width) = &p.width {
+        let w = *width.get_ref();
+        if !PCIE_WIDTHS.contains(&w) || w > m.pcie_max_width {
+            return Err(err(
+                width.span(),
+                format!(
+                    "pcie width {w} is not one the {} trains to: 1, 2, 4, 8 or 16 lanes, at most {}",
+                    m.key, m.pcie_max_width
+                ),
+            ));
+        }
+    }
+    if let Some(rate) = &p.replays_per_s {
+        let r = *rate.get_ref();
+        if !r.is_finite() || r < 0.0 {
+            return Err(err(
+                rate.span(),
+                format!("replays_per_s must be a rate of 0 or more, not {r}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn ecc_sram(g: &RawGpu, _: &Model, err: &ErrAt<'_>) -> Result<(), ScenarioError> {
     if let Some(sram) = &g.ecc_sram {
         let (s, t) = (sram.get_ref(), g.ecc.unwrap_or_default());
@@ -335,6 +380,14 @@ fn ecc_sram(g: &RawGpu, _: &Model, err: &ErrAt<'_>) -> Result<(), ScenarioError>
             (s.sbe_aggregate, t.sbe_aggregate),
             (s.dbe_aggregate, t.dbe_aggregate),
         ];
+        if s.correctable_per_s > 0 {
+            return Err(err(
+                sram.span(),
+                "correctable_per_s grows device memory's counters; give it in 'ecc', not \
+                 'ecc_sram'"
+                    .into(),
+            ));
+        }
         if parts.iter().any(|(part, total)| part > total) {
             return Err(err(
                 sram.span(),

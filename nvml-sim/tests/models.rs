@@ -249,3 +249,67 @@ fn instance_calls_with_mig_enabled_answer_the_live_layout() {
     // The profile table answers whatever the mode.
     assert_eq!(profile(&nvml, &a100, 0).map(|p| p.0), Ok(19));
 }
+
+/// `ecc = { correctable_per_s }` grows the volatile and aggregate correctable counters (in
+/// device memory) at that rate, `pcie = { gen, width, replays_per_s }` sets the current link
+/// (the maximum stays the model's) and grows the replay counter; a rewrite without the rates
+/// stops the growth and keeps what grew.
+#[test]
+fn rates_grow_counters_and_the_link_trains_down() {
+    let sim = Sim::new(
+        "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\n\
+         ecc = { sbe_volatile = 7, correctable_per_s = 1000 }\n\
+         pcie = { gen = 3, width = 8, replays_per_s = 100.0 }\npcie_replay_count = 5\n",
+    );
+    let nvml = sim.init();
+    let d = nvml.device_by_index(0).expect("gpu");
+    assert_eq!(d.current_pcie_link_gen().ok(), Some(3));
+    assert_eq!(d.current_pcie_link_width().ok(), Some(8));
+    assert_eq!(d.max_pcie_link_gen().ok(), Some(5));
+    assert_eq!(d.max_pcie_link_width().ok(), Some(16));
+    let sbe = |c| d.total_ecc_errors(MemoryError::Corrected, c).expect("sbe");
+    let (v0, a0, r0) = (
+        sbe(EccCounter::Volatile),
+        sbe(EccCounter::Aggregate),
+        d.pcie_replay_counter().expect("replays"),
+    );
+    assert!(v0 >= 7 && a0 <= v0 - 7 + 1, "{v0} {a0}");
+    assert!(r0 >= 5);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (v1, r1) = (
+        sbe(EccCounter::Volatile),
+        d.pcie_replay_counter().expect("replays"),
+    );
+    // 1000/s and 100/s over at least 0.5 s; the calls in between take far less than 1 s.
+    assert!((500..1500).contains(&(v1 - v0)), "{v0} -> {v1}");
+    assert!((50..150).contains(&(r1 - r0)), "{r0} -> {r1}");
+    assert_eq!(
+        d.memory_error_counter(
+            MemoryError::Corrected,
+            EccCounter::Volatile,
+            MemoryLocation::Device
+        )
+        .expect("device memory")
+        .saturating_sub(v1),
+        0
+    );
+    assert_eq!(
+        d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+            .ok(),
+        Some(0)
+    );
+    sim.rewrite("version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\necc = { sbe_volatile = 7 }\n");
+    assert!(common::eventually(
+        std::time::Duration::from_secs(5),
+        || d.current_pcie_link_width().ok() == Some(16)
+    ));
+    let (v2, r2) = (
+        sbe(EccCounter::Volatile),
+        d.pcie_replay_counter().expect("replays"),
+    );
+    assert!(v2 >= v1 && r2 >= r1, "kept");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(sbe(EccCounter::Volatile), v2, "no more growth");
+    assert_eq!(d.pcie_replay_counter().ok(), Some(r2));
+    assert_eq!(d.current_pcie_link_gen().ok(), Some(5));
+}

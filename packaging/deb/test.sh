@@ -67,6 +67,13 @@ for path in ./usr/bin/gpu-steward ./usr/lib/gpu-steward/libnvml_sim.so \
   ./usr/share/gpu-steward/alerts/gpu-steward.rules.yml \
   ./usr/share/gpu-steward/alerts/gpu-steward-nvlink.rules.yml \
   ./usr/share/gpu-steward/alerts/gpu-steward-operations.rules.yml \
+  ./usr/share/gpu-steward/recording/gpu-steward-accounting.rules.yml \
+  ./usr/share/gpu-steward/scenarios/dgx-h100.toml \
+  ./usr/share/gpu-steward/scenarios/faults.toml \
+  ./usr/share/gpu-steward/systemd/mig.conf \
+  ./usr/share/gpu-steward/systemd/compute-mode.conf \
+  ./usr/share/gpu-steward/systemd/reclaim-signal.conf \
+  ./usr/share/gpu-steward/systemd/run-as-root.conf \
   ./usr/share/gpu-steward/dashboards/gpu-steward-operations.json \
   ./usr/share/gpu-steward/dashboards/gpu-steward-node.json \
   ./usr/share/gpu-steward/dashboards/gpu-steward-nvlink.json; do
@@ -101,6 +108,15 @@ getent passwd gpu-steward >/dev/null || fail "postinst did not create the gpu-st
 out=$(systemd-analyze verify /lib/systemd/system/gpu-steward.service 2>&1) || fail "systemd-analyze verify: $out"
 [ -z "$out" ] || fail "systemd-analyze verify is not clean: $out"
 systemd-analyze security --offline=true /lib/systemd/system/gpu-steward.service 2>/dev/null | tail -1
+say "each shipped drop-in, installed as docs/install.md says, keeps the unit clean"
+mkdir -p /etc/systemd/system/gpu-steward.service.d
+for d in /usr/share/gpu-steward/systemd/*.conf; do
+  cp "$d" /etc/systemd/system/gpu-steward.service.d/
+  out=$(systemd-analyze verify /lib/systemd/system/gpu-steward.service 2>&1) || fail "systemd-analyze verify with $d: $out"
+  [ -z "$out" ] || fail "systemd-analyze verify with $d is not clean: $out"
+  rm "/etc/systemd/system/gpu-steward.service.d/$(basename "$d")"
+done
+rmdir /etc/systemd/system/gpu-steward.service.d
 
 say "installed gpu-steward check-config /etc/gpu-steward/config.toml"
 /usr/bin/gpu-steward check-config /etc/gpu-steward/config.toml
@@ -153,6 +169,7 @@ for f in $contents; do
   case "$f" in */gpu-steward*|*/gpu-steward.service) [ -e "$f" ] && left="$left $f" ;; esac
 done
 for f in /etc/gpu-steward /usr/lib/gpu-steward /usr/share/gpu-steward /usr/share/doc/gpu-steward \
+  /var/lib/gpu-steward \
   /etc/systemd/system/multi-user.target.wants/gpu-steward.service \
   /var/lib/systemd/deb-systemd-helper-enabled/gpu-steward.service.dsh-also \
   /var/lib/systemd/deb-systemd-helper-masked/gpu-steward.service; do

@@ -85,6 +85,12 @@ check overlays/non-root validate --non-root
 check overlays/device-plugin validate
 check overlays/device-plugin-cdi validate
 check overlays/node-problem-detector validate
+check overlays/nvsentinel validate
+
+say "examples/own-image: the pushed image set with kubectl alone (a kustomization images: entry)"
+check examples/own-image validate
+grep -q 'image: registry.example/gpu-steward:0.1.0$' "$TMP/examples_own-image.yaml" \
+  || { echo "kubernetes: examples/own-image does not set the image"; exit 1; }
 
 # Every combination of the components that docs/install.md says combine: the device plugin's CDI
 # option needs the device plugin, and the device plugin needs root (it writes the kubelet's

@@ -3,7 +3,8 @@
 
 use std::collections::HashSet;
 
-use super::{ProcTable, ProcessesConfig};
+use super::ProcTable;
+use crate::config::ProcessesConfig;
 use crate::snapshot::GpuReading;
 
 /// Applies `config` to `reading.processes` in place; returns how many processes the cap left

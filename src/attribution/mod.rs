@@ -20,42 +20,6 @@ use std::sync::Arc;
 pub use attach::attach;
 pub use cgroup::Attribution;
 
-/// `[processes]`, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcessesConfig {
-    /// Per-process series and procfs reads; `false` keeps only the per-GPU process count.
-    pub enabled: bool,
-    /// The procfs root: `/proc`, or `/host/proc` in a container.
-    pub procfs: PathBuf,
-    /// Most processes exported per GPU (largest memory first); the rest are counted.
-    pub max_per_gpu: u32,
-}
-
-impl Default for ProcessesConfig {
-    fn default() -> Self {
-        ProcessesConfig {
-            enabled: true,
-            procfs: PathBuf::from("/proc"),
-            max_per_gpu: 64,
-        }
-    }
-}
-
-impl ProcessesConfig {
-    /// One line for `check-config`.
-    pub fn describe(&self) -> String {
-        if self.enabled {
-            format!(
-                "processes: per-process series on, at most {} per GPU, names and owners from {}\n",
-                self.max_per_gpu,
-                self.procfs.display()
-            )
-        } else {
-            "processes: per-process series off (process count per GPU only)\n".to_string()
-        }
-    }
-}
-
 /// The cache of process facts, keyed by pid and validated by start time.
 #[derive(Debug)]
 pub struct ProcTable {

@@ -19,8 +19,7 @@ use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
+use super::event::Entry;
 use crate::bounded::{self, Limits};
 
 /// The most bytes of the audit log read back: its last 64 MiB (some 200,000 records).
@@ -47,20 +46,15 @@ pub struct ReadBack {
 }
 
 /// Hands every record of `component` and `event` in the audit log at `path` to `each`, oldest
-/// first, parsed as `T` (a struct of the fields the caller needs). A missing file is an empty
-/// log.
+/// first, read as the ledger's [`Entry`] (the caller matches the [`super::Event`] it wants). A missing
+/// file is an empty log.
 ///
 /// Every line starts with ts, component and event (see `encode`): the other lines are told
 /// apart without parsing them. Reads the file once, line by line.
 ///
 /// Never fails a start: damaged and overlong lines are skipped, an unreadable file (or the
 /// rest of it) is logged, and the caller gets what could be read.
-pub fn read_back<T: serde::de::DeserializeOwned>(
-    path: &Path,
-    component: &str,
-    event: &str,
-    each: impl FnMut(T),
-) -> ReadBack {
+pub fn read_back(path: &Path, component: &str, event: &str, each: impl FnMut(Entry)) -> ReadBack {
     let found = read_back_inner(path, component, event, each);
     match &found {
         Ok(r) => {
@@ -81,11 +75,11 @@ pub fn read_back<T: serde::de::DeserializeOwned>(
     found.unwrap_or_default()
 }
 
-fn read_back_inner<T: serde::de::DeserializeOwned>(
+fn read_back_inner(
     path: &Path,
     component: &str,
     event: &str,
-    mut each: impl FnMut(T),
+    mut each: impl FnMut(Entry),
 ) -> io::Result<ReadBack> {
     // Opened bounded (no symlink, regular files only); its size limit is not the one here: a
     // large log is read from its end, not refused.
@@ -102,8 +96,8 @@ fn read_back_inner<T: serde::de::DeserializeOwned>(
     }
     let marker = format!(
         ",\"component\":{},\"event\":{}",
-        Value::String(component.into()),
-        Value::String(event.into())
+        quoted(component),
+        quoted(event)
     );
     let marker = marker.as_bytes();
     let mut reader = BufReader::with_capacity(64 << 10, Read::take(file, MAX_READ_BACK));
@@ -117,7 +111,7 @@ fn read_back_inner<T: serde::de::DeserializeOwned>(
         if !line.windows(marker.len()).any(|w| w == marker) {
             return;
         }
-        match serde_json::from_slice::<T>(line) {
+        match serde_json::from_slice::<Entry>(line) {
             Ok(record) => {
                 found.records += 1;
                 each(record);
@@ -128,6 +122,11 @@ fn read_back_inner<T: serde::de::DeserializeOwned>(
     .map_err(|e| io::Error::new(e.kind(), format!("audit log '{}': {e}", path.display())))?;
     found.too_long = stats.too_long;
     Ok(found)
+}
+
+/// `s` as a JSON string, as the writer spells it.
+fn quoted(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
 }
 
 /// What [`for_each_line`] saw.
@@ -241,23 +240,20 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
     }
 
-    #[derive(serde::Deserialize)]
-    struct Any {}
-
     #[test]
     fn a_symlink_a_fifo_or_a_device_gives_an_empty_read_back_at_once() {
         let dir = tempfile::tempdir().expect("tempdir");
         let link = dir.path().join("audit.jsonl");
         std::os::unix::fs::symlink("/dev/zero", &link).expect("symlink");
-        let e = read_back_inner(&link, "reclaim", "reclaim", |_: Any| {}).expect_err("symlink");
+        let e = read_back_inner(&link, "reclaim", "reclaim", |_| {}).expect_err("symlink");
         assert!(e.to_string().contains("symlink"), "{e}");
         std::fs::remove_file(&link).expect("rm");
         nix::unistd::mkfifo(&link, nix::sys::stat::Mode::from_bits_truncate(0o600))
             .expect("mkfifo");
-        let e = read_back_inner(&link, "reclaim", "reclaim", |_: Any| {}).expect_err("fifo");
+        let e = read_back_inner(&link, "reclaim", "reclaim", |_| {}).expect_err("fifo");
         assert!(e.to_string().contains("FIFO"), "{e}");
         assert_eq!(
-            read_back(&link, "reclaim", "reclaim", |_: Any| {}),
+            read_back(&link, "reclaim", "reclaim", |_| {}),
             ReadBack::default()
         );
     }
@@ -268,8 +264,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("audit.jsonl");
         let mut f = std::fs::File::create(&path).expect("create");
-        let rec =
-            |i: u64| format!("{{\"ts\":\"t\",\"component\":\"c\",\"event\":\"e\",\"i\":{i}}}\n");
+        let rec = |i: u64| {
+            format!(
+                "{{\"ts\":\"t\",\"component\":\"slurm\",\"event\":\"drain\",\"node\":\"n{i}\",\
+                 \"reason\":null,\"reason_before\":\"\",\"state_before\":\"IDLE\",\"trigger\":\"t\"}}\n"
+            )
+        };
         // Old records beyond the limit, then one known record at the end.
         let filler = "y".repeat(1 << 20);
         for _ in 0..(MAX_READ_BACK >> 20) + 1 {
@@ -277,13 +277,13 @@ mod tests {
         }
         f.write_all(rec(7).as_bytes()).expect("write");
         drop(f);
-        #[derive(serde::Deserialize)]
-        struct R {
-            i: u64,
-        }
         let mut got = Vec::new();
-        let r = read_back(&path, "c", "e", |r: R| got.push(r.i));
-        assert_eq!(got, [7]);
+        let r = read_back(&path, "slurm", "drain", |e| {
+            if let crate::audit::Event::Slurm(crate::audit::event::Slurm::Drain(d)) = e.event {
+                got.push(d.node)
+            }
+        });
+        assert_eq!(got, ["n7"]);
         assert!(r.skipped_bytes > 0, "{r:?}");
     }
 }

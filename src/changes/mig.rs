@@ -11,9 +11,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{Acting, Change};
+use crate::config::mig_layout::Layout;
 use crate::mig::apply::{self, ApplyError, Outcome, PendingReset, Request};
 use crate::mig::intent::{with_intent, LOCK_WAIT};
-use crate::mig::layout::Layout;
 use crate::mig::plan::Plan;
 
 /// Says for whom an apply waits (the node lock's holder's pid, when known).
@@ -75,7 +75,7 @@ impl Change for MigApply {
         let layout = match self.layout {
             Some(l) => l,
             None => {
-                let layouts = setup.mig.all_layouts().map_err(MigFailed::UnknownLayout)?;
+                let layouts = setup.mig.all_layouts();
                 let Some(l) = layouts.get(&self.layout_name) else {
                     let known: Vec<&str> = layouts.keys().map(String::as_str).collect();
                     return Err(MigFailed::UnknownLayout(format!(

@@ -14,7 +14,8 @@
 //!   a MIG apply in whichever process runs it, so the CLI and the daemon never apply at once;
 //!   inside one process, MIG applies wait their turn first (the start's, a reload's, the API's);
 //! - **the poller's wake**: a change that touched the node tells the poller, whose next poll
-//!   starts at once and reads what changed ([`crate::poller::Control::Changed`]).
+//!   starts at once and reads what changed (a [`Waker`] the daemon gives the owner once its
+//!   poller runs; the owner knows no poller).
 //!
 //! Each change writes its record before it acts (a change whose record cannot be written does
 //! not happen), acts, records its outcome, and reports whether it touched the node; the owner
@@ -35,22 +36,17 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use serde_json::Value;
-
-use crate::audit::AuditLog;
 pub use crate::audit::{AuditFailed, AUDIT_FAILED};
-use crate::config::Config;
+use crate::audit::{AuditLog, Event};
+use crate::config::mig::MigConfig;
 use crate::gpu::Session;
-use crate::mig::config::MigConfig;
 
 pub mod mig;
 pub mod notice;
-pub mod sharing;
-pub mod slurm;
 pub mod step;
 
-pub use mig::{MigApply, MigFailed, MigOutcome, MigReport};
-pub use step::{Begun, Done, Record};
+pub use mig::{MigApply, MigFailed, MigOutcome, MigReport, OnWait};
+pub use step::{Begun, Done};
 
 /// A typed request to change the node: the change's own steps, run by [`Owner::handle`] with
 /// the owner's means ([`Acting`]). `act` writes its record before each step it takes.
@@ -70,8 +66,8 @@ pub struct Acting<'a> {
 
 impl Acting<'_> {
     /// Writes one audit record (synced before it returns).
-    pub fn record(&self, component: &str, event: &str, fields: Value) -> Result<(), AuditFailed> {
-        self.owner.record(component, event, fields)
+    pub fn record(&self, event: impl Into<Event>) -> Result<(), AuditFailed> {
+        self.owner.record(event)
     }
 
     /// The audit log, for the building blocks that take one (MIG and sharing applies).
@@ -82,6 +78,19 @@ impl Acting<'_> {
     /// The NVML write session (shared: NVML is thread-safe).
     pub fn nvml(&self) -> Result<NvmlGuard, String> {
         self.owner.nvml()
+    }
+
+    /// The node lock (`mig-apply.lock` in the state directory, its name kept from when only MIG
+    /// took it): one apply of the GPUs' settings (MIG layout or sharing) at a time on the node,
+    /// across processes. Waits up to `wait` for another holder (`on_wait` is told once, with
+    /// its pid when known); the error says who holds it.
+    pub fn node_lock(
+        &self,
+        wait: std::time::Duration,
+        on_wait: impl FnOnce(Option<u32>),
+    ) -> Result<crate::mig::intent::NodeLock, String> {
+        let dir = crate::audit::dir_of(&lock(&self.owner.setup).audit_file);
+        crate::mig::intent::lock(&dir, wait, on_wait)
     }
 
     /// The process's MIG turn, held for a whole MIG apply: applies in one process wait for each
@@ -96,7 +105,8 @@ impl Acting<'_> {
     }
 }
 
-/// The owner's settings, taken from the configuration (again on reload).
+/// The owner's settings: the daemon (at start and on reload) and the CLI build them from their
+/// configuration (`[nvml] library`, `[audit] file`, `[mig]`); the owner never reads a `Config`.
 #[derive(Debug, Clone)]
 pub struct Setup {
     pub nvml_lib: String,
@@ -104,15 +114,9 @@ pub struct Setup {
     pub mig: MigConfig,
 }
 
-impl Setup {
-    pub fn of(cfg: &Config) -> Setup {
-        Setup {
-            nvml_lib: cfg.nvml_lib.clone(),
-            audit_file: cfg.audit_file.clone(),
-            mig: cfg.mig.clone(),
-        }
-    }
-}
+/// Tells the poller that the node changed: its next poll starts at once and reads it all.
+/// Returns `false` once nobody listens any more (the poller has stopped).
+pub type Waker = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// The NVML write session, lent to a change.
 pub struct NvmlGuard {
@@ -136,8 +140,8 @@ pub struct Owner {
     mig_turn: Mutex<()>,
     /// Whether a change is running (the stop waits for MIG applies, within its budget).
     running: Mutex<u32>,
-    /// The poller's control, once it runs.
-    waker: Mutex<Option<std::sync::mpsc::Sender<crate::poller::Control>>>,
+    /// The poller's wake, once it runs.
+    waker: Mutex<Option<Waker>>,
 }
 
 impl std::fmt::Debug for Owner {
@@ -149,10 +153,6 @@ impl std::fmt::Debug for Owner {
 }
 
 impl Owner {
-    pub fn new(cfg: &Config) -> Arc<Owner> {
-        Owner::with(Setup::of(cfg))
-    }
-
     pub fn with(setup: Setup) -> Arc<Owner> {
         Arc::new(Owner {
             setup: Mutex::new(setup),
@@ -164,13 +164,8 @@ impl Owner {
         })
     }
 
-    /// Takes a reloaded configuration: the next change uses it (the audit log is reopened when
-    /// its path changed; the NVML session when the library did).
-    pub fn reconfigure(&self, cfg: &Config) {
-        self.set(Setup::of(cfg));
-    }
-
-    /// Takes new settings (see [`Owner::reconfigure`]).
+    /// Takes new settings (a reload's): the next change uses them (the audit log is reopened
+    /// when its path changed; the NVML session when the library did).
     pub fn set(&self, new: Setup) {
         // The audit slot before the settings, as `audit_log` takes them: one order, no deadlock.
         let mut slot = lock(&self.audit);
@@ -188,11 +183,11 @@ impl Owner {
         }
     }
 
-    /// Where to say that the node changed: the poller's control (set once it runs). Changes
+    /// Where to say that the node changed: the poller's wake (set once it runs). Changes
     /// other processes make are watched for from now on too ([`notice`]).
-    pub fn set_waker(&self, control: std::sync::mpsc::Sender<crate::poller::Control>) {
-        notice::watch(&lock(&self.setup).audit_file, control.clone());
-        *lock(&self.waker) = Some(control);
+    pub fn set_waker(&self, wake: Waker) {
+        notice::watch(&lock(&self.setup).audit_file, wake.clone());
+        *lock(&self.waker) = Some(wake);
     }
 
     pub fn setup(&self) -> Setup {
@@ -229,7 +224,7 @@ impl Owner {
     fn wake(&self) {
         match lock(&self.waker).as_ref() {
             Some(w) => {
-                let _ = w.send(crate::poller::Control::Changed);
+                w();
             }
             None => notice::write(&lock(&self.setup).audit_file),
         }
@@ -254,9 +249,9 @@ impl Owner {
 
     /// Writes one record that is not itself a change (a decision, an API request's receipt),
     /// through the process's one audit writer; synced before it returns.
-    pub fn record(&self, component: &str, event: &str, fields: Value) -> Result<(), AuditFailed> {
+    pub fn record(&self, event: impl Into<Event>) -> Result<(), AuditFailed> {
         let log = self.audit_log()?;
-        log.record(component, event, fields)
+        log.record(&event.into())
             .map_err(|e| AuditFailed(e.to_string()))
     }
 

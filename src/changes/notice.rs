@@ -14,11 +14,10 @@
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::Sender;
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
-use crate::poller::Control;
+use super::Waker;
 
 /// The notice's name in the directory of the audit log.
 pub const FILE_NAME: &str = "node-changed";
@@ -47,10 +46,10 @@ pub fn write(audit_file: &Path) {
     }
 }
 
-/// Watches the directory of `audit_file` for notices and tells `poller` of each, on a thread
-/// of its own, for the daemon's life. A directory that cannot be watched is logged once: the
+/// Watches the directory of `audit_file` for notices and wakes the poller (`wake`) at each, on a
+/// thread of its own, for the poller's life. A directory that cannot be watched is logged once: the
 /// other processes' changes then show at the slow tier.
-pub fn watch(audit_file: &Path, poller: Sender<Control>) {
+pub fn watch(audit_file: &Path, wake: Waker) {
     let dir = crate::audit::dir_of(audit_file);
     let watched = Inotify::init(InitFlags::IN_CLOEXEC).and_then(|i| {
         i.add_watch(
@@ -77,7 +76,7 @@ pub fn watch(audit_file: &Path, poller: Sender<Control>) {
                 .any(|e| e.name.as_deref() == Some(std::ffi::OsStr::new(FILE_NAME)));
             if noticed {
                 tracing::info!("the node was changed by another process: reading it again");
-                if poller.send(Control::Changed).is_err() {
+                if !wake() {
                     return;
                 }
             }

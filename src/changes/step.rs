@@ -13,32 +13,15 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use super::{Acting, AuditFailed, Owner};
-
-/// One audit record: the event's name and its fields (a JSON object).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Record {
-    pub event: String,
-    pub fields: Value,
-}
-
-impl Record {
-    pub fn new(event: impl Into<String>, fields: Value) -> Record {
-        Record {
-            event: event.into(),
-            fields,
-        }
-    }
-}
+use crate::audit::Event;
 
 /// What an act returns: its typed result, the record of its outcome, and whether it touched
 /// the node (signals sent, a setting written, a hook run).
 #[derive(Debug)]
 pub struct Done<T> {
     pub value: T,
-    pub after: Option<Record>,
+    pub after: Option<Event>,
     pub touched: bool,
 }
 
@@ -59,12 +42,10 @@ impl std::fmt::Debug for Begun {
 
 impl Owner {
     /// Writes the decision's record; the right to act on it, or why not (nothing may be done).
-    pub fn begin(
-        self: &Arc<Self>,
-        component: &'static str,
-        record: Record,
-    ) -> Result<Begun, AuditFailed> {
-        self.record(component, &record.event, record.fields)?;
+    pub fn begin(self: &Arc<Self>, decision: impl Into<Event>) -> Result<Begun, AuditFailed> {
+        let decision = decision.into();
+        let component = decision.component();
+        self.record(decision)?;
         Ok(Begun {
             owner: self.clone(),
             component,
@@ -80,8 +61,8 @@ impl Begun {
         let owner = &self.owner;
         let done = f(&Acting { owner });
         if let Some(r) = done.after {
-            if let Err(e) = owner.record(self.component, &r.event, r.fields) {
-                tracing::error!(error = %e, component = self.component, event = %r.event, "cannot record the outcome of a change");
+            if let Err(e) = owner.record(r) {
+                tracing::error!(error = %e, component = self.component, "cannot record the outcome of a change");
             }
         }
         if done.touched {

@@ -15,8 +15,9 @@ use crate::config::{self, Config, Overrides};
 
 /// Runs the command; the exit status.
 pub fn run(file: &Path) -> u8 {
-    match config::load(file, true, &Overrides::default()).and_then(crate::rules::served::checked) {
-        Ok(c) => {
+    match crate::rules::served::load(file, true, &Overrides::default()) {
+        Ok(loaded) => {
+            let c = &loaded.config;
             let web = c.web_config_file.as_ref().map(|f| config::web::load(f));
             if let Some(Err(e)) = web {
                 eprintln!("{e}");
@@ -30,8 +31,8 @@ pub fn run(file: &Path) -> u8 {
                 }
                 _ => {}
             }
-            print!("{}", c.describe());
-            for w in warnings(&c) {
+            print!("{}", loaded.describe());
+            for w in warnings(c) {
                 eprintln!("{}: warning: {w}", file.display());
             }
             0
@@ -49,6 +50,13 @@ pub fn warnings(c: &Config) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(w) = audit_warning(&c.audit_file) {
         out.push(w);
+    }
+    // The agent reads the token file as it starts the API, and keeps the API off when the file
+    // is unfit (readable by others, another owner, empty): `valid` alone would hide that.
+    if c.api_enabled {
+        if let Err(e) = crate::config::token::load_token(&c.api_token_file) {
+            out.push(e);
+        }
     }
     for p in c.rule_patterns() {
         let wildcard = p.contains(['*', '?', '[']);

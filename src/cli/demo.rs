@@ -13,15 +13,17 @@ pub struct Prepared {
     pub run: RunArgs,
     /// The bundled scenario's file, removed when this drops: keep it for the whole run.
     pub scenario: Option<demo::Guard>,
+    /// The throwaway state directory (`run.demo_state`), removed when this drops.
+    pub state: demo::StateDir,
 }
 
 /// The daemon's arguments, or the exit status after saying why there are none: 2 for no
 /// simulator, a missing scenario file or one the simulator refuses, 1 when the bundled
-/// scenario cannot be written.
+/// scenario or the throwaway state directory cannot be written.
 pub fn prepare(mut args: DemoArgs) -> Result<Prepared, u8> {
     // Flag > environment > the named config file's `[server] listen` > 127.0.0.1:9400. The
-    // config file read without being named (/etc/gpu-steward/config.toml, the installed agent's)
-    // does not move the demo off loopback.
+    // config file of the installed agent (/etc/gpu-steward/config.toml) is not read unless
+    // named: it would point the demo at the node's audit log, Slurm and hooks.
     let demo_listen = config::parse_listen(DEMO_LISTEN).ok();
     if args.run.config.is_some() {
         args.run.default_listen = demo_listen;
@@ -37,6 +39,18 @@ pub fn prepare(mut args: DemoArgs) -> Result<Prepared, u8> {
             }
         }
     }
+    // What the agent keeps in $STATE_DIRECTORY (the journal, accounting) and the audit log go
+    // to a throwaway directory: a demo on an installed node must not write the node's.
+    let state = match demo::StateDir::new() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("gpu-steward: {e}");
+            return Err(1);
+        }
+    };
+    // Set before any thread starts.
+    std::env::set_var("STATE_DIRECTORY", state.path());
+    args.run.demo_state = Some(state.path().to_path_buf());
     let mut guard = None;
     let scenario = match args.scenario {
         Some(path) if !path.is_file() => {
@@ -74,6 +88,7 @@ pub fn prepare(mut args: DemoArgs) -> Result<Prepared, u8> {
     Ok(Prepared {
         run: args.run,
         scenario: guard,
+        state,
     })
 }
 
@@ -98,4 +113,22 @@ fn scenario_loads(lib: &str, scenario: &std::path::Path) -> Result<(), String> {
         scenario.display(),
         e.reason
     ))
+}
+
+/// The line the demo prints at start: where it writes, so that nobody has to guess whether it
+/// touched the node's state.
+pub fn where_it_writes(state: &std::path::Path, config: &config::Config) -> String {
+    let audit = if config.audit_file == demo::audit_file_in(state) {
+        "its audit log there too".to_string()
+    } else {
+        format!(
+            "its audit log '{}' (from the config's [audit] file)",
+            config.audit_file.display()
+        )
+    };
+    format!(
+        "gpu-steward demo: state (health journal, accounting) in the throwaway directory '{}', \
+         removed when the demo stops; {audit}",
+        state.display()
+    )
 }

@@ -8,12 +8,12 @@ use std::path::PathBuf;
 
 use super::{MigArgs, MigCommand};
 use crate::changes::{MigApply, MigFailed};
+use crate::config::mig::read_mig_parted;
+use crate::config::mig_layout::Layouts;
 use crate::config::{self, Config, Overrides};
 use crate::gpu::Session;
 use crate::mig::apply::{self, ApplyError, Outcome};
-use crate::mig::config::read_mig_parted;
 use crate::mig::intent::LOCK_WAIT;
-use crate::mig::layout::Layouts;
 use crate::mig::plan::plan;
 use crate::mig::show;
 
@@ -52,8 +52,20 @@ fn load_config(args: &MigArgs) -> Result<Config, Failure> {
 /// The layouts: `--mig-config` alone when given, else the config's.
 fn layouts(args: &MigArgs, cfg: &Config) -> Result<Layouts, Failure> {
     match &args.mig_config {
-        Some(f) => read_mig_parted(f).map_err(|e| (2, e)),
-        None => cfg.mig.all_layouts().map_err(|e| (2, e)),
+        Some(f) => read_mig_parted(f).map_err(|e| (2, e.to_string())),
+        None => Ok(cfg.mig.all_layouts()),
+    }
+}
+
+/// Where the layouts were looked for, for an error that names it.
+fn where_layouts(args: &MigArgs, cfg: &Config) -> String {
+    match (&args.mig_config, &cfg.file) {
+        (Some(f), _) => format!("--mig-config '{}'", f.display()),
+        (None, Some(f)) => format!("the config '{}'", f.display()),
+        (None, None) => format!(
+            "the built-in defaults (no config file: '{}' does not exist; give one with --config)",
+            config::DEFAULT_CONFIG
+        ),
     }
 }
 
@@ -62,6 +74,23 @@ fn run_inner(args: &MigArgs) -> Result<(), Failure> {
     if let Some(scenario) = &args.scenario {
         let sim = crate::demo::simulate(scenario, args.nvml_lib.as_deref()).map_err(|e| (2, e))?;
         cfg.nvml_lib = sim.nvml_lib;
+        // An apply's audit log (and the MIG lock and intent beside it) of the simulated node,
+        // unless the named config sets one: never the node's own.
+        let applies = matches!(args.command, MigCommand::Apply { dry_run: false, .. });
+        let audit = match applies {
+            true => {
+                crate::demo::simulated_audit_file(scenario, args.config.is_some(), &cfg.audit_file)
+                    .map_err(|e| (2, e))?
+            }
+            false => None,
+        };
+        if let Some(audit) = audit {
+            eprintln!(
+                "gpu-steward mig: simulated node: audit log '{}'",
+                audit.display()
+            );
+            cfg.audit_file = audit;
+        }
     }
     let layouts = match &args.command {
         MigCommand::Show { .. } => Layouts::new(),
@@ -73,9 +102,12 @@ fn run_inner(args: &MigArgs) -> Result<(), Failure> {
             (
                 2,
                 format!(
-                    "layout '{name}' is not defined; known layouts: {}",
+                    "layout '{name}' is not defined in {}; known layouts: {}",
+                    where_layouts(args, &cfg),
                     if known.is_empty() {
-                        "none".into()
+                        "none (define [mig.layouts.NAME] or [mig] mig_config in the config, or \
+                         pass --mig-config FILE, a mig-parted YAML file)"
+                            .into()
                     } else {
                         known.join(", ")
                     }
@@ -115,7 +147,7 @@ fn run_inner(args: &MigArgs) -> Result<(), Failure> {
         });
         // The owner of changes, as in the daemon: its NVML session, the audit log and the
         // node lock.
-        let owner = crate::changes::Owner::new(&cfg);
+        let owner = super::owner_of(&cfg);
         let r = owner.handle(MigApply {
             layout_name: name.clone(),
             layout: Some(layout),
@@ -231,7 +263,17 @@ fn report(name: &str, r: Result<Outcome, MigFailed>) -> Result<(), Failure> {
             warnings,
         }) => {
             out(&show::plan_text(name, &plan));
-            out(&format!("applied '{name}': {steps} step(s)\n"));
+            // The steps were made, but the layout is not reached until the pending mode
+            // changes take effect: the exit status says so (1), and this line says why.
+            let why = match (pending.len(), warnings.len()) {
+                (0, 0) => String::new(),
+                (0, _) => "; with the warnings below (exit status 1)".into(),
+                (n, _) => format!(
+                    "; the layout is not reached until {n} pending MIG mode change(s) take effect \
+                     (below; exit status 1)"
+                ),
+            };
+            out(&format!("applied '{name}': {steps} step(s){why}\n"));
             if !pending.is_empty() {
                 return Err((1, show::pending_text(&pending)));
             }

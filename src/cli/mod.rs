@@ -10,6 +10,7 @@ pub mod agent_client;
 pub mod check_config;
 pub mod check_health;
 pub mod demo;
+pub mod habits;
 pub mod job;
 pub mod mig;
 pub mod sharing;
@@ -188,6 +189,11 @@ pub struct RunArgs {
     /// The `nvidia-smi` for `[sharing]` (`demo` sets the stand-in); not a flag.
     #[arg(skip)]
     pub nvidia_smi: Option<PathBuf>,
+    /// `demo`'s throwaway state directory: the health journal, accounting, and the audit log
+    /// unless the named config sets `[audit] file`; the installed agent's config is not read
+    /// unless named. Not a flag.
+    #[arg(skip)]
+    pub demo_state: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -224,11 +230,15 @@ pub enum MigCommand {
     },
     /// Print the steps that would reach a layout; change nothing.
     Plan {
+        /// The layout: a name under [mig.layouts] of the config, in its [mig] mig_config file,
+        /// or in --mig-config FILE.
         #[arg(long, value_name = "NAME")]
         layout: String,
     },
     /// Reach a layout with the fewest changes; restore the found layout if a step fails.
     Apply {
+        /// The layout: a name under [mig.layouts] of the config, in its [mig] mig_config file,
+        /// or in --mig-config FILE.
         #[arg(long, value_name = "NAME")]
         layout: String,
         /// Print the plan; change nothing.
@@ -296,14 +306,28 @@ impl RunArgs {
             web_config_file: self.web_config_file.clone(),
             default_listen: self.default_listen,
             nvidia_smi: self.nvidia_smi.clone(),
+            default_audit_file: self.demo_state.as_deref().map(crate::demo::audit_file_in),
         }
     }
 
     /// The config path and whether it must exist (it must when given explicitly).
     pub fn config_path(&self) -> (PathBuf, bool) {
-        match &self.config {
-            Some(p) => (p.clone(), true),
-            None => (PathBuf::from(config::DEFAULT_CONFIG), false),
+        match (&self.config, &self.demo_state) {
+            (Some(p), _) => (p.clone(), true),
+            // The demo reads no config it was not given: the installed agent's would point it
+            // at the node's audit log, Slurm and hooks. A file that never exists there.
+            (None, Some(state)) => (state.join("no-config.toml"), false),
+            (None, None) => (PathBuf::from(config::DEFAULT_CONFIG), false),
         }
     }
+}
+
+/// The owner of changes of a CLI command, as in the daemon: its NVML session, the audit log and
+/// the node lock, from the command's configuration.
+fn owner_of(c: &crate::config::Config) -> std::sync::Arc<crate::changes::Owner> {
+    crate::changes::Owner::with(crate::changes::Setup {
+        nvml_lib: c.nvml_lib.clone(),
+        audit_file: c.audit_file.clone(),
+        mig: c.mig.clone(),
+    })
 }

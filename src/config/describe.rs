@@ -5,8 +5,10 @@
 use super::{token, web, Config, LogFormat};
 
 impl Config {
-    /// A human summary of what this configuration makes the agent do (for `check-config`).
-    pub fn describe(&self) -> String {
+    /// A human summary of what this configuration makes the agent do (for `check-config`), with
+    /// `rules`, the summary of the alert rules loaded from `[rules] files` (they are loaded
+    /// beside the configuration, not in it: `rules::served::Loaded::describe`).
+    pub fn describe(&self, rules: &str) -> String {
         let on = |b: bool| if b { "on" } else { "off" };
         let source = self
             .file
@@ -63,7 +65,6 @@ impl Config {
             health = self.health.describe(),
             processes = self.processes.describe(),
             kubernetes = self.kubernetes.describe(),
-            rules = self.rules_summary(),
             remediation = self.remediation.describe(),
             mig = self.mig.describe(),
             reclaim = self.reclaim.describe(),
@@ -103,25 +104,6 @@ impl Config {
                 Ok(w) => format!("{} from {}", w.describe(), f.display()),
                 Err(e) => format!("unusable: {e}"),
             },
-        }
-    }
-
-    /// The alert rules loaded, one line per group.
-    fn rules_summary(&self) -> String {
-        if self.rule_files.is_empty() {
-            "alert rules: none ([rules] files)\n".to_string()
-        } else {
-            format!(
-                "alert rules: {} rule(s) from {} file(s) matching {}\n{}",
-                self.rules.rule_count(),
-                self.rules.files().count(),
-                self.rule_files
-                    .iter()
-                    .map(|p| format!("'{p}'"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                self.rules.listing()
-            )
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::health::{Action, HealthConfig, Status, XidOverride};
+use super::health::{Action, HealthConfig, Status, XidOverride};
 
 /// Shortest poll interval accepted: NVML's own sampling periods are 1/6 s to 1 s, and faster
 /// polling only burns CPU.
@@ -28,16 +28,16 @@ pub struct FileConfig {
     pub api: ApiSection,
     pub audit: AuditSection,
     pub health: HealthSection,
-    pub processes: super::sections::ProcessesSection,
+    pub processes: super::sections::ProcessesConfig,
     pub kubernetes: super::sections::KubernetesSection,
-    pub rules: crate::remediation::config::RulesSection,
-    pub remediation: crate::remediation::config::RemediationSection,
-    pub mig: crate::mig::config::MigSection,
-    pub reclaim: crate::reclaim::config::ReclaimSection,
-    pub accounting: crate::reclaim::config::AccountingSection,
-    pub sharing: crate::sharing::config::SharingSection,
-    pub slurm: crate::slurm::SlurmSection,
-    pub nvsentinel: crate::nvsentinel::NvsentinelSection,
+    pub rules: super::remediation::RulesSection,
+    pub remediation: super::remediation::RemediationSection,
+    pub mig: super::mig::MigSection,
+    pub reclaim: super::reclaim::ReclaimSection,
+    pub accounting: super::reclaim::AccountingSection,
+    pub sharing: crate::config::sharing::section::SharingSection,
+    pub slurm: super::slurm::SlurmConfig,
+    pub nvsentinel: super::nvsentinel::NvsentinelConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -227,6 +227,9 @@ fn socket_mode<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 }
 
 /// `[audit]`: where decisions that change the node are recorded.
+/// The default place of the audit log (`[audit] file`).
+pub const DEFAULT_AUDIT_FILE: &str = "/var/lib/gpu-steward/audit.jsonl";
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuditSection {
@@ -236,7 +239,7 @@ pub struct AuditSection {
 impl Default for AuditSection {
     fn default() -> Self {
         AuditSection {
-            file: PathBuf::from(crate::audit::DEFAULT_FILE),
+            file: PathBuf::from(DEFAULT_AUDIT_FILE),
         }
     }
 }
@@ -264,6 +267,12 @@ pub struct HealthSection {
     pub nvlink_errors_per_minute: Option<f64>,
     #[serde(deserialize_with = "positive_duration")]
     pub nvlink_error_window: Option<Duration>,
+    #[serde(deserialize_with = "sbe_rate")]
+    pub ecc_correctable_per_minute: Option<f64>,
+    #[serde(deserialize_with = "positive_duration")]
+    pub ecc_correctable_window: Option<Duration>,
+    #[serde(deserialize_with = "positive_duration")]
+    pub pcie_busy_for: Option<Duration>,
 }
 
 /// `[health.pcie_replay_per_minute]`: expected replays per minute per lane, by generation.
@@ -314,6 +323,13 @@ impl HealthSection {
                 .nvlink_errors_per_minute
                 .unwrap_or(d.nvlink_errors_per_minute),
             nvlink_error_window: self.nvlink_error_window.unwrap_or(d.nvlink_error_window),
+            ecc_correctable_per_minute: self
+                .ecc_correctable_per_minute
+                .unwrap_or(d.ecc_correctable_per_minute),
+            ecc_correctable_window: self
+                .ecc_correctable_window
+                .unwrap_or(d.ecc_correctable_window),
+            pcie_busy_for: self.pcie_busy_for.unwrap_or(d.pcie_busy_for),
         }
     }
 }
@@ -337,8 +353,15 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
 
 /// Parses a listen address like `0.0.0.0:9400` or `[::]:9400`.
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    // `:PORT`, dcgm-exporter's and Go's habit: every IPv4 address, as the default listen.
+    if let Some(port) = s.strip_prefix(':').and_then(|p| p.parse::<u16>().ok()) {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
     s.parse().map_err(|_| {
-        format!("invalid listen address '{s}'; write IP:PORT, e.g. '0.0.0.0:9400' or '[::]:9400'")
+        format!(
+            "invalid listen address '{s}'; write IP:PORT, e.g. '0.0.0.0:9400' or '[::]:9400', or \
+             ':9400' for every IPv4 address"
+        )
     })
 }
 
@@ -508,6 +531,19 @@ fn error_rate<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> 
         Err(de::Error::custom(format!(
             "invalid error rate {v}; give NVLink replay and recovery errors per minute as a \
              number of 0 or more, e.g. 1.0"
+        )))
+    }
+}
+
+/// `ecc_correctable_per_minute`: a rate of 0 or more (0 = any correctable error warns).
+fn sbe_rate<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = f64::deserialize(d)?;
+    if v.is_finite() && v >= 0.0 {
+        Ok(Some(v))
+    } else {
+        Err(de::Error::custom(format!(
+            "invalid ECC error rate {v}; give correctable ECC errors per minute as a number of 0 \
+             or more, e.g. 10.0 (DCGM's limit)"
         )))
     }
 }

@@ -10,10 +10,19 @@
 mod describe;
 pub mod dropins;
 mod file;
+pub mod health;
+pub mod hooks;
 pub(crate) mod labels;
+pub mod mig;
+pub mod mig_layout;
+pub mod nvsentinel;
 #[cfg(test)]
 mod profiling_tests;
+pub mod reclaim;
+pub mod remediation;
 mod sections;
+pub mod sharing;
+pub mod slurm;
 pub mod token;
 pub mod web;
 
@@ -21,17 +30,17 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use file::{parse_interval, parse_listen, parse_log_level, DcgmNames, LogFormat, Profile};
+pub use file::{
+    parse_interval, parse_listen, parse_log_level, DcgmNames, LogFormat, Profile,
+    DEFAULT_AUDIT_FILE,
+};
 
 use file::FileConfig;
 
-use crate::attribution::ProcessesConfig;
-use crate::health::HealthConfig;
-use crate::kubernetes::KubernetesConfig;
-use crate::remediation::config::RemediationConfig;
-use crate::rules::set::RuleSet;
-use crate::sharing::settings::SharingConfig;
-use std::sync::Arc;
+use health::HealthConfig;
+use remediation::RemediationConfig;
+pub use sections::{KubernetesConfig, ProcessesConfig};
+use sharing::SharingConfig;
 
 pub const DEFAULT_CONFIG: &str = "/etc/gpu-steward/config.toml";
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9400";
@@ -68,6 +77,9 @@ pub struct Overrides {
     /// The `nvidia-smi` that `[sharing]` runs, over the file's (`demo`: the simulated node's
     /// stand-in).
     pub nvidia_smi: Option<PathBuf>,
+    /// The audit log when the config file sets no `[audit] file` (`demo`'s throwaway one);
+    /// `None`: [`DEFAULT_AUDIT_FILE`].
+    pub default_audit_file: Option<PathBuf>,
 }
 
 /// The agent's whole configuration, validated.
@@ -116,23 +128,23 @@ pub struct Config {
     pub processes: ProcessesConfig,
     /// `[kubernetes]`: pod labels from the kubelet's pod-resources API.
     pub kubernetes: KubernetesConfig,
-    /// `[rules] files`: the patterns, and the alerting rules loaded from them.
+    /// `[rules] files`: the patterns (the rules are loaded from them beside the configuration:
+    /// `rules::served::load`).
     pub rule_files: Vec<String>,
-    pub rules: Arc<RuleSet>,
     /// `[remediation]`: hooks, routes and their safety rails.
     pub remediation: RemediationConfig,
     /// `[mig]`: layouts, the layout to converge to, hooks and the reset command.
-    pub mig: crate::mig::config::MigConfig,
+    pub mig: mig::MigConfig,
     /// `[reclaim]`: idle GPUs and what to do about them (off by default, dry run by default).
-    pub reclaim: crate::reclaim::config::ReclaimConfig,
+    pub reclaim: reclaim::ReclaimConfig,
     /// `[accounting]`: per-owner GPU seconds and energy.
-    pub accounting: crate::reclaim::config::AccountingConfig,
+    pub accounting: reclaim::AccountingConfig,
     /// `[sharing]`: compute mode, time-slice, shared resources and the device plugin.
     pub sharing: SharingConfig,
     /// `[slurm]`: drain this node when a GPU fails (docs/slurm.md).
-    pub slurm: crate::slurm::SlurmConfig,
+    pub slurm: slurm::SlurmConfig,
     /// `[nvsentinel]`: health events to NVSentinel's platform connector.
-    pub nvsentinel: crate::nvsentinel::NvsentinelConfig,
+    pub nvsentinel: nvsentinel::NvsentinelConfig,
 }
 
 /// A configuration that cannot be used.
@@ -164,8 +176,7 @@ pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config
     finish(file, parsed, overrides)
 }
 
-/// Merges the overrides over the parsed file, then checks what needs both and reads the rule
-/// files.
+/// Merges the overrides over the parsed file, then checks what needs both.
 fn finish(
     file: Option<PathBuf>,
     parsed: Parsed,
@@ -173,9 +184,8 @@ fn finish(
 ) -> Result<Config, ConfigError> {
     let profiling_at = parsed.profiling_at;
     let name = file.as_ref().map(|f| f.display().to_string());
-    let mut config = merge(file, parsed, overrides);
+    let config = merge(file, parsed, overrides);
     check_profiling(&config, name, profiling_at, overrides)?;
-    load_rules(&mut config)?;
     Ok(config)
 }
 
@@ -212,35 +222,20 @@ fn check_profiling(
     })
 }
 
-/// Loads the rule files the configuration names; relative patterns are relative to the
-/// config file's directory (as Prometheus does). Errors point into the rule file.
-fn load_rules(config: &mut Config) -> Result<(), ConfigError> {
-    if config.rule_files.is_empty() {
-        return Ok(());
-    }
-    let patterns = config.rule_patterns();
-    let set = RuleSet::load(&patterns).map_err(|e| ConfigError::Invalid {
-        file: e.file,
-        line: e.line,
-        column: e.column,
-        message: e.message,
-    })?;
-    config.rules = Arc::new(set);
-    Ok(())
-}
-
 /// A configuration from `text` (as the file `name`) with `overrides` applied: what `load`
 /// does once it has read the file. Public so that fuzzing can reach it without a file.
 pub fn from_text(name: &str, text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
     finish(Some(PathBuf::from(name)), parse(name, text)?, overrides)
 }
 
-/// The file's sections, and those that needed more than the TOML parser (`[sharing]` may
-/// read k8s-device-plugin's YAML file).
+/// The file's sections, and those that needed more than the TOML parser: the files they name,
+/// read once here (`[sharing]` may name k8s-device-plugin's YAML, `[mig]` mig-parted's).
 #[derive(Debug, Default)]
 struct Parsed {
     file: FileConfig,
     sharing: SharingConfig,
+    /// `[mig]` with the layouts of its mig-parted file.
+    mig: mig::MigConfig,
     /// Line and column of `[poller] profiling_interval`, checked once the command line is known.
     profiling_at: Option<(usize, usize)>,
 }
@@ -280,21 +275,27 @@ fn parse(name: &str, text: &str) -> Result<Parsed, ConfigError> {
         let at = text.find("[[remediation.").unwrap_or(0);
         return Err(invalid(at, message));
     }
-    f.mig.check().map_err(|(at, m)| invalid(at, m))?;
+    // mig-parted's file, read once here (bounded), never at apply time.
+    let parted = match &f.mig.mig_config {
+        Some(path) => mig::read_mig_parted(path)?,
+        None => mig_layout::Layouts::new(),
+    };
+    f.mig.check(&parted).map_err(|(at, m)| invalid(at, m))?;
     if let Some((span, message)) = f.reclaim.check() {
         return Err(invalid(span.start, message));
     }
     let mut f = f;
+    let mig = std::mem::take(&mut f.mig).into_config(parted);
     let section = std::mem::take(&mut f.sharing);
     let yaml = match &section.device_plugin_config {
-        Some(path) => crate::sharing::yaml::read(Path::new(path.get_ref())).map_err(|e| {
-            ConfigError::Invalid {
+        Some(path) => {
+            sharing::yaml::read(Path::new(path.get_ref())).map_err(|e| ConfigError::Invalid {
                 file: e.file,
                 line: e.line,
                 column: e.column,
                 message: e.message,
-            }
-        })?,
+            })?
+        }
         None => None,
     };
     let sharing = section
@@ -308,6 +309,7 @@ fn parse(name: &str, text: &str) -> Result<Parsed, ConfigError> {
     Ok(Parsed {
         file: f,
         sharing,
+        mig,
         profiling_at,
     })
 }
@@ -354,6 +356,7 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
     let Parsed {
         file: f,
         mut sharing,
+        mig,
         profiling_at: _,
     } = parsed;
     if let Some(n) = &o.nvidia_smi {
@@ -409,19 +412,21 @@ fn merge(file: Option<PathBuf>, parsed: Parsed, o: &Overrides) -> Config {
         api_socket: f.api.socket,
         api_socket_mode: f.api.socket_mode,
         api_tcp: f.api.tcp,
-        audit_file: f.audit.file,
+        audit_file: match &o.default_audit_file {
+            Some(d) if f.audit.file == Path::new(DEFAULT_AUDIT_FILE) => d.clone(),
+            _ => f.audit.file,
+        },
         health: f.health.into_config(),
-        processes: f.processes.into_config(),
+        processes: f.processes,
         kubernetes: f.kubernetes.into_config(),
         rule_files: f.rules.files,
-        rules: Arc::new(RuleSet::default()),
         remediation: f.remediation.into_config(),
-        mig: f.mig.into_config(),
+        mig,
         reclaim: f.reclaim.into_config(),
         accounting: f.accounting.into_config(),
         sharing,
-        slurm: f.slurm.into_config(),
-        nvsentinel: f.nvsentinel.into_config(),
+        slurm: f.slurm,
+        nvsentinel: f.nvsentinel,
     }
 }
 
@@ -675,19 +680,19 @@ mod tests {
         assert_eq!(c.health.pcie_replay_per_minute[4], 1.92);
         assert_eq!(
             c.health.xid_overrides.get(&13),
-            Some(&crate::health::XidOverride::Classify {
-                severity: crate::health::Status::Fail,
-                action: crate::health::Action::ResetGpu
+            Some(&health::XidOverride::Classify {
+                severity: health::Status::Fail,
+                action: health::Action::ResetGpu
             })
         );
         assert_eq!(
             c.health.xid_overrides.get(&48),
-            Some(&crate::health::XidOverride::Ignore)
+            Some(&health::XidOverride::Ignore)
         );
         assert!(
-            c.describe().contains("13=fail/reset_gpu, 48=ignore"),
+            c.describe("").contains("13=fail/reset_gpu, 48=ignore"),
             "{}",
-            c.describe()
+            c.describe("")
         );
     }
 
@@ -704,14 +709,15 @@ mod tests {
         assert_eq!(c.health.nvlink_error_window, Duration::from_secs(30));
         assert!(c.metrics_nvlink_links);
         assert!(
-            c.describe().contains("per-link NVLink on"),
+            c.describe("").contains("per-link NVLink on"),
             "{}",
-            c.describe()
+            c.describe("")
         );
         assert!(
-            c.describe().contains("NVLink errors above 0/min over 30s"),
+            c.describe("")
+                .contains("NVLink errors above 0/min over 30s"),
             "{}",
-            c.describe()
+            c.describe("")
         );
         let e = err("[health]\nnvlink_errors_per_minute = -1.0\n");
         assert!(e.starts_with("c.toml:2:28: invalid error rate -1"), "{e}");
@@ -767,7 +773,7 @@ mod tests {
         assert!(c.kubernetes.enabled);
         assert_eq!(c.kubernetes.refresh, Duration::from_secs(30));
         assert_eq!(c.kubernetes.labels.pod, "k8s_pod");
-        let d = c.describe();
+        let d = c.describe("");
         assert!(d.contains("/host/proc") && d.contains("k8s_pod"), "{d}");
         let e = err("[processes]\nprocfs = \"proc\"\n");
         assert!(
@@ -816,7 +822,7 @@ on_resolved = false
         assert_eq!(r.routes[0].cooldown, Duration::from_secs(3600));
         assert!(!r.routes[0].on_resolved);
         assert!(c
-            .describe()
+            .describe("")
             .contains("route [alertname=\"GpuFatalXid\", severity=\"critical\"] -> cordon"));
         // Off by default.
         let d = from_text("c.toml", "", &Overrides::default()).expect("valid");

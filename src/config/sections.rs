@@ -7,39 +7,7 @@ use std::time::Duration;
 use serde::de;
 use serde::{Deserialize, Deserializer};
 
-use crate::attribution::ProcessesConfig;
-use crate::kubernetes::{KubernetesConfig, LabelNames};
-
-/// `[processes]`: every key optional.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ProcessesSection {
-    pub enabled: bool,
-    #[serde(deserialize_with = "absolute_path")]
-    pub procfs: PathBuf,
-    pub max_per_gpu: u32,
-}
-
-impl Default for ProcessesSection {
-    fn default() -> Self {
-        let d = ProcessesConfig::default();
-        ProcessesSection {
-            enabled: d.enabled,
-            procfs: d.procfs,
-            max_per_gpu: d.max_per_gpu,
-        }
-    }
-}
-
-impl ProcessesSection {
-    pub fn into_config(self) -> ProcessesConfig {
-        ProcessesConfig {
-            enabled: self.enabled,
-            procfs: self.procfs,
-            max_per_gpu: self.max_per_gpu,
-        }
-    }
-}
+use crate::snapshot::LabelNames;
 
 /// `[kubernetes]`: every key optional.
 #[derive(Debug, Deserialize)]
@@ -109,5 +77,85 @@ fn refresh<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Err(e) => Err(de::Error::custom(format!(
             "invalid duration '{s}': {e}; write it like '10s' or '1m'"
         ))),
+    }
+}
+
+/// `[processes]`, as written (every key optional) and as used.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProcessesConfig {
+    /// Per-process series and procfs reads; `false` keeps only the per-GPU process count.
+    pub enabled: bool,
+    /// The procfs root: `/proc`, or `/host/proc` in a container.
+    #[serde(deserialize_with = "absolute_path")]
+    pub procfs: PathBuf,
+    /// Most processes exported per GPU (largest memory first); the rest are counted.
+    pub max_per_gpu: u32,
+}
+
+impl Default for ProcessesConfig {
+    fn default() -> Self {
+        ProcessesConfig {
+            enabled: true,
+            procfs: PathBuf::from("/proc"),
+            max_per_gpu: 64,
+        }
+    }
+}
+
+impl ProcessesConfig {
+    /// One line for `check-config`.
+    pub fn describe(&self) -> String {
+        if self.enabled {
+            format!(
+                "processes: per-process series on, at most {} per GPU, names and owners from {}\n",
+                self.max_per_gpu,
+                self.procfs.display()
+            )
+        } else {
+            "processes: per-process series off (process count per GPU only)\n".to_string()
+        }
+    }
+}
+
+/// `[kubernetes]`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubernetesConfig {
+    pub enabled: bool,
+    pub pod_resources_socket: PathBuf,
+    pub refresh: Duration,
+    pub labels: LabelNames,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        KubernetesConfig {
+            enabled: false,
+            pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
+            refresh: Duration::from_secs(10),
+            labels: LabelNames {
+                pod: "pod".into(),
+                namespace: "namespace".into(),
+                container: "container".into(),
+            },
+        }
+    }
+}
+
+impl KubernetesConfig {
+    /// One line for `check-config`.
+    pub fn describe(&self) -> String {
+        if self.enabled {
+            format!(
+                "kubernetes: pod labels from '{}' every {}, labels {}/{}/{}\n",
+                self.pod_resources_socket.display(),
+                humantime::format_duration(self.refresh),
+                self.labels.pod,
+                self.labels.namespace,
+                self.labels.container
+            )
+        } else {
+            "kubernetes: off\n".to_string()
+        }
     }
 }

@@ -287,14 +287,31 @@ fn tls_versions(t: &TlsSection) -> Result<(u8, u8), String> {
     Ok((min, max))
 }
 
+/// The largest certificate, key or CA bundle read: a chain of a few certificates is a few KiB,
+/// a system CA bundle about 200 KiB.
+const MAX_PEM_FILE: u64 = 1 << 20;
+
+/// A PEM file the web config names, read through the bounded reader (a regular file within
+/// [`MAX_PEM_FILE`] and its deadline: a FIFO or a device there is refused, never waited on).
+/// Errors name the file as the web config wrote it (`written`), then why.
+fn pem_file(path: &Path, written: &Path, key: &str) -> Result<Vec<u8>, String> {
+    crate::bounded::read(path, crate::bounded::Limits::provided(MAX_PEM_FILE)).map_err(|e| {
+        format!(
+            "tls_server_config.{key} {}: {}",
+            written.display(),
+            e.problem
+        )
+    })
+}
+
 /// The server's certificate chain and key, from files (relative to the web config) or inline.
 fn certificate_and_key(
     t: &TlsSection,
     resolve: &dyn Fn(&PathBuf) -> PathBuf,
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
     let certs: Vec<CertificateDer<'static>> = match (&t.cert_file, &t.cert) {
-        (Some(f), None) => CertificateDer::pem_file_iter(resolve(f))
-            .and_then(|i| i.collect::<Result<_, _>>())
+        (Some(f), None) => CertificateDer::pem_slice_iter(&pem_file(&resolve(f), f, "cert_file")?)
+            .collect::<Result<_, _>>()
             .map_err(|e| format!("tls_server_config.cert_file {}: {e}", f.display()))?,
         (None, Some(pem)) => CertificateDer::pem_slice_iter(pem.as_bytes())
             .collect::<Result<_, _>>()
@@ -311,7 +328,7 @@ fn certificate_and_key(
         return Err("tls_server_config: the certificate file holds no certificate".into());
     }
     let key = match (&t.key_file, &t.key) {
-        (Some(f), None) => PrivateKeyDer::from_pem_file(resolve(f))
+        (Some(f), None) => PrivateKeyDer::from_pem_slice(&pem_file(&resolve(f), f, "key_file")?)
             .map_err(|e| format!("tls_server_config.key_file {}: {e}", f.display()))?,
         (None, Some(pem)) => PrivateKeyDer::from_pem_slice(pem.as_bytes())
             .map_err(|e| format!("tls_server_config.key: {e}"))?,
@@ -341,8 +358,8 @@ fn client_verifier(
             ));
         };
         let mut roots = rustls::RootCertStore::empty();
-        let certs = CertificateDer::pem_file_iter(resolve(f))
-            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        let certs = CertificateDer::pem_slice_iter(&pem_file(&resolve(f), f, "client_ca_file")?)
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("tls_server_config.client_ca_file {}: {e}", f.display()))?;
         for c in certs {
             roots
@@ -420,5 +437,31 @@ mod tests {
         let c = parse(Path::new("w.yml"), "\n").expect("empty is valid");
         assert!(c.tls.is_none() && c.users.is_empty() && c.headers.is_empty());
         assert_eq!(c.describe(), "TLS off, basic auth off");
+    }
+
+    /// Issue [25/28]: the TLS files are read through the bounded reader: a FIFO at `cert_file`
+    /// is refused at once, naming the key, not waited on.
+    #[test]
+    fn a_fifo_as_the_certificate_is_refused_not_waited_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("tls.crt");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .expect("mkfifo");
+        let text = format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n",
+            fifo.display(),
+            fifo.display()
+        );
+        let t = std::time::Instant::now();
+        let e = parse(&dir.path().join("web.yml"), &text).expect_err("a FIFO is no certificate");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(
+            e.contains("tls_server_config.cert_file") && e.contains("FIFO"),
+            "{e}"
+        );
     }
 }

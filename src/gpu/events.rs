@@ -209,7 +209,16 @@ fn run(
                     // NVML's "unknown XID" (999): the driver saw an error it has no number
                     // for. Still an XID, counted like any other.
                     Some(XidError::Unknown) => UNKNOWN_XID,
-                    None => continue,
+                    // Not an XID: the only other type registered is the driver's recovery
+                    // action changing (`nvmlEventTypeGpuRecoveryAction`, which nvml-wrapper
+                    // 0.13 does not name). Poll now: the poll reads the action on the fast tier.
+                    None => {
+                        tracing::info!(
+                            "nvml: the driver changed a GPU's recommended recovery action"
+                        );
+                        on_xid();
+                        continue;
+                    }
                 };
                 // SAFETY: reading the raw handle value only, for comparison.
                 let handle = unsafe { data.device.handle() } as usize;
@@ -298,18 +307,43 @@ fn handle_request<'n>(
     (settled, (!failed.is_empty()).then_some(failed))
 }
 
+/// `nvmlEventTypeGpuRecoveryAction` (driver 565 and newer; not in nvml-wrapper 0.13's
+/// `EventTypes`).
+pub const GPU_RECOVERY_ACTION_EVENT: u64 = 0x8000;
+
+/// The event types the agent registers on `device`: critical XIDs, and the driver's recovery
+/// action where the driver offers it (`nvmlDeviceGetSupportedEventTypes`: the real H100 and
+/// H200 of driver 580 answer 0xFF9F). Asked once per device and NVML session, on the watcher's
+/// thread (1.6 µs on the real H100: `nvml-sim/costs/h100-driver-580.json`).
+fn event_mask(device: &Device) -> u64 {
+    let xids = EventTypes::CRITICAL_XID_ERROR.bits();
+    let Ok(sym) = nvml_sym(
+        device
+            .nvml()
+            .lib()
+            .nvmlDeviceGetSupportedEventTypes
+            .as_ref(),
+    ) else {
+        return xids;
+    };
+    let mut supported: u64 = 0;
+    // SAFETY: the device handle is live (borrowed) and `supported` outlives the call, which
+    // writes one `unsigned long long`.
+    let ok = unsafe { nvml_try(sym(device.handle(), &mut supported)) }.is_ok();
+    if ok && supported & GPU_RECOVERY_ACTION_EVENT != 0 {
+        xids | GPU_RECOVERY_ACTION_EVENT
+    } else {
+        xids
+    }
+}
+
 /// nvml-wrapper's `register_events` frees the whole set when one device refuses registration, so
 /// one unsupported GPU would silence the rest; call the raw symbol instead.
 fn register_xids(device: &Device, set: &EventSet) -> Result<(), NvmlError> {
+    let mask = event_mask(device);
     let sym = nvml_sym(device.nvml().lib().nvmlDeviceRegisterEvents.as_ref())?;
     // SAFETY: both handles are live for the duration of the call (`device` and `set` are
     // borrowed), and `nvmlDeviceRegisterEvents(nvmlDevice_t, unsigned long long, nvmlEventSet_t)`
     // takes them by value.
-    unsafe {
-        nvml_try(sym(
-            device.handle(),
-            EventTypes::CRITICAL_XID_ERROR.bits(),
-            set.handle(),
-        ))
-    }
+    unsafe { nvml_try(sym(device.handle(), mask, set.handle())) }
 }

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use super::config::XidOverride;
+use super::XidOverride;
 use super::{Action, Status};
 
 const CSV: &str = include_str!("xid-catalog.csv");

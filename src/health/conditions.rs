@@ -237,6 +237,16 @@ fn recovery_action(gpu: &GpuSnapshot, out: &mut Vec<Finding>) {
             "draining peer-to-peer traffic (then a reset)",
         ),
         Some(4) => (Status::Fail, Action::DrainAndReset, "a drain and reset"),
+        // NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN (go-nvml's nvml.h; NVML 590-595): the
+        // multi-node NVLink (IMEX) domain the GPU belongs to must be recovered. CHOSEN: fail
+        // (jobs across the domain cannot run) and drain_and_reset, the drain its jobs need
+        // before nvidia-imex is restarted on the domain's nodes.
+        Some(5) => (
+            Status::Fail,
+            Action::DrainAndReset,
+            "recovering its IMEX domain: drain the jobs of the multi-node NVLink (IMEX) \
+             domain, restart nvidia-imex on the domain's nodes, reset the GPU if it persists",
+        ),
         Some(other) => {
             out.push(finding(
                 RECOVERY_ACTION,

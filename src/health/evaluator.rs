@@ -54,6 +54,7 @@ struct GpuState {
     /// (time, cumulative replay count) samples covering the replay window.
     replays: VecDeque<(SystemTime, u32)>,
     links: super::nvlink::LinkHistory,
+    degraded: super::degraded::DegradedHistory,
 }
 
 impl Evaluator {
@@ -168,6 +169,7 @@ impl GpuState {
         findings.extend(self.links.findings(gpu, config, now, &xid_findings));
         findings.extend(xid_findings);
         findings.extend(self.pcie_replays(gpu, config, now));
+        findings.extend(self.degraded.findings(gpu, config, now));
         findings.extend(self.failing_calls(gpu, config));
         self.diff(gpu.index, findings, now, events);
         let mut conditions: Vec<Condition> = self.active.values().cloned().collect();

@@ -11,13 +11,15 @@
 //! - [`conditions`]: the checks of one GPU reading (ECC, memory, driver action, thermal, ...);
 //! - [`xid`]: XID occurrences per GPU, the window and escalation;
 //! - [`nvlink`]: NVLink links, error rates and the GPU fabric;
+//! - [`degraded`]: a GPU that answers while it degrades (correctable ECC storm, PCIe link
+//!   below its maximum);
 //! - [`evaluator`]: the state across polls and the condition diff;
 //! - [`journal`]: the bounded event journal behind `/api/v1/events`, and [`journal_file`], its
 //!   copy in the state directory that outlives a restart.
 
 pub mod catalog;
 pub mod conditions;
-pub mod config;
+pub mod degraded;
 pub mod evaluator;
 pub mod event;
 pub mod journal;
@@ -32,9 +34,9 @@ mod tests;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Serialize, Serializer};
 
-pub use config::{HealthConfig, XidOverride};
+pub use crate::config::health::{Action, HealthConfig, Status, XidOverride, ACTIONS};
 
 /// Findings about GPUs that an actor made (reclaim's `idle_held`), by GPU index, for the next
 /// judgement: they are raised, kept and cleared like the evaluator's own.
@@ -42,86 +44,6 @@ pub type ExtraFindings = std::sync::Arc<BTreeMap<u32, Vec<conditions::Finding>>>
 pub use evaluator::Evaluator;
 pub use journal::{EventKind, HealthEvent, Journal};
 pub use readiness::{readiness, Readiness};
-
-/// Health status as the draft RFC "Health Check Response Format for HTTP APIs" spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Pass,
-    Warn,
-    Fail,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Warn => "warn",
-            Status::Fail => "fail",
-        }
-    }
-
-    /// 0 pass, 1 warn, 2 fail (`gpu_steward_gpu_health`).
-    pub fn code(self) -> u8 {
-        self as u8
-    }
-
-    pub fn parse(s: &str) -> Option<Status> {
-        [Status::Pass, Status::Warn, Status::Fail]
-            .into_iter()
-            .find(|v| v.as_str() == s)
-    }
-}
-
-/// What an operator (or a remediation hook) should do about a GPU, from least to most drastic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    None,
-    RestartApp,
-    ResetGpu,
-    RebootNode,
-    DrainAndReset,
-    ContactSupport,
-}
-
-pub const ACTIONS: [Action; 6] = [
-    Action::None,
-    Action::RestartApp,
-    Action::ResetGpu,
-    Action::RebootNode,
-    Action::DrainAndReset,
-    Action::ContactSupport,
-];
-
-impl Action {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::None => "none",
-            Action::RestartApp => "restart_app",
-            Action::ResetGpu => "reset_gpu",
-            Action::RebootNode => "reboot_node",
-            Action::DrainAndReset => "drain_and_reset",
-            Action::ContactSupport => "contact_support",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Action> {
-        ACTIONS.into_iter().find(|a| a.as_str() == s)
-    }
-
-    /// The next step when the same fault keeps coming back: an application restart did not help
-    /// → reset the GPU; resets did not help → reboot; reboots did not help → hardware
-    /// (gpud escalates to HARDWARE_INSPECTION after repeated reboots the same way).
-    pub fn escalate(self) -> Action {
-        match self {
-            Action::None => Action::None,
-            Action::RestartApp => Action::ResetGpu,
-            Action::ResetGpu | Action::DrainAndReset => Action::RebootNode,
-            Action::RebootNode | Action::ContactSupport => Action::ContactSupport,
-        }
-    }
-}
 
 /// One active condition on a GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

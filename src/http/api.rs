@@ -83,17 +83,17 @@ async fn record_and_run(
         (None, Some(TcpPeer(ip))) => ip.to_string(),
         (None, None) => "unknown".into(),
     };
-    let fields = serde_json::json!({
-        "trigger": "api", "peer": peer, "auth": how,
-        "method": request.method().as_str(), "path": request.uri().path(),
-    });
-    let written = tokio::task::spawn_blocking(move || {
-        owner
-            .record("api", "request", fields)
-            .map_err(|e| e.to_string())
-    })
-    .await
-    .unwrap_or_else(|e| Err(e.to_string()));
+    let event = crate::audit::event::Api::Request {
+        auth: how.into(),
+        method: request.method().as_str().into(),
+        path: request.uri().path().into(),
+        peer,
+        trigger: "api".into(),
+    };
+    let written =
+        tokio::task::spawn_blocking(move || owner.record(event).map_err(|e| e.to_string()))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
     match written {
         Ok(()) => next.run(request).await,
         // The shape of the MIG and sharing answers' refusals: the node's disk is at fault.

@@ -83,6 +83,8 @@ pub(super) async fn apply(
     let report = sharing.apply("api", dry_run).await;
     let status = if report.ok {
         StatusCode::OK
+    } else if report.busy {
+        StatusCode::CONFLICT
     } else if report.audit_failed {
         StatusCode::SERVICE_UNAVAILABLE
     } else {

@@ -10,53 +10,12 @@ pub use crate::snapshot::{KubeletStatus, LabelNames, PodMapping, PodRef};
 pub mod proto;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
-/// `[kubernetes]`, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubernetesConfig {
-    pub enabled: bool,
-    pub pod_resources_socket: PathBuf,
-    pub refresh: Duration,
-    pub labels: LabelNames,
-}
-
-impl Default for KubernetesConfig {
-    fn default() -> Self {
-        KubernetesConfig {
-            enabled: false,
-            pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
-            refresh: Duration::from_secs(10),
-            labels: LabelNames {
-                pod: "pod".into(),
-                namespace: "namespace".into(),
-                container: "container".into(),
-            },
-        }
-    }
-}
-
-impl KubernetesConfig {
-    /// One line for `check-config`.
-    pub fn describe(&self) -> String {
-        if self.enabled {
-            format!(
-                "kubernetes: pod labels from '{}' every {}, labels {}/{}/{}\n",
-                self.pod_resources_socket.display(),
-                humantime::format_duration(self.refresh),
-                self.labels.pod,
-                self.labels.namespace,
-                self.labels.container
-            )
-        } else {
-            "kubernetes: off\n".to_string()
-        }
-    }
-}
+use crate::config::KubernetesConfig;
 
 /// The receiving end of the client's channel, comparable so that `PollerConfig` stays `Eq`.
 #[derive(Debug, Clone)]

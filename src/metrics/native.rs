@@ -79,7 +79,7 @@ const GAUGES: &[(&str, Keep, &str, Value)] = &[
     ("gpu_steward_row_remap_failed", Keep::Dup, "1 if a row remapping has failed (nvmlDeviceGetRemappedRows failureOccurred).", |r| r.remapped_rows.map(|x| flag(x.failure))),
     ("gpu_steward_mig_mode_enabled", Keep::Full, "1 if MIG mode is currently enabled (nvmlDeviceGetMigMode current).", |r| r.mig_mode_current.map(flag)),
     ("gpu_steward_mig_mode_pending_enabled", Keep::Full, "1 if MIG mode will be enabled after the next reset (nvmlDeviceGetMigMode pending).", |r| r.mig_mode_pending.map(flag)),
-    ("gpu_steward_recovery_action", Keep::Full, "Driver-recommended recovery action: 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).", |r| r.recovery_action.map(f64::from)),
+    ("gpu_steward_recovery_action", Keep::Full, "Driver-recommended recovery action: 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset, 5 recover the IMEX domain (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).", |r| r.recovery_action.map(f64::from)),
     ("gpu_steward_gpu_processes", Keep::Always, "Compute and graphics processes running on the GPU (nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetGraphicsRunningProcesses_v3).", |r| r.process_count.map(f64::from)),
 ];
 

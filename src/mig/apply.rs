@@ -21,12 +21,12 @@
 
 use std::collections::HashMap;
 
-use serde_json::json;
-
-use super::config::MigConfig;
-use super::layout::Layout;
 use super::plan::{plan, GpuPlan, Infeasible, Plan, Step};
-use crate::audit::AuditLog;
+use crate::audit::event::Mig;
+pub use crate::audit::mig::PendingReset;
+use crate::audit::{AuditLog, Event};
+use crate::config::mig::MigConfig;
+use crate::config::mig_layout::Layout;
 use crate::exec::{self, CommandSpec};
 use crate::gpu::{MigCallError, MigControl};
 use crate::snapshot::mig::MigGpu;
@@ -39,17 +39,6 @@ pub struct Request<'a> {
     pub force: bool,
     /// Who asked, on every audit record of the apply: `cli`, `api`, `start` or `sighup`.
     pub trigger: &'a str,
-}
-
-/// A GPU whose MIG mode change waits for a reset.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct PendingReset {
-    pub index: u32,
-    pub uuid: String,
-    pub enable: bool,
-    /// The driver's activation status (`in_use`, `reset_required`).
-    pub status: String,
-    pub blocking_pids: Vec<u32>,
 }
 
 /// How an apply ended.
@@ -225,13 +214,10 @@ impl Run<'_> {
     /// Writes a record; `Err` (naming the file) when it could not be written. Records after
     /// the run ended (its outcome, rollbacks) are best effort: the failure is counted and
     /// shown in `/health` by the audit log itself.
-    fn audit(&self, event: &str, mut fields: serde_json::Value) -> Result<(), String> {
-        if let Some(f) = fields.as_object_mut() {
-            f.insert("trigger".into(), self.trigger.into());
-        }
+    fn audit(&self, event: impl FnOnce(String) -> Mig) -> Result<(), String> {
         match self.audit {
             Some(a) => a
-                .record("mig", event, fields)
+                .record(&Event::Mig(event(self.trigger.to_string())))
                 .map_err(|e| format!("cannot write the audit record: {e}")),
             None => Ok(()),
         }
@@ -249,13 +235,17 @@ impl Run<'_> {
             exec::Outcome::Exited(c) => Some(c),
             _ => None,
         };
-        let _ = self.audit(
-            "hook",
-            json!({"hook": name, "argv": spec.argv, "result": out.outcome.result_label(),
-                   "outcome": out.outcome.to_string(), "exit_code": exit_code,
-                   "stdout": out.stdout, "stderr": out.stderr,
-                   "duration_ms": out.duration.as_millis() as u64}),
-        );
+        let _ = self.audit(|trigger| Mig::Hook {
+            argv: spec.argv.clone(),
+            duration_ms: out.duration.as_millis() as u64,
+            exit_code,
+            hook: name.to_string(),
+            outcome: out.outcome.to_string(),
+            result: out.outcome.result_label().to_string(),
+            stderr: out.stderr.clone(),
+            stdout: out.stdout.clone(),
+            trigger,
+        });
         Some(if out.outcome.success() {
             Ok(())
         } else {
@@ -340,10 +330,14 @@ impl Run<'_> {
             Ok(()) => "success".to_string(),
             Err(e) => e.to_string(),
         };
-        let recorded = self.audit(
-            "step",
-            json!({"layout": self.layout, "gpu": i, "uuid": g.uuid, "step": step, "result": result}),
-        );
+        let recorded = self.audit(|trigger| Mig::Step {
+            gpu: i,
+            layout: self.layout.to_string(),
+            result,
+            step: step.clone(),
+            trigger,
+            uuid: g.uuid.clone(),
+        });
         res.map_err(|e| format!("GPU {i} ({}): {step}: {e}", g.uuid))?;
         tracing::info!(gpu = i, uuid = %g.uuid, layout = self.layout, trigger = self.trigger, "MIG change made: {step}");
         // The disk filled up during the run: stop here, and put back what was found.
@@ -390,10 +384,13 @@ impl Run<'_> {
                     Ok(()) => "success".to_string(),
                     Err(e) => e.to_string(),
                 };
-                let _ = self.audit(
-                    "rollback",
-                    json!({"gpu": index, "uuid": uuid, "undo": d.to_string(), "result": result}),
-                );
+                let _ = self.audit(|trigger| Mig::Rollback {
+                    gpu: index,
+                    result,
+                    trigger,
+                    undo: d.to_string(),
+                    uuid: uuid.clone(),
+                });
                 if res.is_ok() {
                     tracing::info!(gpu = index, uuid = %uuid, "MIG change undone: {d}");
                 }
@@ -435,7 +432,14 @@ impl Run<'_> {
                     match settle_mode(self.ctl, self.cfg, g, *enable) {
                         Ok(None) => {}
                         Ok(Some(p)) => {
-                            let _ = self.audit("mode.pending", json!(&p));
+                            let _ = self.audit(|trigger| Mig::ModePending {
+                                blocking_pids: p.blocking_pids.clone(),
+                                enable: p.enable,
+                                index: p.index,
+                                status: p.status.clone(),
+                                trigger,
+                                uuid: p.uuid.clone(),
+                            });
                             pending.push(p);
                             // The mode request stays; nothing else can happen on this GPU now.
                             done.clear();
@@ -478,12 +482,13 @@ pub fn apply(
     }
     if let Some(reason) = refused {
         // A refusal is a decision too: recorded (best effort: nothing was changed either way).
-        let mut fields = serde_json::Map::new();
-        fields.insert("layout".into(), req.layout_name.into());
-        fields.insert("reason".into(), reason.clone().into());
-        fields.insert("trigger".into(), req.trigger.into());
+        let refused = Mig::ApplyRefused {
+            layout: req.layout_name.to_string(),
+            reason: reason.clone(),
+            trigger: req.trigger.to_string(),
+        };
         if let Some(a) = audit {
-            if let Err(e) = a.record("mig", "apply.refused", serde_json::Value::Object(fields)) {
+            if let Err(e) = a.record(&Event::Mig(refused)) {
                 tracing::warn!(error = %e, "cannot record the refused MIG apply");
             }
         }
@@ -499,16 +504,19 @@ pub fn apply(
         steps: 0,
     };
     // The decision record comes first: without it, nothing is changed.
-    run.audit(
-        "apply.start",
-        json!({"layout": req.layout_name, "force": req.force, "plan": &plan}),
-    )
+    run.audit(|trigger| Mig::ApplyStart {
+        force: req.force,
+        layout: req.layout_name.to_string(),
+        plan: plan.clone(),
+        trigger,
+    })
     .map_err(ApplyError::Audit)?;
     if let Some(Err(e)) = run.hook("pre-apply", &plan) {
-        let _ = run.audit(
-            "apply.aborted",
-            json!({"layout": req.layout_name, "reason": e}),
-        );
+        let _ = run.audit(|trigger| Mig::ApplyAborted {
+            layout: req.layout_name.to_string(),
+            reason: e.clone(),
+            trigger,
+        });
         let _ = run.hook("on-failure", &plan);
         return Err(ApplyError::Refused(format!("{e}; nothing was changed")));
     }
@@ -530,11 +538,13 @@ pub fn apply(
                 observe(ctl).ok(),
             )
         };
-        let _ = run.audit(
-            "apply.failed",
-            json!({"layout": req.layout_name, "reason": reason, "restored": problems.is_empty(),
-                   "problems": problems}),
-        );
+        let _ = run.audit(|trigger| Mig::ApplyFailed {
+            layout: req.layout_name.to_string(),
+            problems: problems.clone(),
+            reason: reason.clone(),
+            restored: problems.is_empty(),
+            trigger,
+        });
         return Err(ApplyError::Failed {
             reason,
             restored,
@@ -546,10 +556,12 @@ pub fn apply(
     if let Some(Err(e)) = run.hook("post-apply", &plan) {
         warnings.push(e);
     }
-    let _ = run.audit(
-        "apply.done",
-        json!({"layout": req.layout_name, "steps": run.steps, "pending": &pending}),
-    );
+    let _ = run.audit(|trigger| Mig::ApplyDone {
+        layout: req.layout_name.to_string(),
+        pending: pending.clone(),
+        steps: run.steps,
+        trigger,
+    });
     Ok(Outcome::Applied {
         steps: run.steps,
         plan,

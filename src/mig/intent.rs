@@ -1,7 +1,9 @@
 //! The node's MIG apply lock and intent record, both in the agent's state directory beside the
 //! audit log, for the daemon's applies and `gpu-steward mig apply` alike.
 //!
-//! - `mig-apply.lock`: one MIG applier at a time on the node. An `flock` held for the whole of
+//! - `mig-apply.lock`, the node lock: one applier at a time on the node, MIG layouts and sharing
+//!   settings alike (the sharing apply takes it through the owner of changes; the file keeps
+//!   the name it had when only MIG took it, so that an older CLI still excludes a newer daemon). An `flock` held for the whole of
 //!   an apply (observe, plan, act, roll back) by whichever process applies; the holder writes
 //!   its pid into the file so that the next one can say whom it waits for. The kernel drops the
 //!   lock when the holder dies, kill -9 included: no stale lock to clean up.
@@ -81,7 +83,7 @@ pub fn lock(
         .open(&path)
         .map_err(|e| {
             format!(
-                "cannot open the MIG apply lock '{}': {e}; it must be a regular file in the \
+                "cannot open the node lock '{}': {e}; it must be a regular file in the \
                  agent's state directory (remove whatever is there)",
                 path.display()
             )
@@ -89,7 +91,7 @@ pub fn lock(
     let is_file = file.metadata().map(|m| m.is_file()).unwrap_or(false);
     if !is_file {
         return Err(format!(
-            "the MIG apply lock '{}' is not a regular file; remove it",
+            "the node lock '{}' is not a regular file; remove it",
             path.display()
         ));
     }
@@ -108,7 +110,7 @@ pub fn lock(
             Err((f, nix::errno::Errno::EWOULDBLOCK)) => file = f,
             Err((_, e)) => {
                 return Err(format!(
-                    "cannot lock the MIG apply lock '{}': {e}",
+                    "cannot lock the node lock '{}': {e}",
                     path.display()
                 ))
             }
@@ -122,8 +124,8 @@ pub fn lock(
                 format!(" (waited {} s)", started.elapsed().as_secs())
             };
             return Err(format!(
-                "another MIG apply ({who}) holds the node lock '{}'{waited}: one apply at a time; \
-                 nothing was changed, try again when it has finished",
+                "another apply ({who}) holds the node lock '{}'{waited}: one MIG or sharing \
+                 apply at a time; nothing was changed, try again when it has finished",
                 path.display()
             ));
         }

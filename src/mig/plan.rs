@@ -17,53 +17,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::Serialize;
-
-use super::layout::{GpuTarget, Layout};
+pub use crate::audit::mig::{GpuPlan, Plan, Step};
+use crate::config::mig_layout::{GpuTarget, Layout};
 use crate::snapshot::mig::{GiProfile, GpuInstance, MigGpu};
 
 /// Compute slices of every MIG GPU (A100, H100, H200).
 const COMPUTE_SLICES: u32 = 7;
-
-/// One change, in the order it must be made.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum Step {
-    SetMigMode {
-        enable: bool,
-    },
-    DestroyComputeInstance {
-        gpu_instance_id: u32,
-        compute_instance_id: u32,
-        /// What to re-create to undo it.
-        profile_id: u32,
-        start: u32,
-        size: u32,
-    },
-    DestroyGpuInstance {
-        gpu_instance_id: u32,
-        profile: String,
-        profile_id: u32,
-        start: u32,
-        size: u32,
-    },
-    /// A full-size compute instance in a kept GPU instance that has none.
-    CreateComputeInstance {
-        gpu_instance_id: u32,
-        profile_id: u32,
-        start: u32,
-        size: u32,
-    },
-    /// A GPU instance at this placement and its full-size compute instance.
-    CreateInstance {
-        profile: String,
-        profile_id: u32,
-        start: u32,
-        size: u32,
-        ci_profile_id: u32,
-        ci_size: u32,
-    },
-}
 
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -108,26 +67,6 @@ impl fmt::Display for Step {
             ),
         }
     }
-}
-
-/// The plan for one GPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GpuPlan {
-    pub index: u32,
-    pub uuid: String,
-    /// `false`: no entry of the layout selects this GPU; it is left alone.
-    pub selected: bool,
-    /// GPU instance ids kept as they are.
-    pub kept: Vec<u32>,
-    pub steps: Vec<Step>,
-    /// Processes running in instances the plan destroys (or on a GPU whose mode changes).
-    pub blocking_pids: Vec<u32>,
-}
-
-/// The plan for the node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Plan {
-    pub gpus: Vec<GpuPlan>,
 }
 
 impl Plan {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::mig::layout::{DeviceFilter, Devices, LayoutEntry};
+use crate::config::mig_layout::{DeviceFilter, Devices, LayoutEntry};
 use crate::snapshot::mig::{ComputeInstance, GpuProcess, MigMode};
 
 /// The H100 80GB HBM3 table (NVIDIA's MIG User Guide, `nvidia-smi mig -lgipp`): (index, id,

@@ -13,67 +13,33 @@ pub mod proto;
 pub mod task;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
-
-use serde::Deserialize;
+use std::time::SystemTime;
 
 use crate::health::{Action, Condition, NodeHealth, Status};
 use crate::snapshot::Snapshot;
-use proto::{Entity, RecommendedAction, Timestamp};
+use proto::{Entity, ProcessingStrategy, RecommendedAction, Timestamp};
 
-/// The `agent` of every event.
-pub const AGENT: &str = "gpu-steward";
-/// The longest a connect and call together may take; a connector that hangs is given up on.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
-/// Events kept while the connector is down; the oldest go first (counted).
-pub const QUEUE_CAPACITY: usize = 1024;
-/// Events per call at most.
-pub const MAX_BATCH: usize = 256;
+pub use crate::config::nvsentinel::{
+    NvsentinelConfig, AGENT, CALL_TIMEOUT, MAX_BATCH, QUEUE_CAPACITY,
+};
 
-/// `[nvsentinel]` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NvsentinelSection {
-    pub socket: String,
-}
-
-/// `[nvsentinel]` as used: off without a socket.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NvsentinelConfig {
-    pub socket: Option<PathBuf>,
-}
-
-impl NvsentinelSection {
-    pub fn into_config(self) -> NvsentinelConfig {
-        NvsentinelConfig {
-            socket: (!self.socket.is_empty()).then(|| PathBuf::from(self.socket)),
-        }
+/// `[nvsentinel] processing_strategy` as the event's `processingStrategy`: unset stays
+/// `UNSPECIFIED`, which the platform connector normalises to `EXECUTE_REMEDIATION`.
+pub fn strategy(configured: Option<crate::config::nvsentinel::Strategy>) -> ProcessingStrategy {
+    use crate::config::nvsentinel::Strategy;
+    match configured {
+        None => ProcessingStrategy::Unspecified,
+        Some(Strategy::ExecuteRemediation) => ProcessingStrategy::ExecuteRemediation,
+        Some(Strategy::StoreOnly) => ProcessingStrategy::StoreOnly,
     }
 }
 
-impl NvsentinelConfig {
-    /// What `check-config` says.
-    pub fn describe(&self) -> String {
-        match &self.socket {
-            None => "nvsentinel: off\n".to_string(),
-            Some(s) => format!(
-                "nvsentinel: every change of a GPU's verdict or condition as a HealthEvent to \
-                 '{}' (PlatformConnector/HealthEventOccurredV1), at most {} queued while it is \
-                 down, each call at most {}\n",
-                s.display(),
-                QUEUE_CAPACITY,
-                humantime::format_duration(CALL_TIMEOUT)
-            ),
-        }
-    }
-}
-
-/// Our action as NVSentinel's recommended action (docs/health.md has the table).
+/// Our action as NVSentinel's recommended action (docs/health.md has the table). Every value is
+/// one of the main line's enum; an application fault (`restart_app`) is `NONE`: NVSentinel
+/// remediates infrastructure, and its maintainers declined an app-restart action.
 pub fn recommended(action: Action) -> RecommendedAction {
     match action {
-        Action::None => RecommendedAction::None,
-        Action::RestartApp => RecommendedAction::RestartApp,
+        Action::None | Action::RestartApp => RecommendedAction::None,
         Action::ResetGpu | Action::DrainAndReset => RecommendedAction::ComponentReset,
         Action::RebootNode => RecommendedAction::RestartBm,
         Action::ContactSupport => RecommendedAction::ContactSupport,
@@ -112,6 +78,13 @@ impl Seen {
 pub struct Stamp<'a> {
     pub node: &'a str,
     pub at: SystemTime,
+    pub strategy: ProcessingStrategy,
+}
+
+/// Whether NVSentinel is to treat a raised condition as fatal: a fail, unless it is the
+/// application's fault (`restart_app`), which is not the node's.
+fn fatal(c: &Condition) -> bool {
+    c.severity == Status::Fail && c.action != Action::RestartApp
 }
 
 /// The events from `before` to `now`: a condition raised or changed in severity or action, and
@@ -168,7 +141,7 @@ fn event(
         agent: AGENT.into(),
         component_class: "GPU".into(),
         check_name: c.name.clone(),
-        is_fatal: !cleared && c.severity == Status::Fail,
+        is_fatal: !cleared && fatal(c),
         is_healthy: cleared,
         message: if cleared {
             format!("cleared: {}", c.reason)
@@ -187,6 +160,7 @@ fn event(
             nanos: i32::try_from(at.subsec_nanos()).unwrap_or(0),
         }),
         node_name: stamp.node.into(),
+        processing_strategy: stamp.strategy as i32,
         ..Default::default()
     }
 }

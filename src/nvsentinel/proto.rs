@@ -1,7 +1,8 @@
 //! NVSentinel's `datamodels.PlatformConnector` messages (`health_event.proto` beside this
 //! file, vendored from NVIDIA/NVSentinel `data-models/protobufs/health_event.proto` at commit
-//! 264bfab85e3c490468f9239858fa52bb6b977e3f, Apache-2.0, its licence header kept), written by
-//! hand as the kubelet's messages are (`kubernetes/proto.rs`): no `protoc` on build machines.
+//! d87e98588030e23f81a64d3f747bd46dd3efd7a2, NVSentinel's main line, Apache-2.0, its licence
+//! header kept), written by hand as the kubelet's messages are (`kubernetes/proto.rs`): no
+//! `protoc` on build machines.
 //!
 //! Field numbers and types follow the vendored file; [`FIELDS`] lists them and a test reads
 //! the `.proto` to hold the two together. Must not: add fields the proto does not have.
@@ -30,8 +31,19 @@ pub enum RecommendedAction {
     RestartBm = 24,
     ReplaceVm = 25,
     RunDcgmeud = 26,
-    RestartApp = 39,
+    Custom = 27,
+    Remediate = 28,
     Unknown = 99,
+}
+
+/// How NVSentinel's modules treat an event (`[nvsentinel] processing_strategy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum ProcessingStrategy {
+    /// The platform connector normalises it to `EXECUTE_REMEDIATION`.
+    Unspecified = 0,
+    ExecuteRemediation = 1,
+    StoreOnly = 2,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -74,8 +86,14 @@ pub struct HealthEvent {
     pub quarantine_overrides: Option<BehaviourOverrides>,
     #[prost(message, optional, tag = "15")]
     pub drain_overrides: Option<BehaviourOverrides>,
-    #[prost(int32, tag = "16")]
+    #[prost(enumeration = "ProcessingStrategy", tag = "16")]
     pub processing_strategy: i32,
+    /// Left empty: the platform connector assigns it.
+    #[prost(string, tag = "17")]
+    pub id: String,
+    /// Only with `CUSTOM`, which the agent does not send.
+    #[prost(string, tag = "18")]
+    pub custom_recommended_action: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -118,6 +136,33 @@ pub const FIELDS: &[(&str, &str, u32)] = &[
     ("BehaviourOverrides", "quarantineOverrides", 14),
     ("BehaviourOverrides", "drainOverrides", 15),
     ("ProcessingStrategy", "processingStrategy", 16),
+    ("string", "id", 17),
+    ("string", "customRecommendedAction", 18),
+];
+
+/// `enum RecommendedAction` of the vendored proto as (name, number).
+pub const RECOMMENDED_ACTIONS: &[(&str, RecommendedAction)] = &[
+    ("NONE", RecommendedAction::None),
+    ("COMPONENT_RESET", RecommendedAction::ComponentReset),
+    ("CONTACT_SUPPORT", RecommendedAction::ContactSupport),
+    ("RUN_FIELDDIAG", RecommendedAction::RunFielddiag),
+    ("RESTART_VM", RecommendedAction::RestartVm),
+    ("RESTART_BM", RecommendedAction::RestartBm),
+    ("REPLACE_VM", RecommendedAction::ReplaceVm),
+    ("RUN_DCGMEUD", RecommendedAction::RunDcgmeud),
+    ("CUSTOM", RecommendedAction::Custom),
+    ("REMEDIATE", RecommendedAction::Remediate),
+    ("UNKNOWN", RecommendedAction::Unknown),
+];
+
+/// `enum ProcessingStrategy` of the vendored proto as (name, number).
+pub const PROCESSING_STRATEGIES: &[(&str, ProcessingStrategy)] = &[
+    ("UNSPECIFIED", ProcessingStrategy::Unspecified),
+    (
+        "EXECUTE_REMEDIATION",
+        ProcessingStrategy::ExecuteRemediation,
+    ),
+    ("STORE_ONLY", ProcessingStrategy::StoreOnly),
 ];
 
 #[cfg(test)]
@@ -144,6 +189,30 @@ mod tests {
             .collect()
     }
 
+    /// The values of `enum <name>` in the vendored file as (name, number).
+    fn enum_values(name: &str) -> Vec<(String, i32)> {
+        let start = PROTO
+            .find(&format!("enum {name} {{"))
+            .expect("enum in proto");
+        let body = &PROTO[start..];
+        let body = &body[body.find('{').expect("{") + 1..body.find('}').expect("}")];
+        body.lines()
+            .map(str::trim)
+            .filter(|l| l.ends_with(';'))
+            .map(|l| {
+                let (n, v) = l.trim_end_matches(';').split_once(" = ").expect("=");
+                (n.to_string(), v.parse().expect("number"))
+            })
+            .collect()
+    }
+
+    fn names<T: Copy + Into<i32>>(table: &[(&str, T)]) -> Vec<(String, i32)> {
+        table
+            .iter()
+            .map(|(n, v)| (n.to_string(), (*v).into()))
+            .collect()
+    }
+
     #[test]
     fn the_hand_written_event_follows_the_vendored_proto() {
         let want: Vec<(String, String, u32)> = FIELDS
@@ -156,16 +225,14 @@ mod tests {
         assert!(PROTO.contains(
             "rpc HealthEventOccurredV1(HealthEvents) returns (google.protobuf.Empty) {}"
         ));
-        for (name, n) in [
-            ("RESTART_BM", 24),
-            ("COMPONENT_RESET", 2),
-            ("RESTART_APP", 39),
-        ] {
-            assert!(PROTO.contains(&format!("  {name} = {n};")), "{name}");
-        }
-        assert_eq!(RecommendedAction::RestartBm as i32, 24);
-        assert_eq!(RecommendedAction::ComponentReset as i32, 2);
-        assert_eq!(RecommendedAction::RestartApp as i32, 39);
-        assert_eq!(RecommendedAction::ContactSupport as i32, 5);
+        assert_eq!(enum_values("RecommendedAction"), names(RECOMMENDED_ACTIONS));
+        assert_eq!(
+            enum_values("ProcessingStrategy"),
+            names(PROCESSING_STRATEGIES)
+        );
+        assert!(
+            !PROTO.contains("RESTART_APP"),
+            "the closed pull request's 39 is not on the main line"
+        );
     }
 }

@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::proto::ProcessingStrategy;
 use super::proto::{self, Empty, HealthEvents};
 use super::{changes, current, Seen, Stamp, CALL_TIMEOUT, MAX_BATCH, QUEUE_CAPACITY};
 use crate::publication::Published;
@@ -79,13 +80,21 @@ impl NvsentinelMetrics {
 /// Starts the actor for `socket`; `node` is the `nodeName` of every event.
 pub fn spawn(
     socket: PathBuf,
+    strategy: ProcessingStrategy,
     node: String,
     published: watch::Receiver<Arc<Published>>,
     stop: watch::Receiver<bool>,
 ) -> Arc<NvsentinelMetrics> {
     tracing::info!(socket = %socket.display(), node = %node, "nvsentinel: health events to the platform connector");
     let metrics = Arc::new(NvsentinelMetrics::default());
-    tokio::spawn(run(socket, node, published, stop, metrics.clone()));
+    tokio::spawn(run(
+        socket,
+        strategy,
+        node,
+        published,
+        stop,
+        metrics.clone(),
+    ));
     metrics
 }
 
@@ -108,6 +117,7 @@ fn backoff(attempt: u32) -> Duration {
 
 async fn run(
     socket: PathBuf,
+    strategy: ProcessingStrategy,
     node: String,
     mut published: watch::Receiver<Arc<Published>>,
     mut stop: watch::Receiver<bool>,
@@ -127,6 +137,7 @@ async fn run(
                 let stamp = Stamp {
                     node: &node,
                     at: SystemTime::now(),
+                    strategy,
                 };
                 let events = match &last {
                     Some(before) => changes(before, &now, &stamp),
@@ -157,6 +168,7 @@ async fn run(
                             let stamp = Stamp {
                                 node: &node,
                                 at: SystemTime::now(),
+                                strategy,
                             };
                             let dropped = push(&mut queue, current(now, &stamp));
                             metrics.update(|m| m.dropped += dropped);

@@ -27,6 +27,7 @@ fn stamp() -> Stamp<'static> {
     Stamp {
         node: "node-a",
         at: SystemTime::UNIX_EPOCH + Duration::new(1_767_322_245, 5),
+        strategy: proto::ProcessingStrategy::Unspecified,
     }
 }
 
@@ -98,6 +99,46 @@ fn the_current_state_is_every_active_condition() {
 }
 
 #[test]
+fn an_application_fault_is_none_and_not_fatal_even_when_it_fails() {
+    // XID 13 is RESTART_APP in the catalog (warn); an override can make it fail.
+    for severity in [Status::Warn, Status::Fail] {
+        let xid = condition("xid_13", severity, Action::RestartApp, "XID 13");
+        let e = &changes(&Seen::default(), &seen(vec![xid]), &stamp())[0];
+        assert_eq!(e.recommended_action, 0, "NONE");
+        assert!(!e.is_fatal && !e.is_healthy, "{severity:?}");
+        assert_eq!(e.error_code, ["13"]);
+    }
+}
+
+#[test]
+fn the_processing_strategy_is_sent_as_configured_and_unspecified_by_default() {
+    let xid = condition("xid_79", Status::Fail, Action::RebootNode, "XID 79");
+    let e = &changes(&Seen::default(), &seen(vec![xid.clone()]), &stamp())[0];
+    assert_eq!(e.processing_strategy, 0, "UNSPECIFIED");
+    assert!(e.id.is_empty() && e.custom_recommended_action.is_empty());
+    let store_only = Stamp {
+        strategy: proto::ProcessingStrategy::StoreOnly,
+        ..stamp()
+    };
+    let e = &changes(&Seen::default(), &seen(vec![xid]), &store_only)[0];
+    assert_eq!(e.processing_strategy, 2, "STORE_ONLY");
+    let section: NvsentinelConfig =
+        toml::from_str("socket = \"/s\"\nprocessing_strategy = \"store_only\"").expect("toml");
+    assert_eq!(
+        strategy(section.processing_strategy),
+        proto::ProcessingStrategy::StoreOnly
+    );
+    assert_eq!(strategy(None), proto::ProcessingStrategy::Unspecified);
+    let err = toml::from_str::<NvsentinelConfig>("processing_strategy = \"dry_run\"")
+        .expect_err("unknown strategy")
+        .to_string();
+    assert!(
+        err.contains("execute_remediation") && err.contains("store_only"),
+        "{err}"
+    );
+}
+
+#[test]
 fn every_action_maps_to_a_recommended_action_of_the_proto() {
     let table: Vec<(&str, i32)> = crate::health::ACTIONS
         .iter()
@@ -107,13 +148,22 @@ fn every_action_maps_to_a_recommended_action_of_the_proto() {
         table,
         [
             ("none", 0),
-            ("restart_app", 39),
+            ("restart_app", 0),
             ("reset_gpu", 2),
             ("reboot_node", 24),
             ("drain_and_reset", 2),
             ("contact_support", 5),
         ]
     );
+    for a in crate::health::ACTIONS {
+        let n = recommended(a) as i32;
+        assert!(
+            proto::RECOMMENDED_ACTIONS
+                .iter()
+                .any(|(_, v)| *v as i32 == n),
+            "{n} is defined on the main line"
+        );
+    }
     let _ = GpuHealth {
         index: 0,
         uuid: String::new(),

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use crate::attribution::ProcessesConfig;
+use crate::config::ProcessesConfig;
 use crate::health::{self, Evaluator, ExtraFindings, HealthConfig, Journal, NodeHealth};
 use crate::kubernetes::KubeletFeed;
 use crate::metrics::{self, Collector, RenderConfig};

@@ -30,7 +30,7 @@ use super::idle::{UnitState, UnitStatus};
 use crate::snapshot::{GpuProcess, GpuSnapshot, GpuStatus, Snapshot};
 
 /// The state file's name inside `state_dir`.
-pub const STATE_FILE: &str = "accounting.json";
+pub const STATE_FILE: &str = crate::config::reclaim::ACCOUNTING_STATE_FILE;
 const VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -20,12 +20,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use serde_json::{json, Value};
 
-use super::config::{ActionKind, HookCommand, ReclaimConfig};
 use super::idle::{Holder, UnitState, UnitStatus};
+use crate::audit::event::{
+    Reclaim, ReclaimOutcome, ReclaimPod, ReclaimProcess, ReclaimUnit, SignalledProcess,
+};
 use crate::audit::AUDIT_FAILED;
-use crate::changes::{Begun, Done, Owner, Record};
+use crate::changes::{Begun, Done, Owner};
+use crate::config::reclaim::{ActionKind, HookCommand, ReclaimConfig};
 use crate::exec::{self, CommandSpec};
 use crate::procs::{self, ProcessIdentity, SignalResult};
 
@@ -59,21 +61,18 @@ impl Actor {
     /// Appends to the audit log; false when the record could not be written (the audit log
     /// counts the failure and logs the first of a run of them; nothing may be executed then).
     /// Every record says what started it: the reclaim ladder (`"trigger": "reclaim"`).
-    pub fn audit(&self, event: &str, fields: Value) -> bool {
+    pub fn audit(&self, event: Reclaim) -> bool {
         match &self.owner {
-            Some(owner) => owner.record("reclaim", event, with_trigger(fields)).is_ok(),
+            Some(owner) => owner.record(event).is_ok(),
             None => true,
         }
     }
 
     /// Records a decision through the owner; the right to act on it. Without an owner (the
     /// audit log cannot be written, so this is a forced dry run) there is nothing to act on.
-    fn begin(&self, event: &str, fields: Value) -> Result<Option<Begun>, ()> {
+    fn begin(&self, event: Reclaim) -> Result<Option<Begun>, ()> {
         match &self.owner {
-            Some(owner) => owner
-                .begin("reclaim", Record::new(event, with_trigger(fields)))
-                .map(Some)
-                .map_err(|_| ()),
+            Some(owner) => owner.begin(event).map(Some).map_err(|_| ()),
             None => Ok(None),
         }
     }
@@ -83,7 +82,7 @@ impl Actor {
     pub fn warn(&self, unit: &UnitStatus, targets: &[Holder], config: &ReclaimConfig) -> bool {
         let hook = config.warn.as_ref().and_then(|w| w.hook.clone());
         let doc = describe(unit, targets, "warn", config.dry_run);
-        let Ok(begun) = self.begin("warn", doc.clone()) else {
+        let Ok(begun) = self.begin(Reclaim::Warn(recorded(&doc))) else {
             self.count("warn", AUDIT_FAILED);
             return false;
         };
@@ -108,7 +107,7 @@ impl Actor {
     pub fn reclaim(&self, unit: &UnitStatus, targets: &[Holder], config: &ReclaimConfig) -> bool {
         let action = config.action.as_str();
         let doc = describe(unit, targets, "reclaim", config.dry_run);
-        let Ok(begun) = self.begin("reclaim", doc.clone()) else {
+        let Ok(begun) = self.begin(Reclaim::Reclaim(recorded(&doc))) else {
             self.count(action, AUDIT_FAILED);
             return false;
         };
@@ -142,11 +141,21 @@ impl Actor {
                             "failure"
                         };
                         me.count("signal", result);
-                        let after = json!({"action": "signal", "result": result, "gpu": doc["gpu"],
-                               "uuid": doc["uuid"], "processes": report.iter().map(PidReport::json).collect::<Vec<_>>()});
+                        let after = ReclaimOutcome {
+                            action: "signal".into(),
+                            duration_ms: None,
+                            gpu: doc.gpu,
+                            outcome: None,
+                            processes: Some(report.iter().map(PidReport::recorded).collect()),
+                            result: result.into(),
+                            stderr: None,
+                            stdout: None,
+                            trigger: TRIGGER.into(),
+                            uuid: doc.uuid.clone(),
+                        };
                         Done {
                             value: (),
-                            after: Some(Record::new("reclaim.result", with_trigger(after))),
+                            after: Some(Reclaim::ReclaimResult(after).into()),
                             touched: true,
                         }
                     });
@@ -157,35 +166,52 @@ impl Actor {
     }
 
     /// Runs a hook with the unit on stdin; its outcome, for the owner to record.
-    fn run_hook(&self, step: &'static str, hook: &HookCommand, doc: &Value) -> Done<()> {
+    fn run_hook(&self, step: &'static str, hook: &HookCommand, doc: &ReclaimUnit) -> Done<()> {
         let spec = CommandSpec {
             name: format!("reclaim.{step}"),
             argv: hook.command.clone(),
             timeout: hook.timeout,
         };
-        let out = exec::run(&spec, doc.to_string().as_bytes(), &[]);
+        let stdin = serde_json::to_vec(doc).unwrap_or_default();
+        let out = exec::run(&spec, &stdin, &[]);
         let result = out.outcome.result_label();
         self.count(step, result);
         if !out.outcome.success() {
             tracing::error!(hook = %spec.name, outcome = %out.outcome, stderr = %out.stderr.trim(), "reclaim hook failed");
         }
-        let after = json!({"action": step, "result": result, "outcome": out.outcome.to_string(),
-                   "duration_ms": out.duration.as_millis() as u64, "gpu": doc["gpu"], "uuid": doc["uuid"],
-                   "stdout": out.stdout, "stderr": out.stderr});
+        let after = ReclaimOutcome {
+            action: step.into(),
+            duration_ms: Some(out.duration.as_millis() as u64),
+            gpu: doc.gpu,
+            outcome: Some(out.outcome.to_string()),
+            processes: None,
+            result: result.into(),
+            stderr: Some(out.stderr),
+            stdout: Some(out.stdout),
+            trigger: TRIGGER.into(),
+            uuid: doc.uuid.clone(),
+        };
+        let after = match step {
+            "warn" => Reclaim::WarnResult(after),
+            _ => Reclaim::HookResult(after),
+        };
         Done {
             value: (),
-            after: Some(Record::new(format!("{step}.result"), with_trigger(after))),
+            after: Some(after.into()),
             touched: true,
         }
     }
 }
 
-/// Every record says what started it: the reclaim ladder (`"trigger": "reclaim"`).
-fn with_trigger(mut fields: Value) -> Value {
-    if let Value::Object(m) = &mut fields {
-        m.entry("trigger").or_insert_with(|| "reclaim".into());
+/// What starts every reclaim record: the reclaim ladder.
+pub const TRIGGER: &str = "reclaim";
+
+/// The unit as its record carries it: with the trigger (hooks read it without).
+pub fn recorded(unit: &ReclaimUnit) -> ReclaimUnit {
+    ReclaimUnit {
+        trigger: Some(TRIGGER.into()),
+        ..unit.clone()
     }
-    fields
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {
@@ -222,10 +248,14 @@ pub struct PidReport {
 }
 
 impl PidReport {
-    fn json(&self) -> Value {
-        json!({"pid": self.who.pid, "start_time": self.who.start_time,
-               "sigterm": self.term.label(), "sigkill": self.kill.as_ref().map(SignalResult::label),
-               "gone": self.gone})
+    fn recorded(&self) -> SignalledProcess {
+        SignalledProcess {
+            gone: self.gone,
+            pid: self.who.pid,
+            sigkill: self.kill.as_ref().map(|k| k.label().to_string()),
+            sigterm: self.term.label().to_string(),
+            start_time: Some(self.who.start_time),
+        }
     }
 }
 
@@ -272,29 +302,48 @@ fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// The unit as hooks read it on stdin and the audit log records it.
-pub fn describe(unit: &UnitStatus, targets: &[Holder], step: &str, dry_run: bool) -> Value {
+/// The unit as hooks read it on stdin and the audit log records it (there with its trigger,
+/// [`recorded`]).
+pub fn describe(unit: &UnitStatus, targets: &[Holder], step: &str, dry_run: bool) -> ReclaimUnit {
     let since = match unit.state {
         UnitState::Idle { since } | UnitState::AllocatedUnused { since } => {
             Some(humantime::format_rfc3339_millis(since).to_string())
         }
         _ => None,
     };
-    json!({
-        "step": step,
-        "dry_run": dry_run,
-        "gpu": unit.gpu,
-        "uuid": unit.key.uuid,
-        "gpu_instance": unit.key.gpu_instance,
-        "idle_since": since,
-        "held_memory_bytes": unit.held_memory_bytes,
-        "processes": targets.iter().map(|h| json!({
-            "pid": h.pid, "start_time": h.start_time, "name": h.name, "user": h.user,
-            "memory_bytes": h.memory_bytes, "pod_uid": h.pod_uid,
-            "systemd_unit": h.systemd_unit, "slurm_job": h.slurm_job,
-        })).collect::<Vec<_>>(),
-        "pods": unit.pods,
-    })
+    ReclaimUnit {
+        dry_run,
+        gpu: unit.gpu,
+        gpu_instance: unit.key.gpu_instance,
+        held_memory_bytes: unit.held_memory_bytes,
+        idle_since: since,
+        pods: unit
+            .pods
+            .iter()
+            .map(|p| ReclaimPod {
+                namespace: p.namespace.clone(),
+                pod: p.pod.clone(),
+                container: p.container.clone(),
+                replica: p.replica.clone(),
+            })
+            .collect(),
+        processes: targets
+            .iter()
+            .map(|h| ReclaimProcess {
+                memory_bytes: h.memory_bytes,
+                name: h.name.clone(),
+                pid: h.pid,
+                pod_uid: h.pod_uid.clone(),
+                slurm_job: h.slurm_job.clone(),
+                start_time: h.start_time,
+                systemd_unit: h.systemd_unit.clone(),
+                user: h.user.clone(),
+            })
+            .collect(),
+        step: step.into(),
+        trigger: None,
+        uuid: unit.key.uuid.clone(),
+    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,10 @@
 use std::process::{Child, Command};
 use std::time::{Duration, Instant, SystemTime};
 
+use serde_json::Value;
+
 use super::*;
-use crate::reclaim::config::WarnStep;
+use crate::config::reclaim::WarnStep;
 use crate::reclaim::idle::UnitKey;
 
 const PROC: &str = "/proc";

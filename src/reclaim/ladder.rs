@@ -21,8 +21,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use super::config::{Exemptions, ReclaimConfig};
 use super::idle::{Holder, UnitKey, UnitState, UnitStatus};
+use crate::config::reclaim::{Exemptions, ReclaimConfig};
 
 /// Why a holder is left alone, if it is.
 pub fn exemption(holder: &Holder, unit: &UnitStatus, exempt: &Exemptions) -> Option<String> {

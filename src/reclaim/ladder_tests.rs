@@ -2,7 +2,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::*;
-use crate::reclaim::config::{Patterns, WarnStep};
+use crate::config::reclaim::{Patterns, WarnStep};
 use crate::reclaim::idle::{IdleConfig, IdleTracker};
 use crate::reclaim::testkit::{alive, at, gpu, pod, proc, snap, with_info};
 use crate::snapshot::{Attribution, Snapshot};
@@ -356,7 +356,7 @@ fn a_missing_next_step_always_says_why() {
 
 #[test]
 fn pod_labels_exempt_and_unknown_labels_are_exempt_too() {
-    use crate::reclaim::config::LabelSelector;
+    use crate::config::reclaim::LabelSelector;
     let mut c = config();
     c.exempt.pod_labels = vec![
         LabelSelector {

@@ -2,7 +2,7 @@
 //!
 //! - [`idle`]: idleness per GPU and MIG instance, a pure function over successive snapshots;
 //! - [`ladder`]: which step is due for which unit, pure, with exemptions and the hourly limit;
-//! - [`config`]: `[reclaim]` and `[accounting]`;
+//! - `[reclaim]` and `[accounting]` are configuration data: [`crate::config::reclaim`];
 //! - [`replay`]: the hourly count read back from the audit log at start;
 //! - [`stage`]: what reclaim keeps across polls, run once per publication by [`task`], the
 //!   actor that receives publications and hands on its view, findings and series.
@@ -12,7 +12,6 @@
 
 pub mod accounting;
 pub mod act;
-pub mod config;
 pub mod cri;
 pub mod idle;
 pub mod ladder;
@@ -24,6 +23,6 @@ pub mod task;
 #[cfg(test)]
 pub(crate) mod testkit;
 
-pub use config::{AccountingConfig, ActionKind, ReclaimConfig};
+pub use crate::config::reclaim::{AccountingConfig, ActionKind, ReclaimConfig};
 pub use stage::{Settings, View};
 pub use task::Reclaim;

@@ -9,14 +9,8 @@
 use std::path::Path;
 use std::time::SystemTime;
 
-use serde::Deserialize;
-
-/// The fields of a `reclaim` record the count needs.
-#[derive(Debug, Deserialize)]
-struct Record {
-    ts: String,
-    dry_run: Option<bool>,
-}
+use crate::audit::event::Reclaim;
+use crate::audit::{Entry, Event};
 
 /// When the reclaims recorded in `audit_file` were decided (dry-run ones only when `dry_run`).
 /// A record dated after `now` (the clock was set back since) is read as decided `now`: it
@@ -25,8 +19,11 @@ struct Record {
 pub fn reclaims(audit_file: &Path, dry_run: bool, now: SystemTime) -> Vec<SystemTime> {
     let mut at = Vec::new();
     let mut future = 0u64;
-    crate::audit::read_back(audit_file, "reclaim", "reclaim", |r: Record| {
-        if r.dry_run.unwrap_or(false) && !dry_run {
+    crate::audit::read_back(audit_file, "reclaim", "reclaim", |r: Entry| {
+        let Event::Reclaim(Reclaim::Reclaim(unit)) = &r.event else {
+            return;
+        };
+        if unit.dry_run && !dry_run {
             return;
         }
         if let Ok(t) = humantime::parse_rfc3339(&r.ts) {
@@ -45,8 +42,19 @@ pub fn reclaims(audit_file: &Path, dry_run: bool, now: SystemTime) -> Vec<System
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::event::ReclaimUnit;
     use crate::audit::AuditLog;
-    use serde_json::json;
+
+    fn unit(gpu: u32, dry_run: bool) -> ReclaimUnit {
+        ReclaimUnit {
+            dry_run,
+            gpu,
+            step: "reclaim".into(),
+            trigger: Some("reclaim".into()),
+            uuid: format!("GPU-{gpu}"),
+            ..ReclaimUnit::default()
+        }
+    }
 
     #[test]
     fn live_reclaims_count_and_dry_runs_only_in_a_dry_run() {
@@ -57,14 +65,19 @@ mod tests {
             "no log yet is no reclaim"
         );
         let log = AuditLog::open(&path).expect("open");
-        log.record("reclaim", "reclaim", json!({"dry_run": false, "gpu": 0}))
-            .expect("write");
-        log.record("reclaim", "reclaim", json!({"dry_run": true, "gpu": 1}))
-            .expect("write");
-        log.record("reclaim", "warn", json!({"dry_run": false, "gpu": 2}))
-            .expect("write");
-        log.record("remediation", "reclaim", json!({"dry_run": false}))
-            .expect("write");
+        let write = |r: Reclaim| log.record(&Event::Reclaim(r)).expect("write");
+        write(Reclaim::Reclaim(unit(0, false)));
+        write(Reclaim::Reclaim(unit(1, true)));
+        write(Reclaim::Warn(unit(2, false)));
+        // Another component's event of the same name does not count.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| {
+                use std::io::Write;
+                f.write_all(b"{\"ts\":\"2026-11-22T11:30:00.000Z\",\"component\":\"remediation\",\"event\":\"reclaim\",\"dry_run\":false}\n")
+            })
+            .expect("append");
         std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
@@ -95,5 +108,16 @@ mod tests {
         let at = reclaims(&path, false, now);
         let half_hour_ago = now - std::time::Duration::from_secs(1800);
         assert_eq!(at, vec![now, half_hour_ago]);
+    }
+
+    /// A log written before records were typed: its one live reclaim counts, and its dry-run
+    /// one only in a dry run.
+    #[test]
+    fn a_log_of_the_previous_format_is_counted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = crate::audit::legacy_log::write(dir.path());
+        let now = humantime::parse_rfc3339("2026-11-27T10:30:00Z").expect("time");
+        assert_eq!(reclaims(&path, false, now).len(), 1);
+        assert_eq!(reclaims(&path, true, now).len(), 2);
     }
 }

@@ -11,14 +11,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use serde_json::json;
+use crate::audit::event::Reclaim;
 
 use super::accounting::{Accounts, OwnerKey, Totals};
 use super::act::{ActionCounts, Actor};
-use super::config::{AccountingConfig, ReclaimConfig};
 use super::idle::{IdleConfig, IdleTracker, UnitState, UnitStatus};
 use super::ladder::{self, Decision, Ladder, Next, Undo};
 use crate::changes::Owner;
+use crate::config::reclaim::{AccountingConfig, ReclaimConfig};
 use crate::health::conditions::{finding, Finding};
 use crate::health::{Action, Status};
 use crate::snapshot::Snapshot;
@@ -289,21 +289,25 @@ impl Stage {
         match d {
             Decision::Detected { unit } => {
                 tracing::warn!(gpu = unit.gpu, unit = %unit.key, held_bytes = unit.held_memory_bytes, "GPU held idle");
-                a.audit(
-                    "idle_detected",
-                    super::act::describe(&unit, &unit.holders, "report", config.dry_run),
-                );
+                a.audit(Reclaim::IdleDetected(super::act::recorded(
+                    &super::act::describe(&unit, &unit.holders, "report", config.dry_run),
+                )));
             }
             Decision::AllocatedUnused { unit } => {
                 tracing::warn!(gpu = unit.gpu, pods = ?unit.pods, "GPU allocated to a pod that runs nothing on it");
-                a.audit(
-                    "allocated_unused",
-                    super::act::describe(&unit, &[], "report", config.dry_run),
-                );
+                a.audit(Reclaim::AllocatedUnused(super::act::recorded(
+                    &super::act::describe(&unit, &[], "report", config.dry_run),
+                )));
             }
             Decision::Cleared { key, gpu, reason } => {
                 tracing::info!(gpu, unit = %key, %reason, "idle episode over");
-                a.audit("idle_cleared", json!({"gpu": gpu, "uuid": key.uuid, "gpu_instance": key.gpu_instance, "reason": reason}));
+                a.audit(Reclaim::IdleCleared {
+                    gpu,
+                    gpu_instance: key.gpu_instance,
+                    reason: reason.to_string(),
+                    trigger: super::act::TRIGGER.into(),
+                    uuid: key.uuid.clone(),
+                });
             }
             // A step whose record could not be written did not happen: the ladder takes it
             // back (its hourly count included) and decides it again at a later poll.
@@ -335,7 +339,13 @@ impl Stage {
             Decision::RateLimited { unit } => {
                 tracing::warn!(gpu = unit.gpu, unit = %unit.key, max = config.max_reclaims_per_hour, "reclaim held back by max_reclaims_per_hour");
                 a.count(config.action.as_str(), "rate_limited");
-                a.audit("rate_limited", json!({"gpu": unit.gpu, "uuid": unit.key.uuid, "gpu_instance": unit.key.gpu_instance, "max_reclaims_per_hour": config.max_reclaims_per_hour}));
+                a.audit(Reclaim::RateLimited {
+                    gpu: unit.gpu,
+                    gpu_instance: unit.key.gpu_instance,
+                    max_reclaims_per_hour: config.max_reclaims_per_hour,
+                    trigger: super::act::TRIGGER.into(),
+                    uuid: unit.key.uuid.clone(),
+                });
             }
         }
     }

@@ -14,21 +14,29 @@
 use std::path::Path;
 use std::time::Instant;
 
-use serde_json::{json, Value};
-
+use crate::audit::event::{ProcessOutcome, StepDetails};
 use crate::procs::{self, SignalResult};
 use crate::snapshot::Snapshot;
 
 use super::alert::{Alert, Status};
-use super::config::ActionKind;
 use crate::changes::{Acting, NvmlGuard};
+use crate::config::remediation::ActionKind;
 use crate::snapshot::GpuSnapshot;
 
 /// What an action did: the metric's result label and the details for the audit log.
 pub struct ActionOutput {
     pub result: &'static str,
-    pub details: Value,
+    pub details: StepDetails,
+    /// The GPU acted on, when the action names it in its record (`signal_processes`).
+    pub gpu: Option<u32>,
     pub duration: std::time::Duration,
+}
+
+fn error(e: impl Into<String>) -> StepDetails {
+    StepDetails {
+        error: Some(e.into()),
+        ..StepDetails::default()
+    }
 }
 
 pub fn run(
@@ -39,29 +47,51 @@ pub fn run(
     acting: &Acting<'_>,
 ) -> ActionOutput {
     let started = Instant::now();
+    let mut acted_on = None;
     let (result, details) = match target(alert, snapshot) {
         None => (
             "error",
-            json!({"error": "the alert names no GPU of this node (labels uuid/UUID or gpu)"}),
+            error("the alert names no GPU of this node (labels uuid/UUID or gpu)"),
         ),
         Some(gpu) => {
             let firing = alert.status == Status::Firing;
             match kind {
-                ActionKind::SignalProcesses(sig) if firing => signal_processes(gpu, procfs, sig),
-                ActionKind::SignalProcesses(_) => ("success", json!({"skipped": "resolved"})),
+                ActionKind::SignalProcesses(sig) if firing => {
+                    let (result, details) = signal_processes(gpu, procfs, sig);
+                    if details.processes.is_some() {
+                        acted_on = Some(gpu.index);
+                    }
+                    (result, details)
+                }
+                ActionKind::SignalProcesses(_) => (
+                    "success",
+                    StepDetails {
+                        skipped: Some("resolved".into()),
+                        ..StepDetails::default()
+                    },
+                ),
                 ActionKind::PowerLimit(w) => {
                     let want = firing.then_some(w);
                     written(session(acting).and_then(|nvml| {
                         nvml.session()
                             .set_power_limit(gpu.uuid(), want)
-                            .map(|now| json!({"uuid": gpu.uuid(), "requested_watts": want, "power_limit_watts": now}))
+                            .map(|now| StepDetails {
+                                uuid: Some(gpu.uuid().to_string()),
+                                requested_watts: Some(want),
+                                power_limit_watts: Some(now),
+                                ..StepDetails::default()
+                            })
                             .map_err(|e| e.to_string())
                     }))
                 }
                 ActionKind::Fence => written(session(acting).and_then(|nvml| {
                     nvml.session()
                         .fence(gpu.uuid(), firing)
-                        .map(|now| json!({"uuid": gpu.uuid(), "compute_mode": now}))
+                        .map(|now| StepDetails {
+                            uuid: Some(gpu.uuid().to_string()),
+                            compute_mode: Some(now),
+                            ..StepDetails::default()
+                        })
                         .map_err(|e| e.to_string())
                 })),
             }
@@ -70,6 +100,7 @@ pub fn run(
     ActionOutput {
         result,
         details,
+        gpu: acted_on,
         duration: started.elapsed(),
     }
 }
@@ -81,10 +112,10 @@ fn session(acting: &Acting<'_>) -> Result<NvmlGuard, String> {
         .map_err(|e| format!("cannot open NVML to write: {e}"))
 }
 
-fn written(r: Result<Value, String>) -> (&'static str, Value) {
+fn written(r: Result<StepDetails, String>) -> (&'static str, StepDetails) {
     match r {
         Ok(v) => ("success", v),
-        Err(e) => ("failure", json!({"error": e})),
+        Err(e) => ("failure", error(e)),
     }
 }
 
@@ -100,11 +131,11 @@ fn signal_processes(
     gpu: &GpuSnapshot,
     procfs: &Path,
     sig: nix::sys::signal::Signal,
-) -> (&'static str, Value) {
+) -> (&'static str, StepDetails) {
     let Some(processes) = &gpu.reading.processes else {
         return (
             "error",
-            json!({"error": "the GPU's process list is unknown (NVML did not give it)"}),
+            error("the GPU's process list is unknown (NVML did not give it)"),
         );
     };
     let mut outcomes = Vec::new();
@@ -122,10 +153,18 @@ fn signal_processes(
                 }
             },
         };
-        outcomes.push(json!({"pid": p.pid, "outcome": outcome}));
+        outcomes.push(ProcessOutcome {
+            outcome,
+            pid: p.pid,
+        });
     }
     (
         if failed { "failure" } else { "success" },
-        json!({"signal": sig.as_str(), "gpu": gpu.index, "uuid": gpu.uuid(), "processes": outcomes}),
+        StepDetails {
+            processes: Some(outcomes),
+            signal: Some(sig.as_str().to_string()),
+            uuid: Some(gpu.uuid().to_string()),
+            ..StepDetails::default()
+        },
     )
 }

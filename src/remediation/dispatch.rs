@@ -10,17 +10,19 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
-use crate::changes::{Acting, Done, Owner, Record};
+use crate::audit::event::{
+    AlertStatus, Decision as RecordedDecision, GpuRef, HookEnd, HookStep, Remediation, StepDetails,
+};
+use crate::changes::{Acting, Done, Owner};
 use crate::exec::{self, CommandSpec};
 use crate::publication::Published;
 
-use super::alert::Alert;
-use super::config::{Action, ActionKind, RemediationConfig, Route};
+use super::alert::{Alert, Status};
 use super::metrics::HookMetrics;
 use super::rails::{gpu_key, Decision, Handled, Rails};
+use crate::config::remediation::{Action, ActionKind, RemediationConfig, Route};
 
 /// Where an alert came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,9 +126,14 @@ impl Handle {
                 .iter()
                 .filter(|a| a.status == super::alert::Status::Firing)
                 .count();
-            let receipt = json!({"trigger": source.trigger(), "source": source.as_str(), "alerts": n, "firing": firing,
-                                 "resolved": n - firing});
-            if let Err(e) = owner.record("remediation", "webhook.received", receipt) {
+            let receipt = Remediation::WebhookReceived {
+                alerts: n,
+                firing,
+                resolved: n - firing,
+                source: source.as_str().into(),
+                trigger: source.trigger().into(),
+            };
+            if let Err(e) = owner.record(receipt) {
                 return Err(Refused::Unrecorded {
                     alerts: n,
                     reason: e.to_string(),
@@ -224,20 +231,37 @@ impl Step {
         }
     }
 
-    fn describe(&self) -> serde_json::Value {
+    /// The step's record (`hook.start`, `hook.dry_run`) about `alert`.
+    fn describe(&self, route: usize, alert: &Alert, trigger: &str) -> HookStep {
+        let mut r = HookStep {
+            action: None,
+            alertname: alert.name().into(),
+            argv: None,
+            fingerprint: alert.fingerprint.clone(),
+            gpu: alert.gpu().map(str::to_string),
+            hook: self.name().into(),
+            route: route as u64,
+            signal: None,
+            status: recorded_status(alert.status),
+            trigger: trigger.into(),
+            watts: None,
+        };
         match self {
-            Step::Hook(h) => json!({"hook": h.name, "argv": h.argv}),
+            Step::Hook(h) => r.argv = Some(h.argv.clone()),
             // The action as the config names it, not the Rust enum (`SignalProcesses(SIGTERM)`).
             Step::Action(a) => match a.kind {
                 ActionKind::SignalProcesses(sig) => {
-                    json!({"hook": a.name, "action": "signal_processes", "signal": sig.as_str()})
+                    r.action = Some("signal_processes".into());
+                    r.signal = Some(sig.as_str().into());
                 }
                 ActionKind::PowerLimit(watts) => {
-                    json!({"hook": a.name, "action": "power_limit", "watts": watts})
+                    r.action = Some("power_limit".into());
+                    r.watts = Some(watts);
                 }
-                ActionKind::Fence => json!({"hook": a.name, "action": "fence"}),
+                ActionKind::Fence => r.action = Some("fence".into()),
             },
         }
+        r
     }
 }
 
@@ -262,21 +286,26 @@ impl Runner {
             .enumerate()
             .filter(|(_, r)| r.matchers.iter().all(|m| m.matches(&a.labels)))
             .collect();
-        let base = json!({
-            "trigger": n.source.trigger(),
-            "source": n.source.as_str(),
-            "alertname": a.name(),
-            "status": a.status.as_str(),
-            "fingerprint": a.fingerprint,
-            "gpu": a.gpu(),
-            "gpu_uuid": a.gpu_uuid(),
-            "labels": a.labels,
-            "startsAt": a.starts_at,
-            "gpu_key": gpu_key(a),
-        });
+        let base = RecordedDecision {
+            alertname: a.name().into(),
+            decision: "no_route".into(),
+            fingerprint: a.fingerprint.clone(),
+            gpu: a.gpu().map(str::to_string),
+            gpu_key: Some(gpu_key(a)),
+            gpu_uuid: a.gpu_uuid().map(str::to_string),
+            hooks: None,
+            labels: a.labels.clone(),
+            reason: None,
+            route: None,
+            route_id: None,
+            source: n.source.as_str().into(),
+            starts_at: a.starts_at.clone(),
+            status: recorded_status(a.status),
+            trigger: n.source.trigger().into(),
+        };
         if matched.is_empty() {
             if !self.config.routes.is_empty() {
-                self.audit("decision", merge(&base, json!({"decision": "no_route"})));
+                self.audit(Remediation::Decision(base));
             }
             return;
         }
@@ -293,19 +322,14 @@ impl Runner {
                 Decision::DryRun => ("dry_run", None),
                 Decision::Skip(r) => ("skip", Some(r)),
             };
-            let recorded = self.audit(
-                "decision",
-                merge(
-                    &base,
-                    json!({
-                        "route": index,
-                        "route_id": route.id,
-                        "hooks": route.hooks,
-                        "decision": word,
-                        "reason": reason.map(|r| r.as_str()),
-                    }),
-                ),
-            );
+            let recorded = self.audit(Remediation::Decision(RecordedDecision {
+                decision: word.into(),
+                hooks: Some(route.hooks.clone()),
+                reason: Some(reason.map(|r| r.as_str().to_string())),
+                route: Some(index as u64),
+                route_id: Some(route.id.clone()),
+                ..base.clone()
+            }));
             tracing::info!(
                 alertname = a.name(),
                 status = a.status.as_str(),
@@ -352,9 +376,9 @@ impl Runner {
     }
 
     /// Writes an audit record; false when it could not be written (hooks then do not run).
-    fn audit(&self, event: &str, fields: serde_json::Value) -> bool {
+    fn audit(&self, event: Remediation) -> bool {
         // Counted, and logged once per run of failures, by the audit log.
-        self.owner.record("remediation", event, fields).is_ok()
+        self.owner.record(event).is_ok()
     }
 
     /// Waits for the GPU's turn, then runs the steps on a blocking thread. The whole run, its
@@ -395,24 +419,18 @@ impl Runner {
         dry: bool,
         trigger: &'static str,
     ) {
-        let base = json!({
-            "trigger": trigger,
-            "route": route,
-            "alertname": alert.name(),
-            "status": alert.status.as_str(),
-            "fingerprint": alert.fingerprint,
-            "gpu": alert.gpu(),
-        });
         for step in steps {
             let name = step.name().to_string();
             if dry {
                 self.metrics.observe(&name, "dry_run", None);
-                self.audit("hook.dry_run", merge(&base, step.describe()));
+                self.audit(Remediation::HookDryRun(
+                    step.describe(route, alert, trigger),
+                ));
                 tracing::info!(hook = %name, alertname = alert.name(), "dry run: not run");
                 continue;
             }
-            let start = Record::new("hook.start", merge(&base, step.describe()));
-            let Ok(begun) = self.owner.begin("remediation", start) else {
+            let start = Remediation::HookStart(step.describe(route, alert, trigger));
+            let Ok(begun) = self.owner.begin(start) else {
                 // Not run, nor the steps after it: a route is a sequence.
                 self.metrics
                     .observe(&name, crate::audit::AUDIT_FAILED, None);
@@ -420,22 +438,43 @@ impl Runner {
                 break;
             };
             begun.act(|node: &Acting<'_>| {
-                let (result, duration, details) = match &step {
-                    Step::Hook(spec) => self.run_hook(spec, alert),
+                let (result, duration, details, acted_on) = match &step {
+                    Step::Hook(spec) => {
+                        let (r, d, details) = self.run_hook(spec, alert);
+                        (r, d, details, None)
+                    }
                     Step::Action(action) => self.run_action(action, alert, node),
                 };
                 self.metrics.observe(&name, result, duration);
-                let end = merge(
-                    &merge(&base, details),
-                    json!({
-                        "hook": name,
-                        "result": result,
-                        "duration_ms": duration.map(|d| d.as_millis() as u64),
-                    }),
-                );
+                let end = HookEnd {
+                    alertname: alert.name().into(),
+                    compute_mode: None,
+                    duration_ms: duration.map(|d| d.as_millis() as u64),
+                    error: None,
+                    fingerprint: alert.fingerprint.clone(),
+                    gpu: match acted_on {
+                        Some(i) => Some(GpuRef::Index(i)),
+                        None => alert.gpu().map(|g| GpuRef::Label(g.to_string())),
+                    },
+                    hook: name.clone(),
+                    outcome: None,
+                    power_limit_watts: None,
+                    processes: None,
+                    requested_watts: None,
+                    result: result.into(),
+                    route: route as u64,
+                    signal: None,
+                    skipped: None,
+                    status: recorded_status(alert.status),
+                    stderr: None,
+                    stdout: None,
+                    trigger: trigger.into(),
+                    uuid: None,
+                }
+                .with(details);
                 Done {
                     value: (),
-                    after: Some(Record::new("hook.end", end)),
+                    after: Some(Remediation::HookEnd(end).into()),
                     // A hook may change anything; an action touches a GPU or its processes.
                     touched: result != "error",
                 }
@@ -447,7 +486,7 @@ impl Runner {
         &self,
         spec: &CommandSpec,
         alert: &Alert,
-    ) -> (&'static str, Option<std::time::Duration>, serde_json::Value) {
+    ) -> (&'static str, Option<std::time::Duration>, StepDetails) {
         let stdin = serde_json::to_vec(alert).unwrap_or_default();
         let out = exec::run(spec, &stdin, &hook_env(alert));
         if out.outcome.success() {
@@ -458,11 +497,12 @@ impl Runner {
         (
             out.outcome.result_label(),
             Some(out.duration),
-            json!({
-                "outcome": out.outcome.to_string(),
-                "stdout": out.stdout,
-                "stderr": out.stderr,
-            }),
+            StepDetails {
+                outcome: Some(out.outcome.to_string()),
+                stderr: Some(out.stderr),
+                stdout: Some(out.stdout),
+                ..StepDetails::default()
+            },
         )
     }
 
@@ -471,14 +511,23 @@ impl Runner {
         action: &Action,
         alert: &Alert,
         acting: &Acting<'_>,
-    ) -> (&'static str, Option<std::time::Duration>, serde_json::Value) {
+    ) -> (
+        &'static str,
+        Option<std::time::Duration>,
+        StepDetails,
+        Option<u32>,
+    ) {
         let Some(node) = &self.node else {
-            return ("error", None, json!({"error": "no node state to act on"}));
+            let details = StepDetails {
+                error: Some("no node state to act on".into()),
+                ..StepDetails::default()
+            };
+            return ("error", None, details, None);
         };
         let snapshot = node.published.borrow().snapshot.clone();
         let out = super::actions::run(action.kind, alert, &snapshot, &node.procfs, acting);
-        tracing::info!(action = %action.name, alertname = alert.name(), result = out.result, details = %out.details, "built-in action done");
-        (out.result, Some(out.duration), out.details)
+        tracing::info!(action = %action.name, alertname = alert.name(), result = out.result, details = ?out.details, "built-in action done");
+        (out.result, Some(out.duration), out.details, out.gpu)
     }
 }
 
@@ -501,12 +550,12 @@ fn hook_env(a: &Alert) -> Vec<(String, String)> {
     ]
 }
 
-fn merge(base: &serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
-    let mut out = base.clone();
-    if let (Some(o), serde_json::Value::Object(e)) = (out.as_object_mut(), extra) {
-        o.extend(e);
+/// The alert's status as the ledger spells it.
+fn recorded_status(s: Status) -> AlertStatus {
+    match s {
+        Status::Firing => AlertStatus::Firing,
+        Status::Resolved => AlertStatus::Resolved,
     }
-    out
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //!
 //! - [`alert`]: the Alertmanager alert object, the one shape every source hands in and every
 //!   hook reads on stdin; plain data.
-//! - [`config`]: `[rules]` and `[remediation]` as TOML, with positions in errors.
+//! - `[rules]` and `[remediation]` are configuration data: [`crate::config::remediation`].
 //! - [`rails`]: the pure decision per (route, alert): idempotence by fingerprint, cooldown,
 //!   the node-wide hourly limit, dry run.
 //! - [`replay`]: the rails rebuilt at start from the audit log's decision records, so that
@@ -18,11 +18,10 @@
 
 pub mod actions;
 pub mod alert;
-pub mod config;
 pub mod dispatch;
 pub mod metrics;
 pub mod rails;
 pub mod replay;
 
-pub use config::RemediationConfig;
+pub use crate::config::remediation::RemediationConfig;
 pub use dispatch::{Handle, Source};

@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, SystemTime};
 
 use super::alert::{Alert, Status};
-use super::config::Route;
+use crate::config::remediation::Route;
 
 /// How long a handled alert is remembered when no resolution comes (Alertmanager resends a
 /// firing alert every `repeat_interval`, 4 h by default).

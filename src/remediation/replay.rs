@@ -10,11 +10,11 @@
 use std::path::Path;
 use std::time::SystemTime;
 
-use serde::Deserialize;
-
 use super::alert::Status;
-use super::config::Route;
 use super::rails::{Handled, Rails};
+use crate::audit::event::{AlertStatus, Remediation};
+use crate::audit::{Entry, Event};
+use crate::config::remediation::Route;
 
 /// The rails as the decisions in `audit_file` left them. In a dry run, dry-run decisions count
 /// too (as they do in memory); a live agent counts only decisions that ran, so that trying a
@@ -23,7 +23,7 @@ pub fn rails(audit_file: &Path, routes: &[Route], dry_run: bool, now: SystemTime
     let mut rails = Rails::default();
     let mut kept = 0u64;
     let mut future = 0u64;
-    crate::audit::read_back(audit_file, "remediation", "decision", |r: Record| {
+    crate::audit::read_back(audit_file, "remediation", "decision", |r: Entry| {
         if let Some(mut h) = handled(&r, routes, dry_run) {
             // Dated after now (the clock was set back since): read as made now, so that it
             // holds a cooldown or an hourly slot from now, not until its future date.
@@ -42,51 +42,36 @@ pub fn rails(audit_file: &Path, routes: &[Route], dry_run: bool, now: SystemTime
     rails
 }
 
-/// The fields of a `decision` record the rails need (the others are skipped unparsed).
-#[derive(Debug, Deserialize)]
-struct Record {
-    ts: String,
-    component: String,
-    event: String,
-    decision: Option<String>,
-    status: Option<Status>,
-    fingerprint: Option<String>,
-    #[serde(rename = "startsAt")]
-    starts_at: Option<String>,
-    route: Option<u64>,
-    route_id: Option<String>,
-    gpu_key: Option<String>,
-    gpu_uuid: Option<String>,
-    gpu: Option<String>,
-}
-
 /// The decision in one audit record, if it is a remediation decision to act.
-fn handled(r: &Record, routes: &[Route], dry_run: bool) -> Option<Handled> {
-    if r.component != "remediation" || r.event != "decision" {
+fn handled(r: &Entry, routes: &[Route], dry_run: bool) -> Option<Handled> {
+    let Event::Remediation(Remediation::Decision(d)) = &r.event else {
         return None;
-    }
-    match r.decision.as_deref()? {
+    };
+    match d.decision.as_str() {
         "run" => {}
         "dry_run" if dry_run => {}
         _ => return None,
     }
     // Records written before `gpu_key` was added: the same rule as `rails::gpu_key`.
-    let gpu = r
+    let gpu = d
         .gpu_key
         .clone()
-        .or_else(|| r.gpu_uuid.clone())
-        .or_else(|| r.gpu.clone())
+        .or_else(|| d.gpu_uuid.clone())
+        .or_else(|| d.gpu.clone())
         .unwrap_or_else(|| "node".into());
     Some(Handled {
         // Records written before `route_id` was added name the route by its position: read as
         // the route now at that position, as they were then.
-        route: match &r.route_id {
+        route: match &d.route_id {
             Some(id) => id.clone(),
-            None => routes.get(usize::try_from(r.route?).ok()?)?.id.clone(),
+            None => routes.get(usize::try_from(d.route?).ok()?)?.id.clone(),
         },
-        fingerprint: r.fingerprint.clone()?,
-        status: r.status?,
-        starts_at: r.starts_at.clone().unwrap_or_default(),
+        fingerprint: d.fingerprint.clone(),
+        status: match d.status {
+            AlertStatus::Firing => Status::Firing,
+            AlertStatus::Resolved => Status::Resolved,
+        },
+        starts_at: d.starts_at.clone(),
         gpu,
         at: humantime::parse_rfc3339(&r.ts).ok()?,
     })
@@ -97,8 +82,9 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
-    fn record(v: &Value) -> Record {
-        serde_json::from_value(v.clone()).expect("a record")
+    /// A line as read back; `None` when it is damaged (not a known record's shape).
+    fn record(v: &Value) -> Option<Entry> {
+        serde_json::from_value(v.clone()).ok()
     }
 
     fn routes() -> Vec<Route> {
@@ -121,7 +107,7 @@ mod tests {
             "event": "decision", "route": 0, "route_id": "-> second", "status": "firing",
             "fingerprint": "f", "startsAt": "t0", "gpu": "0", "gpu_uuid": "GPU-a",
             "decision": "run"});
-        let read = |v: &Value, dry_run| handled(&record(v), &routes, dry_run);
+        let read = |v: &Value, dry_run| handled(&record(v)?, &routes, dry_run);
         let h = read(&base, false).expect("a run decision");
         // Known by its matchers and hooks, wherever it now stands.
         assert_eq!((h.route.as_str(), h.gpu.as_str()), ("-> second", "GPU-a"));
@@ -154,5 +140,34 @@ mod tests {
         let _ = rails(&path, &routes(), false, SystemTime::now());
         std::fs::write(&path, "{\"half\":\n\u{0}\u{1}not json\n").expect("write");
         let _ = rails(&path, &routes(), false, SystemTime::now());
+    }
+
+    /// A log written before records were typed: its decisions to act are read back (the live
+    /// one, and the dry-run one in a dry run), with their route, GPU key and time.
+    #[test]
+    fn a_log_of_the_previous_format_gives_its_decisions() {
+        let routes: Vec<Route> = ["xid -> drain", "xid -> fence"]
+            .iter()
+            .map(|id| Route {
+                id: id.to_string(),
+                matchers: Vec::new(),
+                hooks: Vec::new(),
+                cooldown: std::time::Duration::ZERO,
+                on_resolved: false,
+            })
+            .collect();
+        let read = |dry_run| -> Vec<(String, String, String)> {
+            crate::audit::legacy_log::records()
+                .filter_map(|l| serde_json::from_str::<Entry>(l).ok())
+                .filter_map(|e| handled(&e, &routes, dry_run))
+                .map(|h| (h.route, h.gpu, h.fingerprint))
+                .collect()
+        };
+        let uuid = "GPU-1f6b3c5e-0000-4000-8000-000000000000".to_string();
+        assert_eq!(
+            read(false),
+            [("xid -> drain".into(), uuid.clone(), "abc123".into())]
+        );
+        assert_eq!(read(true).len(), 2);
     }
 }

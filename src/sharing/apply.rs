@@ -13,12 +13,12 @@
 use std::time::SystemTime;
 
 use serde::Serialize;
-use serde_json::json;
 
 use super::plan::{self, Change, ObservedGpu, Plan, Skipped, Step};
-use super::settings::SharingConfig;
 use super::timeslice;
-use crate::audit::AuditLog;
+use crate::audit::event::{Sharing, SharingStep};
+use crate::audit::{AuditLog, Event};
+use crate::config::sharing::SharingConfig;
 use crate::gpu::Session;
 
 /// Something that can change one setting of one GPU, and read the node back.
@@ -71,6 +71,39 @@ pub enum Outcome {
     NotRun,
 }
 
+impl Outcome {
+    /// The outcome's name, as the report and the audit log spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Planned => "planned",
+            Outcome::Applied => "applied",
+            Outcome::Failed => "failed",
+            Outcome::RolledBack => "rolled_back",
+            Outcome::RollbackFailed => "rollback_failed",
+            Outcome::NotRun => "not_run",
+        }
+    }
+}
+
+/// A step as the audit log records it.
+fn recorded(step: &Step) -> SharingStep {
+    let (from, to) = change_ends(step.change);
+    SharingStep {
+        from,
+        gpu: step.gpu,
+        setting: step.change.setting().to_string(),
+        to,
+        uuid: step.uuid.clone(),
+    }
+}
+
+fn change_ends(c: Change) -> (String, String) {
+    match c {
+        Change::ComputeMode { from, to } => (from.as_str().into(), to.as_str().into()),
+        Change::Timeslice { from, to } => (from.as_str().into(), to.as_str().into()),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StepResult {
     #[serde(flatten)]
@@ -104,6 +137,10 @@ pub struct Report {
     /// API answers 503: the node's disk, not the request, is at fault).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub audit_failed: bool,
+    /// Nothing was changed because another apply (MIG or sharing, this process or another)
+    /// held the node lock (the API answers 409, as for MIG).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub busy: bool,
 }
 
 impl Report {
@@ -121,10 +158,19 @@ impl Report {
             unchanged: 0,
             error: Some(error),
             audit_failed: false,
+            busy: false,
         }
     }
 
     /// Refused: the decision could not be recorded.
+    /// Refused because another apply holds the node lock; nothing was changed.
+    pub fn busy(trigger: &str, error: String) -> Report {
+        Report {
+            busy: true,
+            ..Report::failed(trigger, false, error)
+        }
+    }
+
     pub fn audit_failed(trigger: &str, dry_run: bool, error: String) -> Report {
         Report {
             audit_failed: true,
@@ -157,10 +203,7 @@ impl Report {
                 s.step.gpu,
                 s.step.uuid,
                 s.step.change.describe(),
-                serde_json::to_value(s.outcome)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
+                s.outcome.as_str(),
                 s.error
                     .as_ref()
                     .map(|e| format!(": {e}"))
@@ -441,6 +484,7 @@ pub fn apply_plan(
         unchanged: plan.unchanged,
         error: None,
         audit_failed: false,
+        busy: false,
     };
     if dry_run || plan.steps.is_empty() {
         report.steps = plan
@@ -455,21 +499,14 @@ pub fn apply_plan(
         return report;
     }
     // Every record says what started the apply (`start`, `sighup`, `api`, `cli`).
-    let record = |event: &str, mut fields: serde_json::Value| {
-        if let serde_json::Value::Object(m) = &mut fields {
-            m.entry("trigger").or_insert_with(|| trigger.into());
-        }
-        match audit {
-            Some(a) => a
-                .record("sharing", event, fields)
-                .map_err(|e| e.to_string()),
-            None => Ok(()),
-        }
+    let record = |event: Sharing| match audit {
+        Some(a) => a.record(&Event::Sharing(event)).map_err(|e| e.to_string()),
+        None => Ok(()),
     };
-    if let Err(e) = record(
-        "apply.start",
-        json!({"trigger": trigger, "steps": &plan.steps}),
-    ) {
+    if let Err(e) = record(Sharing::ApplyStart {
+        steps: plan.steps.iter().map(recorded).collect(),
+        trigger: trigger.to_string(),
+    }) {
         report.ok = false;
         report.audit_failed = true;
         report.error = Some(format!(
@@ -478,7 +515,17 @@ pub fn apply_plan(
         return report;
     }
     let (steps, consistent) = execute(&plan.steps, node, |r| {
-        match record("apply.step", json!(r)) {
+        let (from, to) = change_ends(r.step.change);
+        match record(Sharing::ApplyStep {
+            error: r.error.clone(),
+            from,
+            gpu: r.step.gpu,
+            outcome: r.outcome.as_str().to_string(),
+            setting: r.step.change.setting().to_string(),
+            to,
+            trigger: trigger.to_string(),
+            uuid: r.step.uuid.clone(),
+        }) {
             Ok(()) => true,
             Err(e) => {
                 tracing::error!(error = %e, "cannot write the sharing audit record: stopping, and undoing what was done");
@@ -493,16 +540,17 @@ pub fn apply_plan(
     report.steps = steps;
     verify(&mut report, node);
     let count = |o: Outcome| report.steps.iter().filter(|s| s.outcome == o).count();
-    let _ = record(
-        "apply.end",
-        json!({"trigger": trigger, "ok": report.ok, "consistent": report.consistent,
-               "applied": count(Outcome::Applied),
-               "rolled_back": count(Outcome::RolledBack),
-               "rollback_failed": count(Outcome::RollbackFailed),
-               "not_read": report.skipped.iter().filter(|s| s.error).count(),
-               "error": &report.error,
-               "result": report.verdict()}),
-    );
+    let _ = record(Sharing::ApplyEnd {
+        applied: count(Outcome::Applied),
+        consistent: report.consistent,
+        error: report.error.clone(),
+        not_read: report.skipped.iter().filter(|s| s.error).count(),
+        ok: report.ok,
+        result: report.verdict(),
+        rolled_back: count(Outcome::RolledBack),
+        rollback_failed: count(Outcome::RollbackFailed),
+        trigger: trigger.to_string(),
+    });
     report
 }
 

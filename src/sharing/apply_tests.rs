@@ -2,8 +2,8 @@
 //! that fails, and a dry run.
 
 use super::*;
+use crate::config::sharing::Timeslice;
 use crate::gpu::ComputeMode;
-use crate::sharing::settings::Timeslice;
 
 /// Records what it was asked; fails the call numbered `fail_at` (and, when `stuck`, every
 /// later call too).

@@ -14,13 +14,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use serde_json::json;
 use tokio::sync::watch;
 
 use super::plugin::devices::GpuState;
-use super::settings::{GuardAction, MemoryGuardConfig, TimeSlicing};
 use super::status::StatusSink;
-use crate::changes::{Acting, Done, Owner, Record};
+use crate::audit::event::Sharing;
+use crate::audit::Event;
+use crate::changes::{Acting, Done, Owner};
+use crate::config::sharing::{GuardAction, MemoryGuardConfig, TimeSlicing};
 use crate::procs::{self, ProcessIdentity};
 use crate::publication::Published;
 use crate::snapshot::{OverLimit, Snapshot};
@@ -211,28 +212,33 @@ fn act(
     let who: Option<ProcessIdentity> = procs::identify(procfs, o.over.pid);
     let signal = config.signal.parse::<nix::sys::signal::Signal>().ok();
     let outcome = |label: &'static str, detail: String| {
-        Record::new(
-            "memory_guard.signal",
-            json!({
-                "gpu": o.over.gpu, "uuid": o.over.uuid, "pid": o.over.pid, "process": o.name,
-                "used_bytes": o.over.used_bytes, "limit_bytes": o.over.limit_bytes,
-                "over_since": humantime::format_rfc3339_millis(o.since).to_string(),
-                "signal": config.signal, "dry_run": config.dry_run, "result": label, "detail": detail,
-            }),
-        )
+        Event::Sharing(Sharing::MemoryGuardSignal {
+            detail,
+            dry_run: config.dry_run,
+            gpu: o.over.gpu,
+            limit_bytes: o.over.limit_bytes,
+            over_since: humantime::format_rfc3339_millis(o.since).to_string(),
+            pid: o.over.pid,
+            process: o.name.clone(),
+            result: label.to_string(),
+            signal: config.signal.clone(),
+            used_bytes: o.over.used_bytes,
+            uuid: o.over.uuid.clone(),
+        })
     };
     let label = match (who, signal) {
         (Some(who), Some(sig)) if !config.dry_run => {
             // The decision is recorded before the signal: without the record, nothing is sent.
-            let decision = Record::new(
-                "memory_guard.decision",
-                json!({
-                    "gpu": o.over.gpu, "uuid": o.over.uuid, "pid": o.over.pid, "process": o.name,
-                    "used_bytes": o.over.used_bytes, "limit_bytes": o.over.limit_bytes,
-                    "signal": config.signal,
-                }),
-            );
-            let begun = owner.begin("sharing", decision).map_err(|e| {
+            let decision = Sharing::MemoryGuardDecision {
+                gpu: o.over.gpu,
+                limit_bytes: o.over.limit_bytes,
+                pid: o.over.pid,
+                process: o.name.clone(),
+                signal: config.signal.clone(),
+                used_bytes: o.over.used_bytes,
+                uuid: o.over.uuid.clone(),
+            };
+            let begun = owner.begin(decision).map_err(|e| {
                 tracing::error!(error = %e, pid = o.over.pid, "memory guard: not signalling: its decision cannot be recorded");
             })?;
             begun.act(|_: &Acting<'_>| {
@@ -253,8 +259,7 @@ fn act(
                 (Some(_), None) => ("failed", format!("unknown signal '{}'", config.signal)),
                 (Some(_), Some(_)) => ("dry_run", String::new()),
             };
-            let r = outcome(label, detail);
-            if let Err(e) = owner.record("sharing", &r.event, r.fields) {
+            if let Err(e) = owner.record(outcome(label, detail)) {
                 tracing::error!(error = %e, "memory guard: cannot write the audit record");
             }
             label
@@ -281,7 +286,7 @@ fn act(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sharing::settings::{Devices, SharedResource};
+    use crate::config::sharing::{Devices, SharedResource};
     use crate::snapshot::{
         GpuIdentity, GpuProcess, GpuReading, GpuSnapshot, GpuStatus, ProcessInfo, ProcessKind,
     };

@@ -2,11 +2,11 @@
 //! `nvidia-smi compute-policy`) and in Kubernetes (a device plugin that advertises replicas,
 //! fed by the agent's own health verdicts).
 //!
-//! - [`settings`]: the validated configuration (plain data); [`config`]: its TOML shape;
-//!   [`yaml`]: k8s-device-plugin's own YAML.
+//! - `[sharing]` and k8s-device-plugin's YAML are configuration data, read once at load:
+//!   [`crate::config::sharing`].
 //! - [`plan`]: observe → diff (pure); [`apply`]: the steps, with undo on failure and audit;
-//!   [`timeslice`]: the `nvidia-smi compute-policy` backend; [`spec`]: values TOML and YAML
-//!   share.
+//!   [`change`]: an apply as a change the owner of changes runs (the node lock, its session);
+//!   [`timeslice`]: the `nvidia-smi compute-policy` backend.
 //! - [`service`]: the daemon's handle (applies at start, SIGHUP and API); [`status`]: what it,
 //!   the plugin and the guard publish for metrics.
 //! - [`plugin`]: the Kubernetes device plugin; [`guard`]: the replica memory guard;
@@ -17,20 +17,17 @@
 //! `[sharing.device_plugin] enabled = true`.
 
 pub mod apply;
-pub mod config;
+pub mod change;
 pub mod guard;
 pub mod plan;
 pub mod plugin;
 pub mod preferred;
 pub mod service;
-pub mod settings;
-pub mod spec;
 pub mod status;
 pub mod timeslice;
-pub mod yaml;
 
-pub use service::Sharing;
-pub use settings::{
+pub use crate::config::sharing::{
     Devices, GpuSelector, NodeSettings, SharedResource, SharingConfig, TimeSlicing, Timeslice,
 };
+pub use service::Sharing;
 pub use status::{SharingFeed, StatusSink};

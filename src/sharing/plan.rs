@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::settings::{SharingConfig, Timeslice};
+use crate::config::sharing::{SharingConfig, Timeslice};
 use crate::gpu::ComputeMode;
 
 /// One GPU as observed before a change.
@@ -188,7 +188,7 @@ pub fn plan(config: &SharingConfig, observed: &[ObservedGpu]) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sharing::settings::{GpuOverride, GpuSelector, NodeSettings};
+    use crate::config::sharing::{GpuOverride, GpuSelector, NodeSettings};
 
     fn gpu(index: u32, mode: ComputeMode, t: Timeslice) -> ObservedGpu {
         ObservedGpu {

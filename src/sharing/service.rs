@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::watch;
 
 use super::apply::Report;
-use super::settings::SharingConfig;
 use super::status::{SharingFeed, StatusSink};
-use crate::changes::sharing::SharingApply;
 use crate::changes::Owner;
+use crate::config::sharing::SharingConfig;
+use crate::sharing::change::SharingApply;
 use crate::snapshot::SharingStatus;
 
 /// The daemon's sharing handle (cheap to clone through `Arc`).
@@ -125,11 +125,7 @@ impl Sharing {
     /// Observe → diff → apply (or only plan, when `dry_run`), logged once with its outcome.
     pub async fn apply(self: &Arc<Self>, trigger: &'static str, dry_run: bool) -> Arc<Report> {
         let _one = self.running.lock().await;
-        let change = SharingApply {
-            config: self.config(),
-            dry_run,
-            trigger,
-        };
+        let change = SharingApply::daemon(self.config(), dry_run, trigger);
         let report =
             self.owner.call(change).await.unwrap_or_else(|| {
                 Report::failed(trigger, dry_run, "the apply task failed".into())

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use super::settings::Timeslice;
+use crate::config::sharing::Timeslice;
 use crate::exec::{self, CommandSpec};
 
 /// Why a command failed, in words for the report.

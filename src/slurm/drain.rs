@@ -8,11 +8,10 @@
 //! [`super::REASON_PREFIX`]), drain over an admin's drain (that would replace their reason), or
 //! call `scontrol update` without an audit record on disk. Blocking.
 
-use serde_json::json;
-
 use super::scontrol::{Error, NodeState, Scontrol};
 use super::REASON_PREFIX;
-use crate::audit::AuditFailed;
+use crate::audit::event::{NodeChange, Slurm};
+use crate::audit::{AuditFailed, Event};
 
 /// The audit component of these records.
 pub const COMPONENT: &str = "slurm";
@@ -64,7 +63,7 @@ pub struct Drainer {
 }
 
 /// Writes one audit record of the component (the change owner's writer).
-pub type RecordFn<'a> = dyn Fn(&str, serde_json::Value) -> Result<(), AuditFailed> + 'a;
+pub type RecordFn<'a> = dyn Fn(Event) -> Result<(), AuditFailed> + 'a;
 
 impl Drainer {
     /// Reads the node, then drains or resumes it if that is ours to do, auditing first.
@@ -107,14 +106,18 @@ impl Drainer {
         reason: Option<&String>,
         trigger: &str,
     ) -> Result<(), Failed> {
-        let fields = json!({
-            "node": self.node,
-            "state_before": now.state,
-            "reason_before": now.reason,
-            "reason": reason,
-            "trigger": trigger,
-        });
-        record(what, fields).map_err(|e| Failed::Audit {
+        let change = NodeChange {
+            node: self.node.clone(),
+            reason: reason.cloned(),
+            reason_before: now.reason.clone(),
+            state_before: now.state.clone(),
+            trigger: trigger.to_string(),
+        };
+        let event = match what {
+            "drain" => Slurm::Drain(change),
+            _ => Slurm::Resume(change),
+        };
+        record(Event::Slurm(event)).map_err(|e| Failed::Audit {
             what,
             error: e.to_string(),
         })

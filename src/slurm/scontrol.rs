@@ -12,6 +12,8 @@ use crate::exec::{self, CommandSpec, Outcome};
 /// A node's state as `scontrol show node -o <name>` tells it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeState {
+    /// `NodeName=`: the node the record is about.
+    pub name: String,
     /// `State=`, e.g. `IDLE+DRAIN`, `MIXED`, `DOWN+DRAIN+NOT_RESPONDING`.
     pub state: String,
     /// `Reason=` without Slurm's trailing ` [user@time]`; empty when none.
@@ -90,14 +92,27 @@ impl Scontrol {
     }
 
     /// `scontrol show node -o <node>`.
+    /// `scontrol show node -o <node>`: the record of that node, and of no other (a record for
+    /// another node, or several, is an error: nothing is drained or resumed on it).
     pub fn show_node(&self, node: &str) -> Result<NodeState, Error> {
         let text = self.run(&["show", "node", "-o", node])?;
-        parse_node(&text).ok_or_else(|| Error {
+        let error = |outcome: String| Error {
             command: format!("{} show node -o {node}", self.program),
-            outcome: "answered without a State= field".into(),
+            outcome,
             detail: format!(": '{}'", crate::terminal::escape(text.trim())),
             result: "failure",
-        })
+        };
+        let records = text.lines().filter(|l| l.contains("NodeName=")).count();
+        let state =
+            parse_node(&text).ok_or_else(|| error("answered without a State= field".into()))?;
+        if records != 1 || state.name != node {
+            return Err(error(format!(
+                "answered {records} record(s), the first for node '{}', not the one record of \
+                 node '{node}'; [slurm] node_name must be this node's own NodeName",
+                crate::terminal::escape(&state.name)
+            )));
+        }
+        Ok(state)
     }
 
     /// `scontrol update NodeName=<node> State=DRAIN Reason=<reason>`.
@@ -119,6 +134,10 @@ impl Scontrol {
 /// one-line form, is the last field but for Slurm's ` [user@time]` stamp.
 pub fn parse_node(text: &str) -> Option<NodeState> {
     let line = text.lines().find(|l| l.contains("NodeName="))?;
+    let name = line
+        .split(' ')
+        .find_map(|f| f.strip_prefix("NodeName="))?
+        .to_string();
     let state = line
         .split(' ')
         .find_map(|f| f.strip_prefix("State="))?
@@ -134,5 +153,9 @@ pub fn parse_node(text: &str) -> Option<NodeState> {
             r.trim().to_string()
         }
     };
-    Some(NodeState { state, reason })
+    Some(NodeState {
+        name,
+        state,
+        reason,
+    })
 }

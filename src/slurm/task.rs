@@ -18,9 +18,9 @@ use tokio::time::Instant;
 use super::drain::{Done, Drainer, Request};
 use super::scontrol::Scontrol;
 use super::{failing_reason, SlurmConfig, CALL_TIMEOUT};
-use crate::changes::slurm::SlurmChange;
 use crate::changes::Owner;
 use crate::publication::Published;
+use crate::slurm::change::SlurmChange;
 use crate::snapshot::NvmlStatus;
 
 /// The `/health` agent warning's component.
@@ -106,12 +106,24 @@ pub fn spawn(
         tracing::error!("{text}");
         crate::warnings::set(COMPONENT, Some(text));
     }
+    let node = match config.node() {
+        Ok(n) => n,
+        Err(e) => {
+            // Never a hostlist: a drain would reach every node it names.
+            let text = format!("{e}: Slurm drains and resumes are off");
+            tracing::error!("slurm: {text}");
+            crate::warnings::set(COMPONENT, Some(text));
+            return Arc::new(SlurmMetrics {
+                inner: Mutex::new(Counts::default()),
+            });
+        }
+    };
     let drainer = Drainer {
         scontrol: Scontrol {
             program: config.scontrol.clone(),
             timeout: CALL_TIMEOUT,
         },
-        node: config.node(),
+        node,
     };
     tracing::info!(node = %drainer.node, scontrol = %drainer.scontrol.program, "slurm: draining this node when a GPU fails");
     let metrics = Arc::new(SlurmMetrics {

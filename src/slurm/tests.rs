@@ -67,11 +67,10 @@ fn a_long_reason_is_cut_to_slurms_limit_on_a_character_boundary() {
 
 #[test]
 fn the_section_defaults_to_off_and_scontrol_on_the_path() {
-    let c: SlurmSection = toml::from_str("drain = true\nnode_name = \"gpu-07\"\n").expect("toml");
-    let c = c.into_config();
+    let c: SlurmConfig = toml::from_str("drain = true\nnode_name = \"gpu-07\"\n").expect("toml");
     assert!(c.drain);
     assert_eq!(
-        (c.node(), c.scontrol.as_str()),
+        (c.node().expect("one node"), c.scontrol.as_str()),
         ("gpu-07".into(), "scontrol")
     );
     assert!(
@@ -80,8 +79,69 @@ fn the_section_defaults_to_off_and_scontrol_on_the_path() {
         c.describe()
     );
     assert_eq!(SlurmConfig::default().describe(), "slurm: off\n");
-    let e = toml::from_str::<SlurmSection>("drian = true\n").expect_err("typo");
+    let empty: SlurmConfig = toml::from_str("scontrol = \"\"\n").expect("toml");
+    assert_eq!(
+        empty,
+        SlurmConfig::default(),
+        "an empty scontrol is the one on the path"
+    );
+    let e = toml::from_str::<SlurmConfig>("drian = true\n").expect_err("typo");
     assert!(e.to_string().contains("drian"), "{e}");
+}
+
+/// Issue [26/28] defect 4: a hostlist as `[slurm] node_name` passed `check-config` and went to
+/// `scontrol update NodeName=…`, draining every node it named. Refused at load, with its
+/// position; the record `scontrol show node` returns must be this node's, and only it.
+#[test]
+fn a_hostlist_is_never_taken_for_this_node() {
+    use crate::config::{from_text, Overrides};
+    for bad in ["gpu[01-99],login1", "gpu01,gpu02", "gpu 01", "gpu[01-02]"] {
+        let text = format!("[slurm]\ndrain = true\nnode_name = {bad:?}\n");
+        let e = from_text("c.toml", &text, &Overrides::default())
+            .expect_err(bad)
+            .to_string();
+        assert!(
+            e.starts_with("c.toml:3:13: node_name") && e.contains("is not one node name"),
+            "{e}"
+        );
+    }
+    let ok = from_text(
+        "c.toml",
+        "[slurm]\nnode_name = \"gpu-07.rack_2\"\n",
+        &Overrides::default(),
+    )
+    .expect("one node name");
+    assert_eq!(ok.slurm.node().expect("valid"), "gpu-07.rack_2");
+    assert!(crate::config::slurm::one_node_name("gpu[1-2]").is_err());
+
+    // `show node` of a hostlist answers one record per node: refused, whatever the first says.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("scontrol");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n%s\\n' '{}' '{}'\n",
+            IDLE.trim().replace("NodeName=vm", "NodeName=gpu01"),
+            IDLE.trim().replace("NodeName=vm", "NodeName=gpu02")
+        ),
+    )
+    .expect("stand-in");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let sc = super::scontrol::Scontrol {
+        program: script.display().to_string(),
+        timeout: std::time::Duration::from_secs(5),
+    };
+    let e = sc.show_node("gpu01").expect_err("two records").to_string();
+    assert!(e.contains("answered 2 record(s)"), "{e}");
+    let e = sc
+        .show_node("gpu07")
+        .expect_err("another node's record")
+        .to_string();
+    assert!(
+        e.contains("the first for node 'gpu01', not the one record of node 'gpu07'"),
+        "{e}"
+    );
 }
 
 /// A stand-in `scontrol` (a real program, run as the agent runs it) that records its
@@ -136,7 +196,7 @@ fn a_drain_whose_audit_record_cannot_be_written_is_not_made() {
         mig: Default::default(),
     };
     let owner = crate::changes::Owner::with(setup.clone());
-    let change = |request: &Request| crate::changes::slurm::SlurmChange {
+    let change = |request: &Request| crate::slurm::change::SlurmChange {
         drainer: d.clone(),
         request: request.clone(),
         trigger: "test",

@@ -210,7 +210,7 @@ pub struct GpuReading {
     /// Containers the kubelet allocated this GPU's MIG devices to.
     pub mig_pods: Vec<mig::MigPod>,
     /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`: 0 none, 1 gpu reset, 2 node reboot, 3 drain P2P,
-    /// 4 drain and reset.
+    /// 4 drain and reset, 5 recover the IMEX domain.
     pub recovery_action: Option<u32>,
     /// The processes exported, at most `[processes] max_per_gpu` (largest memory first).
     pub processes: Option<Vec<GpuProcess>>,

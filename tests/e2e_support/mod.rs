@@ -94,6 +94,15 @@ impl Agent {
         )
     }
 
+    /// On a scenario given as text (a node no shared scenario describes), with this config.
+    pub fn start_on(scenario_text: &str, config: &str) -> Agent {
+        Agent(
+            crate::common::Agent::with_scenario(scenario_text)
+                .config(config)
+                .start(),
+        )
+    }
+
     pub fn target(&self) -> String {
         format!("127.0.0.1:{}", self.0.port)
     }
@@ -121,6 +130,11 @@ pub struct Prometheus {
 
 impl Prometheus {
     pub fn start(targets: &[String], rules: &str) -> Prometheus {
+        Prometheus::start_every(targets, rules, "1s")
+    }
+
+    /// Scraping every `scrape` (`15s`: Grafana's default, which its `$__rate_interval` assumes).
+    pub fn start_every(targets: &[String], rules: &str, scrape: &str) -> Prometheus {
         let bin = std::env::var("PROMETHEUS").unwrap_or_else(|_| "/usr/bin/prometheus".into());
         assert!(
             Path::new(&bin).is_file(),
@@ -130,7 +144,7 @@ impl Prometheus {
         std::fs::write(dir.path().join("rules.yml"), rules).expect("write the rules");
         let list: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
         let config = format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+            "global:\n  scrape_interval: {scrape}\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
              rule_files: ['{}']\n\
              scrape_configs:\n  - job_name: gpu-steward\n    static_configs:\n      - targets: [{}]\n",
             dir.path().join("rules.yml").display(),

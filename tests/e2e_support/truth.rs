@@ -70,13 +70,18 @@ pub fn one_tol(v: f64, tol: f64) -> Expect {
 /// Grafana's variables for one agent and a short test's windows. `$__range` is 10 s (not the
 /// "All data" of the presence test) so that increases over it are known from the scenario.
 pub fn substitute_for(expr: &str, instance: &str) -> String {
+    substitute_with(expr, instance, "10s", "10s")
+}
+
+/// As Grafana fills the variables for one instance, with its rate interval and range.
+pub fn substitute_with(expr: &str, instance: &str, rate_interval: &str, range: &str) -> String {
     expr.replace("${instance}", instance)
         .replace("$instance", instance)
         .replace("${gpu}", ".*")
         .replace("$gpu", ".*")
-        .replace("$__rate_interval", "10s")
+        .replace("$__rate_interval", rate_interval)
         .replace("$__interval", "2s")
-        .replace("$__range", "10s")
+        .replace("$__range", range)
 }
 
 /// Runs `expr` at `time` (Unix seconds) and compares with `want`: `Err` with what differs.

@@ -3,9 +3,11 @@
 //! keeping every `HealthEvents` it received. It can be stopped and started again on the same
 //! path (the connector down and up).
 //!
-//! The messages are written here from NVSentinel's `health_event.proto` (vendored in
-//! src/nvsentinel/health_event.proto), apart from the agent's own, so that a field number the
-//! agent got wrong shows here as a missing value.
+//! The messages are written here from NVSentinel's main-line `health_event.proto` (commit
+//! d87e98588030e23f81a64d3f747bd46dd3efd7a2, vendored in src/nvsentinel/health_event.proto),
+//! apart from the agent's own, so that a field number the agent got wrong shows here as a
+//! missing value. A batch holding an enum value the main line does not define is refused
+//! (`INVALID_ARGUMENT`) and kept apart in `rejected`.
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -39,6 +41,32 @@ pub struct Timestamp {
     pub nanos: i32,
 }
 
+/// `enum RecommendedAction` at d87e985.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
+#[repr(i32)]
+pub enum RecommendedAction {
+    None = 0,
+    ComponentReset = 2,
+    ContactSupport = 5,
+    RunFielddiag = 6,
+    RestartVm = 15,
+    RestartBm = 24,
+    ReplaceVm = 25,
+    RunDcgmeud = 26,
+    Custom = 27,
+    Remediate = 28,
+    Unknown = 99,
+}
+
+/// `enum ProcessingStrategy` at d87e985.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
+#[repr(i32)]
+pub enum ProcessingStrategy {
+    Unspecified = 0,
+    ExecuteRemediation = 1,
+    StoreOnly = 2,
+}
+
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct HealthEvent {
     #[prost(uint32, tag = "1")]
@@ -55,7 +83,7 @@ pub struct HealthEvent {
     pub is_healthy: bool,
     #[prost(string, tag = "7")]
     pub message: String,
-    #[prost(int32, tag = "8")]
+    #[prost(enumeration = "RecommendedAction", tag = "8")]
     pub recommended_action: i32,
     #[prost(string, repeated, tag = "9")]
     pub error_code: Vec<String>,
@@ -65,23 +93,54 @@ pub struct HealthEvent {
     pub generated_timestamp: Option<Timestamp>,
     #[prost(string, tag = "13")]
     pub node_name: String,
+    #[prost(enumeration = "ProcessingStrategy", tag = "16")]
+    pub processing_strategy: i32,
+    #[prost(string, tag = "17")]
+    pub id: String,
+    #[prost(string, tag = "18")]
+    pub custom_recommended_action: String,
+}
+
+impl HealthEvent {
+    /// Why the main line's enums do not hold this event's values, if they do not.
+    fn undefined(&self) -> Option<String> {
+        if RecommendedAction::try_from(self.recommended_action).is_err() {
+            return Some(format!(
+                "{}: recommendedAction {} is not defined",
+                self.check_name, self.recommended_action
+            ));
+        }
+        if ProcessingStrategy::try_from(self.processing_strategy).is_err() {
+            return Some(format!(
+                "{}: processingStrategy {} is not defined",
+                self.check_name, self.processing_strategy
+            ));
+        }
+        None
+    }
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Empty {}
 
 type Received = Arc<Mutex<Vec<HealthEvents>>>;
+type Rejected = Arc<Mutex<Vec<String>>>;
 
 #[derive(Clone)]
-struct Svc(Received);
+struct Svc(Received, Rejected);
 
-struct Call(Received);
+struct Call(Received, Rejected);
 
 impl tonic::server::UnaryService<HealthEvents> for Call {
     type Response = Empty;
     type Future = BoxFuture<tonic::Response<Empty>, tonic::Status>;
     fn call(&mut self, req: tonic::Request<HealthEvents>) -> Self::Future {
-        self.0.lock().expect("lock").push(req.into_inner());
+        let batch = req.into_inner();
+        if let Some(why) = batch.events.iter().find_map(HealthEvent::undefined) {
+            self.1.lock().expect("lock").push(why.clone());
+            return Box::pin(async move { Err(tonic::Status::invalid_argument(why)) });
+        }
+        self.0.lock().expect("lock").push(batch);
         Box::pin(async { Ok(tonic::Response::new(Empty {})) })
     }
 }
@@ -94,7 +153,7 @@ impl Service<http::Request<tonic::body::Body>> for Svc {
         Poll::Ready(Ok(()))
     }
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let received = self.0.clone();
+        let (received, rejected) = (self.0.clone(), self.1.clone());
         Box::pin(async move {
             if req.uri().path() != "/datamodels.PlatformConnector/HealthEventOccurredV1" {
                 let mut r = http::Response::new(tonic::body::Body::default());
@@ -102,7 +161,7 @@ impl Service<http::Request<tonic::body::Body>> for Svc {
                 return Ok(r);
             }
             let mut grpc = tonic::server::Grpc::new(tonic::codec::ProstCodec::default());
-            Ok(grpc.unary(Call(received), req).await)
+            Ok(grpc.unary(Call(received, rejected), req).await)
         })
     }
 }
@@ -124,6 +183,8 @@ impl tonic::codegen::tokio_stream::Stream for Incoming {
 pub struct Connector {
     pub socket: PathBuf,
     pub received: Received,
+    /// Why each refused batch was refused.
+    pub rejected: Rejected,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -133,6 +194,7 @@ impl Connector {
         Connector {
             socket: socket.to_path_buf(),
             received: Arc::default(),
+            rejected: Arc::default(),
             stop: None,
             thread: None,
         }
@@ -144,7 +206,7 @@ impl Connector {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let socket = self.socket.clone();
-        let svc = Svc(self.received.clone());
+        let svc = Svc(self.received.clone(), self.rejected.clone());
         self.thread = Some(std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -186,6 +248,13 @@ impl Connector {
             .iter()
             .flat_map(|b| b.events.clone())
             .collect()
+    }
+}
+
+impl Connector {
+    /// Why each refused batch was refused (an enum value the main line lacks).
+    pub fn rejected(&self) -> Vec<String> {
+        self.rejected.lock().expect("lock").clone()
     }
 }
 

@@ -12,7 +12,7 @@ use nvml_wrapper_sys::bindings::{
 use crate::export;
 use crate::ffi::{self, get, put, put_slice, NvResult};
 use crate::scenario::Ecc;
-use crate::state::{gpu, GpuRef};
+use crate::state::{gpu, grown, GpuRef, Grown};
 
 /// NVML_MEMORY_LOCATION_DRAM / DEVICE_MEMORY.
 const LOCATION_DEVICE_MEMORY: nvmlMemoryLocation_t = 2;
@@ -21,12 +21,18 @@ const LOCATION_SRAM: nvmlMemoryLocation_t = 7;
 /// NVML_MEMORY_LOCATION_COUNT.
 const LOCATION_COUNT: nvmlMemoryLocation_t = 8;
 
+/// The scenario's count plus, for the correctable counters, what `ecc.correctable_per_s` added.
 fn total_errors(
     g: &GpuRef,
     error_type: nvmlMemoryErrorType_t,
     counter: nvmlEccCounterType_t,
 ) -> NvResult<u64> {
-    count_of(&g.ecc, error_type, counter)
+    let base = count_of(&g.ecc, error_type, counter)?;
+    Ok(if error_type == 0 {
+        base.saturating_add(grown(g.index as usize, Grown::CorrectableEcc))
+    } else {
+        base
+    })
 }
 
 fn count_of(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlEventData_t, nvmlEventSet_t};
 
-use crate::events::XID_CRITICAL_ERROR;
+use crate::events::{GPU_RECOVERY_ACTION, XID_CRITICAL_ERROR};
 use crate::export;
 use crate::ffi::{self, put, NvResult};
 use crate::state::{self, gpu};
@@ -69,6 +69,20 @@ fn wait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uint) -> 
                     device: state::handle_of(gpu as usize),
                     eventType: XID_CRITICAL_ERROR,
                     eventData: xid,
+                    gpuInstanceId: 0xFFFF_FFFF,
+                    computeInstanceId: 0xFFFF_FFFF,
+                },
+            );
+        }
+        if let Some((gpu, action)) =
+            state::with_event_set(set, |s, sc, _| Ok(s.next_recovery(&sc.gpus)))?
+        {
+            return put(
+                data,
+                nvmlEventData_t {
+                    device: state::handle_of(gpu as usize),
+                    eventType: GPU_RECOVERY_ACTION,
+                    eventData: u64::from(action),
                     gpuInstanceId: 0xFFFF_FFFF,
                     computeInstanceId: 0xFFFF_FFFF,
                 },

@@ -1,5 +1,6 @@
-//! PCIe: throughput, replays, link generation, width and speed. The link always runs at its
-//! maximum (CHOSEN: real idle links may train down). NVLink is in `nvlink.rs`.
+//! PCIe: throughput, replays, link generation, width and speed. The current link is the
+//! scenario's `pcie = { gen, width }`, else the model's maximum (CHOSEN: real idle links may
+//! train down; the captured H100 idles at its maximum, Gen5 x16). NVLink is in `nvlink.rs`.
 
 use std::ffi::c_uint;
 
@@ -7,7 +8,7 @@ use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlPcieUtilCounter_t};
 
 use crate::export;
 use crate::ffi::{self, put, NvResult};
-use crate::state::gpu;
+use crate::state::{gpu, grown, Grown};
 
 /// `nvmlDeviceGetPcieSpeed` (Mbps per lane, i.e. MT/s) of PCIe generation `gen`: the real H100
 /// answers 32000 at gen 5.
@@ -42,19 +43,22 @@ export!(
 
 export!(
     fn nvmlDeviceGetPcieReplayCounter(device: nvmlDevice_t, value: *mut c_uint) {
-        put(value, gpu(device)?.pcie_replay_count)
+        let g = gpu(device)?;
+        let grown = grown(g.index as usize, Grown::PcieReplays);
+        let count = u64::from(g.pcie_replay_count).saturating_add(grown);
+        put(value, c_uint::try_from(count).unwrap_or(c_uint::MAX))
     }
 );
 
 export!(
     fn nvmlDeviceGetCurrPcieLinkGeneration(device: nvmlDevice_t, curr_link_gen: *mut c_uint) {
-        put(curr_link_gen, gpu(device)?.model.pcie_max_gen)
+        put(curr_link_gen, gpu(device)?.pcie_gen)
     }
 );
 
 export!(
     fn nvmlDeviceGetCurrPcieLinkWidth(device: nvmlDevice_t, curr_link_width: *mut c_uint) {
-        put(curr_link_width, gpu(device)?.model.pcie_max_width)
+        put(curr_link_width, gpu(device)?.pcie_width)
     }
 );
 
@@ -80,7 +84,7 @@ export!(
 export!(
     /// Current link speed in Mbps per lane (32000 at gen 5).
     fn nvmlDeviceGetPcieSpeed(device: nvmlDevice_t, pcie_speed: *mut c_uint) {
-        put(pcie_speed, speed_mbps(gpu(device)?.model.pcie_max_gen)?)
+        put(pcie_speed, speed_mbps(gpu(device)?.pcie_gen)?)
     }
 );
 

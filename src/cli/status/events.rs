@@ -33,13 +33,15 @@ fn line(e: &Value, today: &str) -> String {
         format!("{} {time}", ts.get(..10).unwrap_or(&ts))
     };
     let gpu = e["gpu"].as_u64().map_or("?".to_string(), |g| g.to_string());
+    // First: a narrow terminal cuts the end of the line, and an old failure must not look
+    // current.
     let before = if e["before_restart"].as_bool() == Some(true) {
-        " (before the agent's restart)"
+        "(before the agent's restart) "
     } else {
         ""
     };
     format!(
-        "{when} GPU {gpu} {} {} [{}, {}]: {}{before}",
+        "{before}{when} GPU {gpu} {} {} [{}, {}]: {}",
         field("kind"),
         field("condition"),
         field("severity"),
@@ -67,8 +69,8 @@ mod tests {
             l,
             vec![
                 "07:00:01 GPU 3 raised xid_79 [fail, reboot_node]: XID 79 \\u{1b}[31m".to_string(),
-                "2026-11-25 23:59:59 GPU 1 cleared thermal [pass, none]: cleared \
-                 (before the agent's restart)"
+                "(before the agent's restart) 2026-11-25 23:59:59 GPU 1 cleared thermal \
+                 [pass, none]: cleared"
                     .to_string(),
             ]
         );

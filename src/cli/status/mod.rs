@@ -59,7 +59,7 @@ pub fn run(args: &StatusArgs) -> u8 {
     loop {
         let size = tty.then(terminal_size);
         let screen = match gather(&target, &audit_file) {
-            Ok(node) => screen::render(&node, &target, size, colour),
+            Ok(node) => screen::render(&node, &target, &again(args), size, colour),
             Err(e) if !args.watch => {
                 eprintln!("gpu-steward status: cannot ask the agent: {e}");
                 return 2;
@@ -83,6 +83,21 @@ pub fn run(args: &StatusArgs) -> u8 {
     }
 }
 
+/// The command line that asks the same agent again: `gpu-steward status` with the `--url`
+/// (when not the default), `--socket` and `--config` this one was given.
+fn again(args: &StatusArgs) -> String {
+    let mut out = String::from("gpu-steward status");
+    match (&args.socket, args.url.as_deref()) {
+        (Some(s), _) => out.push_str(&format!(" --socket {}", s.display())),
+        (None, Some(u)) if u != agent_client::DEFAULT_URL => out.push_str(&format!(" --url {u}")),
+        _ => {}
+    }
+    if let Some(c) = &args.config {
+        out.push_str(&format!(" --config {}", c.display()));
+    }
+    escape(&out).into_owned()
+}
+
 /// The audit log of `--config` (or of the default configuration when it exists). A `--config`
 /// that is missing or broken is an error naming it: falling back to the default audit log would
 /// show another agent's changes as this one's. The default configuration, not named, may be
@@ -95,7 +110,7 @@ fn audit_file(config: Option<&Path>) -> Result<PathBuf, String> {
             &Overrides::default(),
         )
         .map_or_else(
-            |_| PathBuf::from(crate::audit::DEFAULT_FILE),
+            |_| PathBuf::from(crate::audit::DEFAULT_AUDIT_FILE),
             |c| c.audit_file,
         ));
     };

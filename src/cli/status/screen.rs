@@ -20,9 +20,11 @@ use crate::cli::agent_client::Target;
 /// One line and the health it is coloured by.
 type Line = (String, Option<String>);
 
-/// What a section that was cut says in place of its last lines.
-fn more(n: usize) -> String {
-    format!("  … {n} more (a taller terminal, or `gpu-steward status | less`, shows all)")
+/// What a section that was cut says in place of its last lines: how many, and the command
+/// that shows them all (`again`: this one, with its `--url`, `--socket` and `--config`), short
+/// enough that 80 columns keep it.
+fn more(n: usize, again: &str) -> String {
+    format!("  … {n} more: {again} | less")
 }
 
 /// A titled list that may be cut to fit.
@@ -32,23 +34,25 @@ struct Section {
 }
 
 impl Section {
-    fn lines(&self, room: usize) -> Vec<Line> {
+    fn lines(&self, room: usize, again: &str) -> Vec<Line> {
         let mut out = vec![(self.title.clone(), None)];
         if self.items.len() < room {
             out.extend(self.items.iter().cloned());
         } else {
             let shown = room.saturating_sub(2);
             out.extend(self.items.iter().take(shown).cloned());
-            out.push((more(self.items.len() - shown), None));
+            out.push((more(self.items.len() - shown, again), None));
         }
         out
     }
 }
 
-/// The screen; `size` is (columns, rows) on a terminal, `None` into a pipe.
+/// The screen; `size` is (columns, rows) on a terminal, `None` into a pipe; `again`: the
+/// command line that asks the same agent again (for the `… N more` hints).
 pub(super) fn render(
     node: &Node,
     target: &Target,
+    again: &str,
     size: Option<(usize, usize)>,
     colour: bool,
 ) -> String {
@@ -81,7 +85,7 @@ pub(super) fn render(
         out.extend(gpu_lines.iter().cloned());
         for (i, s) in sections.iter().enumerate() {
             blank(&mut out);
-            out.extend(s.lines(rooms.map_or(usize::MAX, |r| r[i])));
+            out.extend(s.lines(rooms.map_or(usize::MAX, |r| r[i]), again));
         }
         out
     };
@@ -359,15 +363,23 @@ mod tests {
         n
     }
 
+    const AGAIN: &str = "gpu-steward status --url http://x:1";
+
     fn screen(n: &Node, cols: usize, rows: usize) -> Vec<String> {
-        let text = render(n, &Target::Tcp("x:1".into()), Some((cols, rows)), false);
+        let text = render(
+            n,
+            &Target::Tcp("x:1".into()),
+            AGAIN,
+            Some((cols, rows)),
+            false,
+        );
         text.lines().map(str::to_string).collect()
     }
 
     #[test]
     fn an_absent_value_is_a_dash_never_zero() {
         let n = node(1, 0, 0, 0);
-        let text = render(&n, &Target::Tcp("x:1".into()), None, false);
+        let text = render(&n, &Target::Tcp("x:1".into()), AGAIN, None, false);
         let row = text.lines().find(|l| l.starts_with("  0")).expect("row");
         assert!(
             !row.contains("0%") && !row.contains("0C") && !row.contains("0W"),
@@ -397,11 +409,15 @@ mod tests {
         let (p, r) = (at("PROCESSES (12)"), at("RECLAIM"));
         let (e, c) = (at("HEALTH EVENTS"), at("LAST CHANGES"));
         let shown = r - p - 2;
-        assert_eq!(lines[r - 1], more(12 - shown), "{lines:#?}");
+        assert_eq!(lines[r - 1], more(12 - shown, AGAIN), "{lines:#?}");
         assert!(lines[e - 1].contains("GPU 1: idle"), "{lines:#?}");
         assert!(lines[c - 1].contains("raised xid_79"), "{lines:#?}");
         let changes = lines.len() - c - 2;
-        assert_eq!(lines[lines.len() - 1], more(40 - changes), "{lines:#?}");
+        assert_eq!(
+            lines[lines.len() - 1],
+            more(40 - changes, AGAIN),
+            "{lines:#?}"
+        );
         // A process row keeps its memory column.
         assert!(lines[p + 1].contains(" 3.0  alice"), "{lines:#?}");
     }

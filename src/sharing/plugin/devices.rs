@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::proto::{CdiDevice, ContainerAllocateResponse, Device, HEALTHY, UNHEALTHY};
-use crate::sharing::settings::{
+use crate::config::sharing::{
     DeviceIdStrategy, DeviceListStrategy, DevicePluginConfig, MigStrategy, TimeSlicing,
 };
 use crate::snapshot::ReplicaCount;
@@ -383,7 +383,7 @@ pub fn preferred(available: &[String], must_include: &[String], size: usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sharing::settings::{Devices, GpuSelector, SharedResource};
+    use crate::config::sharing::{Devices, GpuSelector, SharedResource};
 
     fn gpus() -> Vec<GpuState> {
         (0..3)

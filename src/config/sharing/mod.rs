@@ -1,13 +1,16 @@
-//! The validated sharing configuration: plain data, built from `[sharing]` (see
-//! `config::sharing`) or from the time-slicing part of NVIDIA's device plugin YAML (see
-//! [`super::yaml`]).
+//! `[sharing]`, validated: plain data, built from the file's section ([`section`]) or from the
+//! time-slicing part of NVIDIA's device plugin YAML ([`yaml`]).
+
+pub mod section;
+pub mod spec;
+pub mod yaml;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::gpu::ComputeMode;
+use crate::snapshot::ComputeMode;
 
 /// The CUDA time-slice length, as `nvidia-smi compute-policy --set-timeslice` numbers it
 /// (0=DEFAULT, 1=SHORT, 2=MEDIUM, 3=LONG: the help text of the real H100's nvidia-smi, in
@@ -252,21 +255,29 @@ impl DeviceIdStrategy {
     }
 }
 
-/// The Kubernetes device plugin (off by default).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The Kubernetes device plugin (off by default): `[sharing.device_plugin]` as written and as
+/// used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct DevicePluginConfig {
     pub enabled: bool,
     /// The kubelet's device-plugin directory: `kubelet.sock` is there, and the plugin's own
     /// sockets go there.
+    #[serde(deserialize_with = "section::absolute_dir")]
     pub directory: PathBuf,
+    #[serde(deserialize_with = "section::mig_strategy")]
     pub mig_strategy: MigStrategy,
     /// Never empty, each strategy once.
+    #[serde(deserialize_with = "section::device_list_strategy")]
     pub device_list_strategy: Vec<DeviceListStrategy>,
+    #[serde(deserialize_with = "section::device_id_strategy")]
     pub device_id_strategy: DeviceIdStrategy,
     /// `vendor/class` of the CDI devices (`nvidia.com/gpu`, as `nvidia-ctk cdi generate`
     /// writes): a device is named `<cdi_kind>=<id>`.
+    #[serde(deserialize_with = "section::cdi_kind")]
     pub cdi_kind: String,
     /// Where CDI specs are looked for at start (the CDI spec's default directories).
+    #[serde(deserialize_with = "section::absolute_dirs")]
     pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
@@ -303,14 +314,21 @@ pub enum GuardAction {
     Signal,
 }
 
-/// The replica memory guard: observed usage against `memory_per_replica`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The replica memory guard: observed usage against `memory_per_replica`
+/// (`[sharing.memory_guard]` as written and as used).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct MemoryGuardConfig {
+    #[serde(deserialize_with = "section::guard_action")]
     pub action: GuardAction,
     /// The signal sent by `action = "signal"` (`SIGTERM` by default).
+    #[serde(deserialize_with = "section::signal_name")]
     pub signal: String,
     /// How long a process must stay over its share before it is signalled.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(
+        serialize_with = "humantime_serde_compat::serialize",
+        deserialize_with = "section::grace"
+    )]
     pub grace: Duration,
     /// Log and audit what would be signalled, signal nothing (the default).
     pub dry_run: bool,

@@ -10,14 +10,14 @@ use serde::de;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
-use super::settings::{
+use super::spec::parse_memory_size;
+pub use super::spec::{DevicesSpec, SelectorSpec};
+use super::{
     DeviceIdStrategy, DeviceListStrategy, DevicePluginConfig, Devices, GpuOverride, GuardAction,
     MemoryGuardConfig, MigStrategy, NodeSettings, SharedResource, SharingConfig, TimeSlicing,
     Timeslice,
 };
-use super::spec::parse_memory_size;
-pub use super::spec::{DevicesSpec, SelectorSpec};
-use crate::gpu::ComputeMode;
+use crate::snapshot::ComputeMode;
 
 /// `[sharing]`: every key optional; an absent section manages nothing.
 #[derive(Debug, Default, Deserialize)]
@@ -35,8 +35,8 @@ pub struct SharingSection {
     pub device_plugin_config: Option<Spanned<String>>,
     pub time_slicing: Option<TimeSlicingSection>,
     pub gpu: Vec<GpuSection>,
-    pub device_plugin: DevicePluginSection,
-    pub memory_guard: MemoryGuardSection,
+    pub device_plugin: DevicePluginConfig,
+    pub memory_guard: MemoryGuardConfig,
 }
 
 /// `[sharing.time_slicing]`.
@@ -73,67 +73,6 @@ pub struct GpuSection {
     pub compute_mode: Option<ComputeMode>,
     #[serde(default, deserialize_with = "timeslice")]
     pub timeslice: Option<Timeslice>,
-}
-
-/// `[sharing.device_plugin]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DevicePluginSection {
-    pub enabled: bool,
-    #[serde(deserialize_with = "absolute_dir")]
-    pub directory: PathBuf,
-    #[serde(deserialize_with = "mig_strategy")]
-    pub mig_strategy: MigStrategy,
-    #[serde(deserialize_with = "device_list_strategy")]
-    pub device_list_strategy: Vec<DeviceListStrategy>,
-    #[serde(deserialize_with = "device_id_strategy")]
-    pub device_id_strategy: DeviceIdStrategy,
-    #[serde(deserialize_with = "cdi_kind")]
-    pub cdi_kind: String,
-    #[serde(deserialize_with = "absolute_dirs")]
-    pub cdi_spec_dirs: Vec<PathBuf>,
-}
-
-impl Default for DevicePluginSection {
-    fn default() -> Self {
-        let d = DevicePluginConfig::default();
-        DevicePluginSection {
-            enabled: d.enabled,
-            directory: d.directory,
-            mig_strategy: d.mig_strategy,
-            device_list_strategy: d.device_list_strategy,
-            device_id_strategy: d.device_id_strategy,
-            cdi_kind: d.cdi_kind,
-            cdi_spec_dirs: d.cdi_spec_dirs,
-        }
-    }
-}
-
-/// `[sharing.memory_guard]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MemoryGuardSection {
-    #[serde(deserialize_with = "guard_action")]
-    pub action: GuardAction,
-    #[serde(deserialize_with = "signal_name")]
-    pub signal: String,
-    #[serde(deserialize_with = "grace")]
-    pub grace: Duration,
-    pub dry_run: bool,
-    pub exempt_processes: Vec<String>,
-}
-
-impl Default for MemoryGuardSection {
-    fn default() -> Self {
-        let d = MemoryGuardConfig::default();
-        MemoryGuardSection {
-            action: d.action,
-            signal: d.signal,
-            grace: d.grace,
-            dry_run: d.dry_run,
-            exempt_processes: d.exempt_processes,
-        }
-    }
 }
 
 /// A problem found after parsing, at a byte range of the file.
@@ -206,22 +145,8 @@ impl SharingSection {
             nvidia_smi_timeout: self.nvidia_smi_timeout.unwrap_or(d.nvidia_smi_timeout),
             time_slicing,
             time_slicing_file,
-            device_plugin: DevicePluginConfig {
-                enabled: self.device_plugin.enabled,
-                directory: self.device_plugin.directory,
-                mig_strategy: self.device_plugin.mig_strategy,
-                device_list_strategy: self.device_plugin.device_list_strategy,
-                device_id_strategy: self.device_plugin.device_id_strategy,
-                cdi_kind: self.device_plugin.cdi_kind,
-                cdi_spec_dirs: self.device_plugin.cdi_spec_dirs,
-            },
-            memory_guard: MemoryGuardConfig {
-                action: self.memory_guard.action,
-                signal: self.memory_guard.signal,
-                grace: self.memory_guard.grace,
-                dry_run: self.memory_guard.dry_run,
-                exempt_processes: self.memory_guard.exempt_processes,
-            },
+            device_plugin: self.device_plugin,
+            memory_guard: self.memory_guard,
         })
     }
 }
@@ -261,7 +186,7 @@ fn absolute_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::
     }
 }
 
-fn absolute_dir<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+pub(super) fn absolute_dir<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
     let s = String::deserialize(d)?;
     if s.starts_with('/') {
         Ok(PathBuf::from(s))
@@ -273,7 +198,7 @@ fn absolute_dir<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
     }
 }
 
-fn absolute_dirs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+pub(super) fn absolute_dirs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
     let list = Vec::<String>::deserialize(d)?;
     if list.is_empty() {
         return Err(de::Error::custom(
@@ -294,7 +219,7 @@ fn absolute_dirs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Err
         .collect()
 }
 
-fn mig_strategy<'de, D: Deserializer<'de>>(d: D) -> Result<MigStrategy, D::Error> {
+pub(super) fn mig_strategy<'de, D: Deserializer<'de>>(d: D) -> Result<MigStrategy, D::Error> {
     let s = String::deserialize(d)?;
     MigStrategy::parse(&s).ok_or_else(|| {
         de::Error::custom(format!(
@@ -306,7 +231,7 @@ fn mig_strategy<'de, D: Deserializer<'de>>(d: D) -> Result<MigStrategy, D::Error
 
 const LIST_STRATEGIES: &str = "use any of \"envvar\", \"cdi-cri\" and \"cdi-annotations\"";
 
-fn device_list_strategy<'de, D: Deserializer<'de>>(
+pub(super) fn device_list_strategy<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Vec<DeviceListStrategy>, D::Error> {
     // NVIDIA's plugin takes a single string as well as a list.
@@ -348,7 +273,9 @@ fn device_list_strategy<'de, D: Deserializer<'de>>(
     Ok(out)
 }
 
-fn device_id_strategy<'de, D: Deserializer<'de>>(d: D) -> Result<DeviceIdStrategy, D::Error> {
+pub(super) fn device_id_strategy<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<DeviceIdStrategy, D::Error> {
     match String::deserialize(d)?.as_str() {
         "uuid" => Ok(DeviceIdStrategy::Uuid),
         "index" => Ok(DeviceIdStrategy::Index),
@@ -380,7 +307,7 @@ pub fn check_cdi_kind(kind: &str) -> Result<(), String> {
     }
 }
 
-fn cdi_kind<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+pub(super) fn cdi_kind<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
     check_cdi_kind(&s).map(|()| s).map_err(de::Error::custom)
 }
@@ -398,7 +325,7 @@ fn command_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
     }
 }
 
-fn grace<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+pub(super) fn grace<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
     humantime::parse_duration(&s).map_err(|e| {
         de::Error::custom(format!(
@@ -407,7 +334,7 @@ fn grace<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     })
 }
 
-fn guard_action<'de, D: Deserializer<'de>>(d: D) -> Result<GuardAction, D::Error> {
+pub(super) fn guard_action<'de, D: Deserializer<'de>>(d: D) -> Result<GuardAction, D::Error> {
     match String::deserialize(d)?.as_str() {
         "none" => Ok(GuardAction::None),
         "signal" => Ok(GuardAction::Signal),
@@ -417,7 +344,7 @@ fn guard_action<'de, D: Deserializer<'de>>(d: D) -> Result<GuardAction, D::Error
     }
 }
 
-fn signal_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+pub(super) fn signal_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
     let full = if s.starts_with("SIG") {
         s.clone()
@@ -533,5 +460,5 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
-mod config_tests;
+#[path = "section_tests.rs"]
+mod section_tests;

@@ -6,7 +6,7 @@ use std::fmt;
 use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::settings::{Devices, GpuSelector};
+use super::{Devices, GpuSelector};
 
 /// Parses a memory size: `"10GiB"`, `"512MiB"`, `"20Gi"`, `"1.5GB"`, or a plain number of
 /// bytes.

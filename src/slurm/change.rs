@@ -5,8 +5,8 @@
 //! Must not: call `scontrol update` unrecorded (the drainer gets no audit log, only the
 //! owner's record).
 
-use super::{Acting, Change};
-use crate::slurm::drain::{Done, Drainer, Failed, Request, COMPONENT};
+use super::drain::{Done, Drainer, Failed, Request};
+use crate::changes::{Acting, Change};
 
 /// Drain or resume this node in Slurm.
 #[derive(Debug, Clone)]
@@ -21,7 +21,7 @@ impl Change for SlurmChange {
     type Outcome = Result<Done, Failed>;
 
     fn act(self, node: &Acting<'_>) -> Self::Outcome {
-        let record = |event: &str, fields| node.record(COMPONENT, event, fields);
+        let record = |event| node.record(event);
         self.drainer.handle(&self.request, self.trigger, &record)
     }
 

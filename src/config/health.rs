@@ -1,13 +1,95 @@
 //! The health evaluation's tunables: XID window and escalation, per-XID overrides, thresholds.
 //!
 //! Plain data with defaults, validated by `config::file` (which knows the positions of bad
-//! values); this module never reads files. Defaults follow DCGM's health watches and NVIDIA's
+//! values); this module never reads files. The vocabulary the section is written in (a GPU's
+//! [`Status`] and the [`Action`] an operator should take) is defined here, where the file names
+//! it, and used by `health` for its verdicts. Defaults follow DCGM's health watches and NVIDIA's
 //! XID catalog (see `docs/health.md` for the table of conditions).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{Action, Status};
+use serde::{Deserialize, Serialize};
+
+/// Health status as the draft RFC "Health Check Response Format for HTTP APIs" spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        }
+    }
+
+    /// 0 pass, 1 warn, 2 fail (`gpu_steward_gpu_health`).
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        [Status::Pass, Status::Warn, Status::Fail]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+    }
+}
+
+/// What an operator (or a remediation hook) should do about a GPU, from least to most drastic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    None,
+    RestartApp,
+    ResetGpu,
+    RebootNode,
+    DrainAndReset,
+    ContactSupport,
+}
+
+pub const ACTIONS: [Action; 6] = [
+    Action::None,
+    Action::RestartApp,
+    Action::ResetGpu,
+    Action::RebootNode,
+    Action::DrainAndReset,
+    Action::ContactSupport,
+];
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::None => "none",
+            Action::RestartApp => "restart_app",
+            Action::ResetGpu => "reset_gpu",
+            Action::RebootNode => "reboot_node",
+            Action::DrainAndReset => "drain_and_reset",
+            Action::ContactSupport => "contact_support",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Action> {
+        ACTIONS.into_iter().find(|a| a.as_str() == s)
+    }
+
+    /// The next step when the same fault keeps coming back: an application restart did not help
+    /// → reset the GPU; resets did not help → reboot; reboots did not help → hardware
+    /// (gpud escalates to HARDWARE_INSPECTION after repeated reboots the same way).
+    pub fn escalate(self) -> Action {
+        match self {
+            Action::None => Action::None,
+            Action::RestartApp => Action::ResetGpu,
+            Action::ResetGpu | Action::DrainAndReset => Action::RebootNode,
+            Action::RebootNode | Action::ContactSupport => Action::ContactSupport,
+        }
+    }
+}
 
 /// What the config says about one XID, replacing the catalog's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +133,20 @@ pub struct HealthConfig {
     pub nvlink_errors_per_minute: f64,
     /// The span over which that rate is measured; no verdict before that.
     pub nvlink_error_window: Duration,
+    /// Correctable (single-bit) ECC errors per minute at or above which the GPU warns
+    /// (`ecc_sbe_rate`).
+    pub ecc_correctable_per_minute: f64,
+    /// The span over which that rate is measured; no verdict before that.
+    pub ecc_correctable_window: Duration,
+    /// How long a busy GPU's link may run below its maximum generation before it warns
+    /// (`pcie_link_degraded`).
+    pub pcie_busy_for: Duration,
 }
+
+/// DCGM's limit on correctable (single-bit) ECC errors in its MEM watch's one-minute window
+/// (`DCGM_LIMIT_MAX_SBE_RATE`, `NVIDIA/DCGM:dcgmlib/src/dcgm_gpu_hardware_limits.h`; the watch
+/// warns at or above it: `modules/health/DcgmHealthWatch.cpp` `MonitorMem`).
+pub const DCGM_SBE_PER_MINUTE: f64 = 10.0;
 
 impl Default for HealthConfig {
     fn default() -> Self {
@@ -71,6 +166,12 @@ impl Default for HealthConfig {
             // stray error a minute is not yet a storm.
             nvlink_errors_per_minute: 1.0,
             nvlink_error_window: Duration::from_secs(60),
+            ecc_correctable_per_minute: DCGM_SBE_PER_MINUTE,
+            // DCGM's MEM watch looks at the last minute.
+            ecc_correctable_window: Duration::from_secs(60),
+            // CHOSEN: a minute, the span of DCGM's rate watches; a link the driver is about to
+            // raise is back at its maximum within a poll of the GPU getting busy.
+            pcie_busy_for: Duration::from_secs(60),
         }
     }
 }
@@ -109,6 +210,8 @@ impl HealthConfig {
              PCIe replays/min/lane {rates} measured over {replay_window}, warn after {polls} polls of failing calls, \
              fail at {pages} retired pages, warn at {rows} uncorrectable remapped rows, \
              NVLink errors above {nvlink}/min over {nvlink_window}, \
+             correctable ECC errors at or above {sbe}/min over {sbe_window}, \
+             PCIe link below its maximum generation while busy for {busy_for}, \
              XID overrides: {overrides}\n",
             window = humantime::format_duration(self.xid_window),
             esc = self.xid_escalate_after,
@@ -121,6 +224,9 @@ impl HealthConfig {
             rows = self.remapped_rows_uncorrectable_max,
             nvlink = self.nvlink_errors_per_minute,
             nvlink_window = humantime::format_duration(self.nvlink_error_window),
+            sbe = self.ecc_correctable_per_minute,
+            sbe_window = humantime::format_duration(self.ecc_correctable_window),
+            busy_for = humantime::format_duration(self.pcie_busy_for),
             overrides = if overrides.is_empty() {
                 "none".to_string()
             } else {

@@ -7,8 +7,8 @@ use std::path::Path;
 
 use serde::{de, Deserialize, Deserializer};
 
-use super::config::{checked_resources, replicas, DevicesSpec};
-use super::settings::{Devices, SharedResource, TimeSlicing};
+use super::section::{checked_resources, replicas, DevicesSpec};
+use super::{Devices, SharedResource, TimeSlicing};
 
 /// Why the YAML file cannot be used; `line`/`column` are 1-based (0 when unknown).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -122,10 +122,15 @@ pub fn parse(name: &str, text: &str) -> Result<Option<TimeSlicing>, YamlError> {
     }))
 }
 
-/// Reads the file at `path` (see [`parse`]).
+/// The largest device-plugin config read (NVIDIA's examples are under 2 KiB).
+pub const MAX_FILE: u64 = 1 << 20;
+
+/// Reads the file at `path` (see [`parse`]) through the bounded reader: a regular file within
+/// [`MAX_FILE`] and its deadline (a FIFO or a device there is refused, never waited on).
 pub fn read(path: &Path) -> Result<Option<TimeSlicing>, YamlError> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| YamlError {
+    let limits = crate::bounded::Limits::provided(MAX_FILE);
+    let text = crate::bounded::read_to_string(path, limits).map_err(|e| YamlError {
         file: name.clone(),
         line: 0,
         column: 0,
@@ -137,7 +142,7 @@ pub fn read(path: &Path) -> Result<Option<TimeSlicing>, YamlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sharing::settings::GpuSelector;
+    use crate::config::sharing::GpuSelector;
 
     const NVIDIA: &str = r#"version: v1
 flags:
@@ -209,5 +214,22 @@ sharing:
         .expect_err("name");
         assert!(e.message.contains("unknown resource 'amd.com/gpu'"), "{e}");
         assert!(e.line >= 3, "{e}");
+    }
+
+    /// Issue [25/28]: a FIFO as the device plugin's config is refused at load, not waited on.
+    #[test]
+    fn a_fifo_as_the_plugin_config_is_refused_not_waited_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("plugin.yaml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .expect("mkfifo");
+        let t = std::time::Instant::now();
+        let e = read(&fifo).expect_err("a FIFO is no config");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(e.message.contains("FIFO"), "{}", e.message);
     }
 }

@@ -1,7 +1,7 @@
 //! `[reclaim]` and `[accounting]`: the validated configuration the agent runs with. Their TOML
 //! shape, validated while parsing so that errors carry positions, is in [`sections`].
 
-#[path = "config_sections.rs"]
+#[path = "reclaim_sections.rs"]
 pub mod sections;
 pub use sections::{AccountingSection, ReclaimSection};
 
@@ -9,6 +9,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+/// The accounting state file's name under `[accounting] state_dir`.
+pub const ACCOUNTING_STATE_FILE: &str = "accounting.json";
 
 /// What to do with the holders of a GPU that stayed idle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -270,7 +273,7 @@ impl AccountingConfig {
             Some(dir) => format!(
                 "accounting: per-owner GPU seconds and energy, kept in {} (rewritten every {} \
                  and at shutdown)\n",
-                dir.join(super::accounting::STATE_FILE).display(),
+                dir.join(ACCOUNTING_STATE_FILE).display(),
                 humantime::format_duration(self.persist_every)
             ),
             None => "accounting: per-owner GPU seconds and energy, in memory only (set \
@@ -282,7 +285,7 @@ impl AccountingConfig {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
+#[path = "reclaim_tests.rs"]
 mod tests;
 
 /// `'a', 'b'`, or `none`: a list in words for `check-config`, not Rust's `["a", "b"]`.

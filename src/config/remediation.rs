@@ -7,7 +7,7 @@ use regex::Regex;
 use serde::de;
 use serde::{Deserialize, Deserializer};
 
-use crate::exec::HookSection;
+use super::hooks::HookSection;
 
 /// The default node-wide limit of hook runs per hour.
 pub const DEFAULT_MAX_ACTIONS_PER_HOUR: u32 = 6;
@@ -147,7 +147,7 @@ fn matchers<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<LabelMatcher>, D::Err
 pub struct RemediationConfig {
     pub dry_run: bool,
     pub max_actions_per_hour: u32,
-    pub hooks: Vec<crate::exec::CommandSpec>,
+    pub hooks: Vec<super::hooks::CommandSpec>,
     pub actions: Vec<Action>,
     pub routes: Vec<Route>,
 }

@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use crate::config::{from_text, Overrides};
-use crate::gpu::ComputeMode;
-use crate::sharing::settings::{
+use crate::config::sharing::{
     DeviceIdStrategy, DeviceListStrategy, Devices, GpuSelector, GuardAction, MigStrategy, Timeslice,
 };
+use crate::config::{from_text, Overrides};
+use crate::snapshot::ComputeMode;
 
-fn ok(text: &str) -> crate::sharing::SharingConfig {
+fn ok(text: &str) -> crate::config::sharing::SharingConfig {
     from_text("c.toml", text, &Overrides::default())
         .expect("valid")
         .sharing
@@ -287,7 +287,7 @@ fn device_plugin_strategy_errors_have_positions_and_say_what_to_do() {
         "nvidia.com/g.pu",
     ] {
         assert!(
-            crate::sharing::config::check_cdi_kind(bad).is_err(),
+            crate::config::sharing::section::check_cdi_kind(bad).is_err(),
             "{bad}"
         );
     }

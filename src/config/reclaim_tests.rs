@@ -26,7 +26,11 @@ fn off_and_dry_run_by_default() {
         Some("^dcgm")
     );
     assert!(c.accounting.enabled && c.accounting.state_dir.is_none());
-    assert!(c.describe().contains("reclaim: off"), "{}", c.describe());
+    assert!(
+        c.describe("").contains("reclaim: off"),
+        "{}",
+        c.describe("")
+    );
 }
 
 #[test]
@@ -81,7 +85,7 @@ persist_every = "1m"
         c.accounting.state_dir.as_deref(),
         Some(std::path::Path::new("/var/lib/gpu-steward"))
     );
-    let d = c.describe();
+    let d = c.describe("");
     assert!(
         d.contains("ACTING") && d.contains("SIGKILL after 30s"),
         "{d}"
