@@ -159,6 +159,10 @@ pub struct Report {
     pub held_seconds: f64,
     /// GPU-seconds busy: SM utilization (its processes' sum, at most 1) times time, summed.
     pub busy_seconds: f64,
+    /// The part of `held_seconds` with a per-process utilization sample (which comes on the
+    /// expensive tier, every 30 s by default): the busy share is over it.
+    #[serde(default)]
+    pub sampled_seconds: f64,
     pub sm_utilization: Ratio,
     pub memory_used_bytes: MaxBytes,
     pub energy_joules: Option<f64>,
@@ -186,6 +190,7 @@ impl Report {
             last_seen: now,
             held_seconds: 0.0,
             busy_seconds: 0.0,
+            sampled_seconds: 0.0,
             sm_utilization: Ratio::default(),
             memory_used_bytes: MaxBytes::default(),
             energy_joules: None,
@@ -202,6 +207,7 @@ impl Report {
         self.held_seconds = g.iter().map(|g| g.held_seconds).sum();
         self.busy_seconds = g.iter().map(|g| g.busy_seconds).sum();
         let sampled: f64 = g.iter().map(|g| g.sampled_seconds).sum();
+        self.sampled_seconds = sampled;
         self.sm_utilization = Ratio {
             mean: (sampled > 0.0).then(|| self.busy_seconds / sampled),
             max: g
@@ -216,9 +222,17 @@ impl Report {
             .reduce(|a, b| a + b);
     }
 
-    /// Share of the held GPU time that was busy (0-1), when it held any.
+    /// Share of the held GPU time that was busy (0-1), as measured over the part of it that
+    /// was sampled: busy ÷ sampled GPU-seconds. `None` before any utilization sample. (Held
+    /// time also counts the polls before a process's first per-process sample, which would
+    /// otherwise count as idle.)
     pub fn busy_share(&self) -> Option<f64> {
-        (self.held_seconds > 0.0).then(|| self.busy_seconds / self.held_seconds)
+        (self.sampled_seconds > 0.0).then(|| self.busy_seconds / self.sampled_seconds)
+    }
+
+    /// Share of the held GPU time that had a utilization sample (0-1), when it held any.
+    pub fn sampled_share(&self) -> Option<f64> {
+        (self.held_seconds > 0.0).then(|| self.sampled_seconds / self.held_seconds)
     }
 }
 

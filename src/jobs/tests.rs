@@ -74,6 +74,7 @@ fn a_job_alone_on_a_gpu_gets_its_time_utilization_memory_energy_and_xids() {
     assert_eq!((r.xids[0].xid, r.xids[0].gpu, r.xids[0].count), (13, 0, 1));
     assert_eq!(r.xids[0].time, at(5));
     assert!((r.busy_share().expect("held") - 0.6).abs() < 1e-9);
+    assert_eq!((r.sampled_seconds, r.sampled_share()), (10.0, Some(1.0)));
     // The other owner is the user who ran the process outside any job or unit.
     let other = jobs
         .get(&Key {
@@ -117,6 +118,8 @@ fn owners_sharing_a_gpu_split_energy_by_utilization() {
         "the unsampled second is not in the mean"
     );
     assert_eq!(a.busy_seconds, 0.75);
+    // The busy share is over the sampled second, not the two held ones.
+    assert_eq!((a.busy_share(), a.sampled_share()), (Some(0.75), Some(0.5)));
     // Second 1: 400 J split 3:1; second 2: only b computes, all 400 J are b's.
     assert_eq!(a.energy_joules, Some(300.0));
     assert_eq!(b.energy_joules, Some(500.0));
@@ -271,9 +274,12 @@ fn the_text_fits_80_columns_and_says_the_busy_share() {
         }],
         ..NodeHealth::default()
     };
+    // The first polls have no per-process sample yet (it comes on the expensive tier): they
+    // count as held and sampled-not, so the busy share is over the two sampled seconds.
     for t in 0..5 {
+        let sm = (t >= 3).then_some(25);
         let g = xid(
-            gpu(0, Some(25), vec![job(1, 1000, Some(25), "5")]),
+            gpu(0, Some(25), vec![job(1, 1000, sm, "5")]),
             13,
             1,
             1,
@@ -285,7 +291,7 @@ fn the_text_fits_80_columns_and_says_the_busy_share() {
     let busy: Vec<&str> = text.lines().filter(|l| l.starts_with("busy:")).collect();
     assert_eq!(
         busy,
-        ["busy: 25% of the GPU time it held (1 of 4 GPU-seconds)"],
+        ["busy: 25% of the GPU time it held (sampled 2 of 4 GPU-s, 50%)"],
         "{text}"
     );
     assert!(text.contains("XID 13 (x1)"), "{text}");

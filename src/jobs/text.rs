@@ -37,14 +37,19 @@ pub fn render(r: &Report) -> String {
         round(r.held_seconds),
         duration(r.held_seconds)
     ));
-    lines.push(match r.busy_share() {
-        Some(share) => format!(
-            "busy: {:.0}% of the GPU time it held ({} of {} GPU-seconds)",
+    lines.push(match (r.busy_share(), r.sampled_share()) {
+        (Some(share), Some(sampled)) => format!(
+            "busy: {:.0}% of the GPU time it held (sampled {} of {} GPU-s, {:.0}%)",
             share * 100.0,
-            round(r.busy_seconds),
+            round(r.sampled_seconds),
+            round(r.held_seconds),
+            sampled * 100.0
+        ),
+        (None, Some(_)) => format!(
+            "busy: not known, no utilization sample in its {} GPU-seconds",
             round(r.held_seconds)
         ),
-        None => "busy: no GPU time held yet".into(),
+        _ => "busy: no GPU time held yet".into(),
     });
     lines.push(format!(
         "SM utilization: mean {}, max {}",
@@ -57,8 +62,8 @@ pub fn render(r: &Report) -> String {
     lines
         .push("GPU  model / UUID                             held s  busy  SM max  mem max".into());
     for g in &r.gpus {
-        let busy = (g.held_seconds > 0.0)
-            .then(|| g.busy_seconds / g.held_seconds)
+        let busy = (g.sampled_seconds > 0.0)
+            .then(|| g.busy_seconds / g.sampled_seconds)
             .map_or("-".into(), |s| format!("{:.0}%", s * 100.0));
         lines.push(format!(
             "{:<4} {:<38} {:>7} {:>5} {:>7} {:>8}",
