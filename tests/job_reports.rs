@@ -16,6 +16,8 @@ use common::{wait_for, Agent};
 use slurm::Cluster;
 
 const MIB: u64 = 1 << 20;
+/// The uid of `nobody`, whom the job runs as.
+const NOBODY: u32 = 65534;
 
 /// The scenario: one H100 at 300 W with the job's process at 60 % SM and 1000 MiB (and, once
 /// `xid`, XID 13 delivered), or without the process once it ended.
@@ -80,11 +82,15 @@ fn an_sbatch_jobs_gpu_report_is_served_kept_by_the_epilog_and_outlives_a_restart
     }
     let cluster = Cluster::start_with(epilog_wrapper);
     let dir = cluster.dir.path().to_path_buf();
+    // The job runs as another user than the test's (root), so that its report's owner and
+    // mode are tested for that user: `nobody` reaches the reports through the cluster's
+    // directory (0711, as the reports directory the epilog makes).
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o711))
+        .expect("chmod the cluster directory");
     let out = cluster
         .command("sbatch")
-        .arg("--parsable")
-        .arg("-o")
-        .arg(dir.join("job.out"))
+        .args(["--parsable", "--uid", "nobody", "--gid", "nogroup"])
+        .args(["-o", "/dev/null", "--chdir", "/tmp"])
         .args(["--wrap", "exec sleep 300"])
         .output()
         .expect("sbatch");
@@ -227,8 +233,28 @@ fn an_sbatch_jobs_gpu_report_is_served_kept_by_the_epilog_and_outlives_a_restart
                 .find_map(|f| f.strip_prefix("UserId="))
                 .and_then(|u| u.split_once('(')?.1.strip_suffix(')')?.parse().ok())
         })
-        .unwrap_or_else(|| nix::unistd::getuid().as_raw());
+        .expect("the job's UserId");
+    assert_eq!(job_uid, NOBODY, "the job ran as nobody");
     assert_eq!((meta.uid(), meta.mode() & 0o777), (job_uid, 0o400));
+    // The directory the epilog made lets the user reach their file by name, and list nothing.
+    let dir_mode = std::fs::metadata(&reports).expect("reports dir").mode() & 0o777;
+    assert_eq!(dir_mode, 0o711, "{dir_mode:o}");
+    let as_user = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .args(args)
+            .output()
+            .expect("setpriv")
+    };
+    let txt = reports.join(format!("{job}.txt"));
+    let read = as_user(&["cat", &txt.display().to_string()]);
+    assert!(
+        read.status.success() && read.stdout == kept.0.as_bytes(),
+        "the job's user cannot read its report: {}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let list = as_user(&["ls", &reports.display().to_string()]);
+    assert!(!list.status.success(), "the user lists every report");
 
     // The agent restarts: the report is read back from the state directory.
     agent.signal(nix::sys::signal::Signal::SIGTERM);
