@@ -341,3 +341,34 @@ fn the_epilog_with_the_agent_down_exits_0_at_once_and_says_why() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// The epilog with an agent that accepts the connection and never answers: exit 0 within 5 s
+/// (both questions together), a log line, no file.
+#[test]
+fn the_epilog_with_a_hung_agent_exits_0_within_5_s() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The kernel completes connections into the backlog; nothing ever reads or answers.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = hung.local_addr().expect("addr").port();
+    let epilog = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/slurm/epilog");
+    let start = Instant::now();
+    let out = Command::new(&epilog)
+        .env("SLURM_JOB_ID", "4343")
+        .env("SLURM_JOB_UID", "0")
+        .env("GPU_STEWARD_URL", format!("http://127.0.0.1:{port}"))
+        .env("GPU_STEWARD_JOB_REPORTS", dir.path())
+        .env("GPU_STEWARD_BIN", common::bin())
+        .output()
+        .expect("run the epilog");
+    let took = start.elapsed();
+    drop(hung);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(took < Duration::from_secs(5), "{took:?}: {err}");
+    assert!(err.contains("gpu-steward-epilog: job 4343: "), "{err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
