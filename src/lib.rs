@@ -57,7 +57,6 @@ pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod human;
-pub mod jobs;
 pub mod kubernetes;
 pub mod logging;
 pub mod metrics;

@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::agent_client::{self, Target};
 use super::{JobKind, JobReportArgs};
 use crate::config::{self, Overrides};
-use crate::jobs::Report;
+use crate::reclaim::jobs::Report;
 
 /// The agent's API path of the report of `id` of `kind`.
 pub fn path(kind: JobKind, id: &str) -> Result<String, String> {
@@ -115,7 +115,7 @@ pub fn run(args: &JobReportArgs) -> u8 {
     }
     match serde_json::from_value::<Report>(body) {
         Ok(r) => {
-            print!("{}", crate::jobs::text::render(&r));
+            print!("{}", crate::reclaim::jobs::text::render(&r));
             0
         }
         Err(e) => fail(format!(

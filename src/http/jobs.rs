@@ -10,7 +10,7 @@ use axum::Json;
 use serde_json::json;
 
 use super::AppState;
-use crate::jobs::Key;
+use crate::reclaim::jobs::Key;
 use crate::reclaim::accounting::OwnerKind;
 
 fn answer(state: &AppState, key: Key) -> Response {
@@ -29,8 +29,8 @@ fn answer(state: &AppState, key: Key) -> Response {
                 "no report of {} on this node: it held none of this node's GPUs while the agent \
                  watched in the last {} days (the agent keeps up to {} reports)",
                 key.describe(),
-                crate::jobs::KEEP.as_secs() / 86_400,
-                crate::jobs::MAX_REPORTS
+                crate::reclaim::jobs::KEEP.as_secs() / 86_400,
+                crate::reclaim::jobs::MAX_REPORTS
             )})),
         )
             .into_response(),

@@ -66,7 +66,7 @@ pub struct AppFields {
     /// in router tests.
     pub reclaim: Option<watch::Receiver<Option<Arc<crate::reclaim::View>>>>,
     /// The job reports (`/api/v1/jobs/...`); `None` in router tests.
-    pub jobs: Option<crate::jobs::Shared>,
+    pub jobs: Option<crate::reclaim::jobs::Shared>,
 }
 
 impl AppState {

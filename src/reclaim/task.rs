@@ -30,7 +30,7 @@ pub struct Reclaim {
     /// Its findings, for the poller's judgement.
     pub findings: watch::Receiver<ExtraFindings>,
     /// The job reports it folds each publication into (`/api/v1/jobs`).
-    pub jobs: crate::jobs::Shared,
+    pub jobs: crate::reclaim::jobs::Shared,
     settings: watch::Sender<Settings>,
     task: JoinHandle<()>,
 }
@@ -66,8 +66,8 @@ pub fn spawn(
 ) -> Reclaim {
     let (view_tx, view) = watch::channel(None);
     let (findings_tx, findings) = watch::channel(ExtraFindings::default());
-    let jobs = crate::jobs::Shared::default();
-    let store = crate::jobs::Store::new(jobs.clone(), settings.jobs_dir.clone());
+    let jobs = crate::reclaim::jobs::Shared::default();
+    let store = crate::reclaim::jobs::Store::new(jobs.clone(), settings.jobs_dir.clone());
     let (settings_tx, mut settings_rx) = watch::channel(settings);
     let series = Arc::new(Posted::default());
     let posted = series.clone();

@@ -26,8 +26,8 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::publication::Published;
-use crate::reclaim::accounting::{owner, OwnerKind};
-use crate::reclaim::stage::Acted;
+use super::accounting::{owner, OwnerKind};
+use super::stage::Acted;
 use crate::snapshot::GpuStatus;
 
 /// A report is kept this long after its owner was last seen on a GPU.
