@@ -93,8 +93,18 @@ const RULES: &[(&str, &[&str], &str)] = &[
     (
         "reclaim/jobs",
         &[
-            "gpu", "poller", "changes", "audit", "metrics", "rules", "remediation", "sharing",
-            "mig", "http", "app", "cli",
+            "gpu",
+            "poller",
+            "changes",
+            "audit",
+            "metrics",
+            "rules",
+            "remediation",
+            "sharing",
+            "mig",
+            "http",
+            "app",
+            "cli",
         ],
         "the job reports fold what the poller published, with the reclaim steps handed to them: \
          no NVML call, no change, no other actor",

@@ -10,8 +10,8 @@ use axum::Json;
 use serde_json::json;
 
 use super::AppState;
-use crate::reclaim::jobs::Key;
 use crate::reclaim::accounting::OwnerKind;
+use crate::reclaim::jobs::Key;
 
 fn answer(state: &AppState, key: Key) -> Response {
     let Some(jobs) = &state.jobs else {

@@ -25,9 +25,9 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::publication::Published;
 use super::accounting::{owner, OwnerKind};
 use super::stage::Acted;
+use crate::publication::Published;
 use crate::snapshot::GpuStatus;
 
 /// A report is kept this long after its owner was last seen on a GPU.

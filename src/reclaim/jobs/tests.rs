@@ -278,12 +278,7 @@ fn the_text_fits_80_columns_and_says_the_busy_share() {
     // count as held and sampled-not, so the busy share is over the two sampled seconds.
     for t in 0..5 {
         let sm = (t >= 3).then_some(25);
-        let g = xid(
-            gpu(0, Some(25), vec![job(1, 1000, sm, "5")]),
-            13,
-            1,
-            1,
-        );
+        let g = xid(gpu(0, Some(25), vec![job(1, 1000, sm, "5")]), 13, 1, 1);
         jobs.observe(&published(t, vec![g], cond.clone()), &[]);
     }
     let text = text::render(jobs.get(&Key::slurm("5")).expect("report"));
