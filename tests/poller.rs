@@ -255,10 +255,12 @@ fn a_gpu_lost_while_the_gpu_count_changes_keeps_its_identity_and_counts() {
 
 #[test]
 fn a_gpu_whose_calls_hang_does_not_hold_the_others_nor_shutdown() {
+    // GPU 5's power reading hangs from its first poll on, after its identity was read.
+    const UUID: &str = "GPU-5a5a5a5a-0000-4000-8000-000000000005";
     let text = with_gpu(
         &scenario("dgx-h100.toml"),
         5,
-        "delay_ms = { nvmlDeviceGetPowerUsage = 600000 }",
+        &format!("uuid = \"{UUID}\"\ndelay_ms = {{ nvmlDeviceGetPowerUsage = 600000 }}"),
     );
     let mut agent = Agent::with_scenario(&text).no_wait_ready().start();
     let m = wait_for("GPU 5 reported unreadable", Duration::from_secs(20), || {
@@ -278,18 +280,86 @@ fn a_gpu_whose_calls_hang_does_not_hold_the_others_nor_shutdown() {
             .is_some());
     }
     assert!(polls(&later) > polls(&m));
-    assert_eq!(agent.get("/readyz").status, 200);
-    let gpu = agent.get("/health/gpus/5").json();
-    assert!(
-        gpu["output"]
-            .as_str()
-            .is_some_and(|o| o.contains("has not answered")),
-        "{gpu}"
+    // Their cadence: a poll does not wait for the hung GPU (it would take the whole 200 ms
+    // interval if it did).
+    let poll = later.get("gpu_steward_poll_duration_seconds", &[]);
+    assert!(poll < 0.2, "a poll took {poll} s");
+    // The UUID read before the hang is kept in every answer.
+    let up = later.find("gpu_steward_gpu_up", &[("gpu", "5")]);
+    assert_eq!(up[0].labels["uuid"], UUID);
+    let condition = later.find(
+        "gpu_steward_health_condition",
+        &[("gpu", "5"), ("condition", "gpu_unreadable")],
     );
+    assert_eq!(condition.len(), 1, "{condition:?}");
+    assert_eq!(condition[0].labels["uuid"], UUID);
+    let anywhere = later.find("gpu_steward_health_condition", &[]);
+    assert_eq!(
+        anywhere.len(),
+        1,
+        "no other condition anywhere: {anywhere:?}"
+    );
+    assert!(later.find("gpu_steward_gpu_up", &[("uuid", "")]).is_empty());
+    assert_eq!(agent.get("/readyz").status, 200);
+    // The reason names the call that hangs and for how long.
+    let gpu = agent.get("/health/gpus/5").json();
+    assert_eq!(gpu["componentId"], UUID, "{gpu}");
+    let output = gpu["output"].as_str().unwrap_or_default();
+    let prefix = "NVML has not answered nvmlDeviceGetPowerUsage on this GPU for ";
+    let secs: u64 = output
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.split_once("s "))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("{gpu}"));
+    assert!(secs >= 5, "reported after stall_after (5 s): {output}");
     // The hung call does not keep the agent from stopping.
     agent.signal(nix::sys::signal::Signal::SIGTERM);
     let status = agent.wait_exit(Duration::from_secs(5));
     assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn a_gpu_whose_call_stops_hanging_is_readable_again_with_all_clear() {
+    // GPU 2's temperature read takes 10 s (past stall_after, 5 s) until the scenario drops it.
+    let text = scenario("dgx-h100.toml");
+    let agent = Agent::with_scenario(&text).start();
+    let uuid =
+        agent.metrics().find("gpu_steward_gpu_up", &[("gpu", "2")])[0].labels["uuid"].clone();
+    agent.rewrite_scenario(&with_gpu(
+        &text,
+        2,
+        "delay_ms = { nvmlDeviceGetTemperature = 10000 }",
+    ));
+    let unreadable = |m: &Metrics| {
+        m.find(
+            "gpu_steward_health_condition",
+            &[("gpu", "2"), ("condition", "gpu_unreadable")],
+        )
+        .len()
+    };
+    let m = wait_for("GPU 2 reported unreadable", Duration::from_secs(20), || {
+        let m = agent.metrics();
+        (unreadable(&m) == 1).then_some(m)
+    });
+    assert_eq!(
+        m.find("gpu_steward_gpu_up", &[("gpu", "2")])[0].labels["uuid"],
+        uuid
+    );
+    let output = agent.get("/health/gpus/2").json()["output"].to_string();
+    assert!(output.contains("nvmlDeviceGetTemperature"), "{output}");
+    agent.rewrite_scenario(&text);
+    // The call in flight returns within 10 s; the next ones are quick.
+    wait_for("GPU 2 readable again", Duration::from_secs(20), || {
+        let m = after_polls(&agent, 1.0);
+        (m.get("gpu_steward_gpu_up", &[("gpu", "2")]) == 1.0).then_some(())
+    });
+    let m = after_polls(&agent, 2.0);
+    assert_eq!(m.get("gpu_steward_gpu_up", &[("gpu", "2")]), 1.0);
+    assert!(
+        m.find("gpu_steward_health_condition", &[]).is_empty(),
+        "all clear"
+    );
+    assert_eq!(agent.get("/health/gpus/2").json()["status"], "pass");
 }
 
 #[test]

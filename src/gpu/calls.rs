@@ -13,6 +13,7 @@
 //! made. It does not fail the read: a lost GPU is a GPU verdict, not broken collection.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use nvml_wrapper::error::NvmlError;
@@ -22,6 +23,11 @@ use crate::snapshot::NvmlCode;
 
 /// A call and its argument (a clock, sensor, field id, counter; 0 when it takes none).
 type Key = (&'static str, u32);
+
+/// The call a device's thread is in and since when (`None`: in none). Another thread reads it
+/// to name a call that hangs; the calling thread sets it around each call (two uncontended
+/// locks, against an NVML call of microseconds at the least).
+pub type InCall = Arc<Mutex<Option<(&'static str, Instant)>>>;
 
 /// What a device answers and what its calls cost. Lives as long as the device's NVML session.
 #[derive(Debug, Default)]
@@ -36,6 +42,8 @@ pub struct CallLog {
     pub costs: BTreeMap<&'static str, (u64, Duration)>,
     /// Calls that failed (other than lost or unsupported) since [`CallLog::begin_read`].
     read_failures: u32,
+    /// The call being made now.
+    in_call: InCall,
 }
 
 /// How to read INVALID_ARGUMENT.
@@ -48,6 +56,14 @@ enum Answer {
 }
 
 impl CallLog {
+    /// A new log that tells the call being made to `in_call`.
+    pub fn watched(in_call: InCall) -> Self {
+        CallLog {
+            in_call,
+            ..CallLog::default()
+        }
+    }
+
     /// Starts a poll of the device: calls are made again (a GPU found lost is asked again).
     pub fn begin_poll(&mut self) {
         self.lost = false;
@@ -66,6 +82,11 @@ impl CallLog {
             std::mem::take(&mut self.errors),
             std::mem::take(&mut self.costs),
         )
+    }
+
+    /// Where the call being made now is told (shared with whoever watches for a hang).
+    pub fn in_call(&self) -> InCall {
+        self.in_call.clone()
     }
 
     /// Starts one read (a group of calls with one outcome).
@@ -160,7 +181,9 @@ impl CallLog {
             return Err(NvmlCode::NotSupported);
         }
         let started = Instant::now();
+        self.tell(Some((function, started)));
         let result = op();
+        self.tell(None);
         let cost = self.costs.entry(function).or_default();
         cost.0 += 1;
         cost.1 += started.elapsed();
@@ -175,6 +198,10 @@ impl CallLog {
                 Err(c)
             }
         }
+    }
+
+    fn tell(&self, call: Option<(&'static str, Instant)>) {
+        *self.in_call.lock().unwrap_or_else(PoisonError::into_inner) = call;
     }
 
     /// Records a failure NVML reported for one part of a call that succeeded as a whole (one

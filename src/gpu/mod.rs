@@ -23,7 +23,7 @@ mod reader;
 mod telemetry;
 mod topology;
 
-pub use calls::CallLog;
+pub use calls::{CallLog, InCall};
 pub use control::{ComputeMode, ControlError, GpuControl};
 pub use error::InitError;
 pub use events::{Coverage, OnXid, XidEvent, XidWatcher};

@@ -167,11 +167,19 @@ impl GpuReader {
         self.index
     }
 
+    /// Where the NVML call this reader is in is told (see [`super::InCall`]).
+    pub fn in_call(&self) -> super::InCall {
+        self.log.in_call()
+    }
+
     /// Forgets per-board state (utilization cursor, GPM samples, capabilities): the index
-    /// now names another board. Errors and costs not handed over yet are kept.
+    /// now names another board. Errors and costs not handed over yet are kept, and so is
+    /// where the call being made is told.
     pub fn forget_board(&mut self) {
         let (errors, costs) = self.log.take();
+        let in_call = self.log.in_call();
         *self = GpuReader::new(self.nvml.clone(), self.index);
+        self.log = CallLog::watched(in_call);
         self.log.errors = errors;
         self.log.costs = costs;
     }

@@ -7,13 +7,13 @@
 //! busy for `stall_after`, and left behind at shutdown.
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::schedule::Cadence;
 use super::worker::{Busy, Job, Observed, Reply, Worker};
-use crate::gpu::Session;
+use crate::gpu::{InCall, Session};
 use crate::snapshot::{CallStat, GpuIdentity, GpuStatus, NvmlCode, SourceStatus};
 
 /// How long a stopped worker may take to finish before it is left behind.
@@ -22,8 +22,10 @@ const STOP_WAIT: Duration = Duration::from_millis(200);
 struct Handle {
     jobs: Sender<Job>,
     thread: Option<JoinHandle<()>>,
-    /// Since when the worker has been working on a job (`None`: idle).
+    /// Since when the worker has been working on a job, and what it has told of its GPU.
     busy: Busy,
+    /// The NVML call the worker is in.
+    call: InCall,
     /// The job whose reply has not come yet.
     awaiting: Option<u64>,
     /// The last answer.
@@ -110,7 +112,7 @@ impl Pool {
         let gpus = self.handles.len() as u32;
         for (index, h) in self.handles.iter_mut().enumerate() {
             let mut busy = h.busy.lock().unwrap_or_else(PoisonError::into_inner);
-            if busy.is_some() {
+            if busy.since.is_some() {
                 continue;
             }
             let job = Job::Poll {
@@ -124,7 +126,7 @@ impl Pool {
                 verify: h.verify,
             };
             if h.jobs.send(job).is_ok() {
-                *busy = Some(now);
+                busy.since = Some(now);
                 h.awaiting = Some(self.seq);
                 h.verify = false;
             }
@@ -197,8 +199,10 @@ impl Pool {
 
     fn spawn(&self, session: &Session, index: u32, presumed: Option<Arc<GpuIdentity>>) -> Handle {
         let (jobs, rx) = mpsc::channel();
-        let busy: Busy = Arc::new(Mutex::new(None));
-        let worker = Worker::new(session.reader(index), presumed.clone(), busy.clone());
+        let busy: Busy = Arc::default();
+        let reader = session.reader(index);
+        let call = reader.in_call();
+        let worker = Worker::new(reader, presumed.clone(), busy.clone());
         let replies = self.replies_tx.clone();
         let thread = std::thread::Builder::new()
             .name(format!("gpu-{index}"))
@@ -211,6 +215,7 @@ impl Pool {
             jobs,
             thread,
             busy,
+            call,
             awaiting: None,
             latest: None,
             presumed,
@@ -219,30 +224,40 @@ impl Pool {
     }
 }
 
+/// Who the GPU is: what its worker read last (in the poll it hangs in, too), else its last
+/// answer's, else what an earlier enumeration found at this index.
 fn identity(h: &Handle) -> Option<Arc<GpuIdentity>> {
-    h.latest
-        .as_ref()
-        .and_then(|g| g.identity.clone())
+    let told = h
+        .busy
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .identity
+        .clone();
+    told.or_else(|| h.latest.as_ref().and_then(|g| g.identity.clone()))
         .or_else(|| h.presumed.clone())
 }
 
 fn stalled(h: &Handle, stall_after: Duration) -> Option<Observed> {
-    let since = *h.busy.lock().unwrap_or_else(PoisonError::into_inner);
+    let since = h.busy.lock().unwrap_or_else(PoisonError::into_inner).since;
     let waited = since.map(|s| s.elapsed()).filter(|w| *w >= stall_after);
     let Some(waited) = waited.or_else(|| h.thread.is_none().then_some(Duration::ZERO)) else {
         return h.latest.clone();
     };
-    let mut g = h
-        .latest
-        .clone()
-        .unwrap_or_else(|| Observed::unknown(identity(h)));
-    g.status = GpuStatus::Unreadable(match h.thread {
-        Some(_) => format!(
+    let mut g = h.latest.clone().unwrap_or_else(|| Observed::unknown(None));
+    g.identity = identity(h);
+    let call = *h.call.lock().unwrap_or_else(PoisonError::into_inner);
+    g.status = GpuStatus::Unreadable(match (&h.thread, call) {
+        (Some(_), Some((function, at))) => format!(
+            "NVML has not answered {function} on this GPU for {}s (a hung driver call); the \
+             other GPUs are still read",
+            at.elapsed().as_secs()
+        ),
+        (Some(_), None) => format!(
             "NVML has not answered a read of this GPU for {}s (a hung driver call); the other \
              GPUs are still read",
             waited.as_secs()
         ),
-        None => "the agent could not start a thread to read this GPU".to_string(),
+        (None, _) => "the agent could not start a thread to read this GPU".to_string(),
     });
     g.reading = Default::default();
     g.sources = vec![(
@@ -300,7 +315,11 @@ mod tests {
         Handle {
             jobs,
             thread: std::thread::Builder::new().spawn(|| {}).ok(),
-            busy: Arc::new(Mutex::new(since)),
+            busy: Arc::new(std::sync::Mutex::new(super::super::worker::Progress {
+                since,
+                identity: None,
+            })),
+            call: InCall::default(),
             awaiting: None,
             latest,
             presumed: None,
@@ -365,5 +384,27 @@ mod tests {
         assert_eq!(g.sources[0].0, "identity");
         assert!(!g.sources[0].1.success);
         assert_eq!(seen[1].1.status, GpuStatus::Up, "busy, but not for long");
+    }
+
+    #[test]
+    fn a_gpu_hung_in_its_first_poll_keeps_the_uuid_it_told_and_names_the_call() {
+        // The worker read the identity, then hung in a call: no answer has come yet.
+        let stuck = handle(None, Some(Duration::from_secs(12)));
+        stuck.busy.lock().expect("lock").identity = Some(Arc::new(GpuIdentity {
+            uuid: "GPU-e".into(),
+            ..GpuIdentity::default()
+        }));
+        let called = Instant::now().checked_sub(Duration::from_secs(11));
+        *stuck.call.lock().expect("lock") = called.map(|at| ("nvmlDeviceGetPowerUsage", at));
+        let seen = pool(vec![stuck]).observed(Duration::from_secs(5));
+        let (_, g) = &seen[0];
+        assert_eq!(g.identity.as_ref().map(|i| i.uuid.as_str()), Some("GPU-e"));
+        let GpuStatus::Unreadable(why) = &g.status else {
+            panic!("{:?}", g.status)
+        };
+        assert!(
+            why.starts_with("NVML has not answered nvmlDeviceGetPowerUsage on this GPU for 11s"),
+            "{why}"
+        );
     }
 }

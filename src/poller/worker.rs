@@ -15,10 +15,19 @@ use super::schedule::{Cadence, Due, Schedule};
 use crate::gpu::{GpuReader, Handle, IdentityRead, ReadOutcome, Tier, READS};
 use crate::snapshot::{GpuIdentity, GpuReading, GpuStatus, NvmlCode, SourceStatus};
 
-/// Since when a worker has been working on a job (`None`: idle). Set by the observer when it
-/// sends a job, cleared by the worker once the reply and the background reads after it are
-/// done.
-pub(super) type Busy = Arc<Mutex<Option<Instant>>>;
+/// What a worker shares with the observer while it works.
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    /// Since when the worker has been working on a job (`None`: idle). Set by the observer
+    /// when it sends a job, cleared by the worker once the reply and the background reads
+    /// after it are done.
+    pub since: Option<Instant>,
+    /// The identity the worker read last, told as soon as it is read: a GPU whose calls hang
+    /// later in the same poll (its first one, say) is still known by its UUID.
+    pub identity: Option<Arc<GpuIdentity>>,
+}
+
+pub(super) type Busy = Arc<Mutex<Progress>>;
 
 /// What the observer asks of a worker.
 pub(super) enum Job {
@@ -149,7 +158,10 @@ impl Worker {
                 return;
             }
             self.background();
-            *self.busy.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            self.busy
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .since = None;
         }
     }
 
@@ -228,6 +240,10 @@ impl Worker {
             failures: self.reader.log.read_failures(),
         });
         adopt(read?, &mut self.identity, &mut self.identity_complete);
+        self.busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .identity = self.identity.clone();
         Ok(())
     }
 
