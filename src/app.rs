@@ -145,6 +145,7 @@ fn reclaim_settings(c: &Config, feeds: &Feeds) -> crate::reclaim::Settings {
         reclaim: c.reclaim.clone(),
         pod_labels: feeds.pod_labels.clone(),
         accounting: c.accounting.clone(),
+        jobs_dir: crate::health::journal_file::state_dir(),
         audit_file: c.audit_file.clone(),
         procfs: c.processes.procfs.clone(),
         interval: c.interval,
@@ -438,6 +439,7 @@ pub async fn run(
         sharing: Some(sharing.clone()),
         remediation: Some(actors.remediation),
         reclaim: Some(actors.reclaim.view.clone()),
+        jobs: Some(actors.reclaim.jobs.clone()),
     });
     let servers = start_http(&config, state, web, &stop).await?;
     say_interrupted(&config);

@@ -91,6 +91,25 @@ const RULES: &[(&str, &[&str], &str)] = &[
         "the audit log is written through the owner of changes and knows none of its users",
     ),
     (
+        "reclaim/jobs",
+        &[
+            "gpu",
+            "poller",
+            "changes",
+            "audit",
+            "metrics",
+            "rules",
+            "remediation",
+            "sharing",
+            "mig",
+            "http",
+            "app",
+            "cli",
+        ],
+        "the job reports fold what the poller published, with the reclaim steps handed to them: \
+         no NVML call, no change, no other actor",
+    ),
+    (
         "sharing/apply.rs",
         &["changes"],
         "the sharing applier is a building block the owner of changes runs",

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use gpu_steward::cli::{self, Cli, Command, RunArgs, SharingAction};
+use gpu_steward::cli::{self, Cli, Command, JobAction, RunArgs, SharingAction};
 use gpu_steward::{app, logging, rules};
 
 fn main() -> ExitCode {
@@ -33,6 +33,9 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Mig(args) => ExitCode::from(cli::mig::run(&args)),
         Command::Status(args) => ExitCode::from(cli::status::run(&args)),
+        Command::Job {
+            action: JobAction::Report(args),
+        } => ExitCode::from(cli::job::run(&args)),
         Command::Sharing { action } => ExitCode::from(match action {
             SharingAction::Show(args) => cli::sharing::run(&args, true),
             SharingAction::Apply { dry_run, args } => cli::sharing::run(&args, dry_run),

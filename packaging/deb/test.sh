@@ -76,9 +76,13 @@ for path in ./usr/bin/gpu-steward ./usr/lib/gpu-steward/libnvml_sim.so \
   ./usr/share/gpu-steward/systemd/run-as-root.conf \
   ./usr/share/gpu-steward/dashboards/gpu-steward-operations.json \
   ./usr/share/gpu-steward/dashboards/gpu-steward-node.json \
-  ./usr/share/gpu-steward/dashboards/gpu-steward-nvlink.json; do
+  ./usr/share/gpu-steward/dashboards/gpu-steward-nvlink.json \
+  ./usr/share/gpu-steward/slurm/epilog; do
   grep -q " $path\$" "$TMP/contents" || fail "$path is not in the package"
 done
+# slurmd runs the epilog as it is installed (slurm.conf Epilog=): it must be executable.
+grep -qx -- '-rwxr-xr-x ./usr/share/gpu-steward/slurm/epilog' "$TMP/contents" \
+  || fail "the Slurm epilog is not installed executable (0755)"
 # The shipped executable has no packed relocations (which would refuse to load on glibc < 2.36,
 # e.g. Ubuntu 22.04).
 dpkg-deb -x "$DEB" "$TMP/root"

@@ -11,6 +11,7 @@ pub mod check_config;
 pub mod check_health;
 pub mod demo;
 pub mod habits;
+pub mod job;
 pub mod mig;
 pub mod sharing;
 pub mod status;
@@ -66,11 +67,66 @@ pub enum Command {
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         timeout: Duration,
     },
+    /// What a job used of this node's GPUs, from the running agent.
+    Job {
+        #[command(subcommand)]
+        action: JobAction,
+    },
     /// Show or apply the [sharing] settings: compute mode and time-slice per GPU.
     Sharing {
         #[command(subcommand)]
         action: SharingAction,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobAction {
+    /// The report of one job: its GPUs, held and busy time, SM utilization, memory, energy,
+    /// XIDs, health conditions and reclaim actions. Exit 1 when the agent has none.
+    Report(JobReportArgs),
+}
+
+/// Whose report `job report` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum JobKind {
+    /// A Slurm job id.
+    Slurm,
+    /// A pod, as NAMESPACE/NAME.
+    Pod,
+    /// A systemd unit.
+    Unit,
+    /// A user name.
+    User,
+}
+
+#[derive(Debug, Args)]
+pub struct JobReportArgs {
+    /// The job id (or the pod, unit or user with --kind).
+    #[arg(value_name = "JOBID")]
+    pub id: String,
+    /// What the id names.
+    #[arg(long, value_enum, default_value = "slurm")]
+    pub kind: JobKind,
+    /// Print the report as JSON, as the agent serves it.
+    #[arg(long)]
+    pub json: bool,
+    /// The agent's HTTP listener [default: the [server] listen of the local config].
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "GPU_STEWARD_URL",
+        conflicts_with = "socket"
+    )]
+    pub url: Option<String>,
+    /// The agent's API Unix socket (`[api] socket`), instead of --url.
+    #[arg(long, value_name = "PATH", env = "GPU_STEWARD_SOCKET")]
+    pub socket: Option<PathBuf>,
+    /// The configuration whose [server] listen says where the agent is, without --url.
+    #[arg(long, value_name = "FILE", env = "GPU_STEWARD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The longest the whole question may take.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Subcommand)]

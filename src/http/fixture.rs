@@ -76,5 +76,6 @@ pub fn fields(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppFie
         sharing: None,
         remediation: None,
         reclaim: None,
+        jobs: None,
     }
 }

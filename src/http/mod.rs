@@ -14,6 +14,7 @@ mod events;
 pub mod fixture;
 mod gpus;
 mod health;
+mod jobs;
 mod metered;
 mod mig;
 mod prior_knowledge;
@@ -64,6 +65,8 @@ pub struct AppFields {
     /// The reclaim actor's latest view (`/api/v1/reclaim`); `None` when it has not run yet or
     /// in router tests.
     pub reclaim: Option<watch::Receiver<Option<Arc<crate::reclaim::View>>>>,
+    /// The job reports (`/api/v1/jobs/...`); `None` in router tests.
+    pub jobs: Option<crate::reclaim::jobs::Shared>,
 }
 
 impl AppState {
@@ -93,6 +96,10 @@ pub fn router(state: AppState) -> Router {
             Router::new().route("/api/v1/mig/apply", axum::routing::post(mig::apply)),
         ))
         .route("/api/v1/reclaim", get(reclaim::reclaim))
+        .route("/api/v1/jobs/slurm/{id}", get(jobs::slurm))
+        .route("/api/v1/jobs/pod/{namespace}/{name}", get(jobs::pod))
+        .route("/api/v1/jobs/unit/{unit}", get(jobs::unit))
+        .route("/api/v1/jobs/user/{user}", get(jobs::user))
         .route("/api/v1/sharing", get(sharing::show))
         .route("/api/v1/topology", get(topology::topology))
         .merge(api::mutating(Router::new().route(
@@ -197,6 +204,7 @@ async fn landing() -> Html<String> {
          <li><a href=\"/api/v1/mig\">/api/v1/mig</a>: MIG mode and instances per GPU</li>\
          <li><a href=\"/api/v1/topology\">/api/v1/topology</a>: how the GPUs connect (NVLink, PCIe)</li>\
          <li><a href=\"/api/v1/reclaim\">/api/v1/reclaim</a>: idle-GPU candidates and what happens when</li>\
+         <li>/api/v1/jobs/slurm/{{id}} (also <code>pod/{{namespace}}/{{name}}</code>, <code>unit/{{unit}}</code>, <code>user/{{user}}</code>): what a job used of its GPUs</li>\
          <li><a href=\"/readyz\">/readyz</a>: readiness</li>\
          <li><a href=\"/livez\">/livez</a>: liveness</li>\
          </ul></body></html>\n",

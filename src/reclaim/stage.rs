@@ -38,6 +38,22 @@ pub struct Settings {
     pub audit_file: PathBuf,
     pub procfs: PathBuf,
     pub interval: Duration,
+    /// Where the job reports are kept (the agent's state directory); `None`: in memory only.
+    pub jobs_dir: Option<PathBuf>,
+}
+
+/// A warn or reclaim step recorded on a unit's holders in one run (the job reports list it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Acted {
+    pub at: SystemTime,
+    pub gpu: u32,
+    pub uuid: String,
+    /// `warn` or `reclaim`.
+    pub step: &'static str,
+    /// What the step does: `[reclaim] action` for a reclaim, `hook` or `log` for a warning.
+    pub action: &'static str,
+    pub dry_run: bool,
+    pub pids: Vec<u32>,
 }
 
 /// One unit as `/api/v1/reclaim` shows it.
@@ -74,6 +90,8 @@ pub struct View {
     pub owners: BTreeMap<OwnerKey, Totals>,
     pub idle_held: BTreeMap<(u32, String), f64>,
     pub state_write_errors: u64,
+    /// The warn and reclaim steps recorded in this run.
+    pub acts: Vec<Acted>,
 }
 
 pub struct Stage {
@@ -86,6 +104,8 @@ pub struct Stage {
     audit: Result<PathBuf, String>,
     last_persist: Option<Instant>,
     state_write_errors: u64,
+    /// The steps of the current run, handed on in its view.
+    acts: Vec<Acted>,
 }
 
 /// Moves `path` to the first free `PATH.unreadable.N`, never over an earlier copy: each
@@ -132,6 +152,7 @@ impl Stage {
             audit: Err("not opened".into()),
             last_persist: None,
             state_write_errors: 0,
+            acts: Vec::new(),
         };
         stage.reconfigure(s);
         if s.reclaim.enabled {
@@ -211,7 +232,7 @@ impl Stage {
             effective.dry_run = dry_run;
             let decisions = self.ladder.decide(&units, &effective, snapshot.taken_at);
             for d in decisions {
-                self.carry_out(d, &effective);
+                self.carry_out(d, &effective, snapshot.taken_at);
             }
             findings = health_findings(&units, r, snapshot.taken_at);
             candidates = units
@@ -258,11 +279,12 @@ impl Stage {
             owners: self.accounts.owners.clone(),
             idle_held: self.accounts.idle_held.clone(),
             state_write_errors: self.state_write_errors,
+            acts: std::mem::take(&mut self.acts),
         };
         (Arc::new(view), findings)
     }
 
-    fn carry_out(&mut self, d: Decision, config: &ReclaimConfig) {
+    fn carry_out(&mut self, d: Decision, config: &ReclaimConfig, at: SystemTime) {
         let a = &self.actor;
         match d {
             Decision::Detected { unit } => {
@@ -292,11 +314,26 @@ impl Stage {
             Decision::Warn { unit, targets } => {
                 if !a.warn(&unit, &targets, config) {
                     self.ladder.undo(&unit.key, Undo::Warn);
+                } else {
+                    let hook = config.warn.as_ref().is_some_and(|w| w.hook.is_some());
+                    let action = if hook { "hook" } else { "log" };
+                    self.acts
+                        .push(acted(&unit, &targets, "warn", action, config.dry_run, at));
                 }
             }
             Decision::Reclaim { unit, targets } => {
                 if !a.reclaim(&unit, &targets, config) {
                     self.ladder.undo(&unit.key, Undo::Reclaim);
+                } else {
+                    let action = config.action.as_str();
+                    self.acts.push(acted(
+                        &unit,
+                        &targets,
+                        "reclaim",
+                        action,
+                        config.dry_run,
+                        at,
+                    ));
                 }
             }
             Decision::RateLimited { unit } => {
@@ -336,6 +373,25 @@ impl Stage {
         if s.accounting.enabled {
             self.persist(s, true);
         }
+    }
+}
+
+fn acted(
+    unit: &UnitStatus,
+    targets: &[super::idle::Holder],
+    step: &'static str,
+    action: &'static str,
+    dry_run: bool,
+    at: SystemTime,
+) -> Acted {
+    Acted {
+        at,
+        gpu: unit.gpu,
+        uuid: unit.key.uuid.clone(),
+        step,
+        action,
+        dry_run,
+        pids: targets.iter().map(|h| h.pid).collect(),
     }
 }
 
@@ -445,6 +501,7 @@ mod tests {
             pod_labels: None,
             procfs: PathBuf::from("/proc"),
             interval: Duration::from_secs(1),
+            jobs_dir: None,
         }
     }
 

@@ -29,6 +29,8 @@ pub struct Reclaim {
     pub series: Arc<Posted>,
     /// Its findings, for the poller's judgement.
     pub findings: watch::Receiver<ExtraFindings>,
+    /// The job reports it folds each publication into (`/api/v1/jobs`).
+    pub jobs: crate::reclaim::jobs::Shared,
     settings: watch::Sender<Settings>,
     task: JoinHandle<()>,
 }
@@ -64,14 +66,22 @@ pub fn spawn(
 ) -> Reclaim {
     let (view_tx, view) = watch::channel(None);
     let (findings_tx, findings) = watch::channel(ExtraFindings::default());
+    let jobs = crate::reclaim::jobs::Shared::default();
+    let store = crate::reclaim::jobs::Store::new(jobs.clone(), settings.jobs_dir.clone());
     let (settings_tx, mut settings_rx) = watch::channel(settings);
     let series = Arc::new(Posted::default());
     let posted = series.clone();
     let task = tokio::spawn(async move {
         let mut current = settings_rx.borrow_and_update().clone();
         let s = current.clone();
-        // Loading the accounting state reads a file: off the async workers.
-        let Ok(mut stage) = tokio::task::spawn_blocking(move || Stage::new(&s, owner)).await else {
+        // Loading the accounting state and the job reports reads files: off the async workers.
+        let loaded = tokio::task::spawn_blocking(move || {
+            if s.accounting.enabled {
+                store.load();
+            }
+            (Stage::new(&s, owner), store)
+        });
+        let Ok((mut stage, mut store)) = loaded.await else {
             tracing::error!("the reclaim stage failed to start; reclaim and accounting are off");
             return;
         };
@@ -108,23 +118,34 @@ pub fn spawn(
             let run = tokio::task::spawn_blocking(move || {
                 let (view, found) = stage.observe(&p.snapshot, &s);
                 let text = super::metrics::render(&view, &p.snapshot);
-                (stage, view, found, text)
+                if s.accounting.enabled {
+                    store.observe(&p, &view.acts, s.accounting.persist_every);
+                }
+                (stage, store, view, found, text)
             });
-            let Ok((s, view, found, text)) = run.await else {
+            let Ok((s, j, view, found, text)) = run.await else {
                 tracing::error!("the reclaim stage panicked; reclaim and accounting stopped");
                 return;
             };
             stage = s;
+            store = j;
             posted.post(text);
             view_tx.send_replace(Some(view));
             findings_tx.send_replace(Arc::new(found));
         }
-        let _ = tokio::task::spawn_blocking(move || stage.shutdown(&current)).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            stage.shutdown(&current);
+            if current.accounting.enabled {
+                store.persist(current.accounting.persist_every, true);
+            }
+        })
+        .await;
     });
     Reclaim {
         view,
         series,
         findings,
+        jobs,
         settings: settings_tx,
         task,
     }

@@ -3,6 +3,9 @@
 //! dropped. `AuthType=auth/none` (Slurm 22.05 ships the plugin): no munge key to make, and
 //! nothing leaves 127.0.0.1.
 
+// Shared by test crates that use different parts of it.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -42,8 +45,8 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// The slurm.conf of a cluster in `dir` on these ports.
-fn conf(dir: &Path, ctld: u16, slurmd: u16) -> String {
+/// The slurm.conf of a cluster in `dir` on these ports, with `extra` lines.
+fn conf(dir: &Path, ctld: u16, slurmd: u16, extra: &str) -> String {
     let d = dir.display();
     let host = nix::unistd::gethostname()
         .ok()
@@ -56,19 +59,30 @@ fn conf(dir: &Path, ctld: u16, slurmd: u16) -> String {
          SlurmctldPidFile={d}/ctld.pid\nSlurmdPidFile={d}/slurmd.pid\nSlurmctldLogFile={d}/ctld.log\n\
          SlurmdLogFile={d}/slurmd.log\nSlurmUser=root\nReturnToService=2\nMpiDefault=none\n\
          NodeName={NODE} NodeHostname={host} NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN\n\
-         PartitionName=main Nodes={NODE} Default=YES MaxTime=INFINITE State=UP\n"
+         PartitionName=main Nodes={NODE} Default=YES MaxTime=INFINITE State=UP\n{extra}"
     )
 }
 
 impl Cluster {
     /// Starts the controller and the node daemon and waits until the node is idle.
     pub fn start() -> Cluster {
+        Cluster::start_with(|_| String::new())
+    }
+
+    /// As [`Cluster::start`], with the slurm.conf lines `extra` makes for the cluster's
+    /// directory (e.g. `Epilog=`).
+    pub fn start_with(extra: impl FnOnce(&Path) -> String) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
+        let extra = extra(dir.path());
         for sub in ["state", "spool"] {
             std::fs::create_dir(dir.path().join(sub)).expect("mkdir");
         }
         let conf_path = dir.path().join("slurm.conf");
-        std::fs::write(&conf_path, conf(dir.path(), free_port(), free_port())).expect("conf");
+        std::fs::write(
+            &conf_path,
+            conf(dir.path(), free_port(), free_port(), &extra),
+        )
+        .expect("conf");
         let spawn = |program: &str, args: &[&str]| {
             Command::new(program)
                 .args(args)
