@@ -675,9 +675,9 @@ async fn wait_for_signals(
                         h.sharing.reload(old, new);
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
-                        let m = h.owner.clone();
-                        // In the background: the signal loop must keep answering SIGTERM.
-                        tokio::spawn(async move { converge(&m, "reload").await });
+                        // In the background: the signal loop must keep answering SIGTERM. At
+                        // most one reload apply runs and one waits (a storm of reloads merges).
+                        h.owner.after_reload(|m| async move { converge(&m, "reload").await });
                         current = loaded;
                     }
                     Err(e) => {

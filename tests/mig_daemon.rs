@@ -546,3 +546,150 @@ fn an_api_apply_refused_for_processes_says_how_the_api_forces_it_and_is_recorded
     assert_eq!(refused[0]["trigger"], "api");
     assert_eq!(refused[0]["layout"], "seven");
 }
+
+/// The agent's thread count, as the kernel tells it.
+fn threads(agent: &Agent) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.child.id()))
+        .expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a Threads line")
+}
+
+/// Writes `[mig] layout` in a drop-in beside the agent's config, as packaging would (a
+/// temporary file renamed over it).
+fn set_layout(agent: &Agent, layout: &str) {
+    let dir = agent.dir.path().join("config.d");
+    std::fs::create_dir_all(&dir).expect("config.d");
+    let tmp = dir.join(".layout.tmp");
+    std::fs::write(&tmp, format!("[mig]\nlayout = \"{layout}\"\n")).expect("drop-in");
+    std::fs::rename(&tmp, dir.join("50-layout.toml")).expect("rename drop-in");
+}
+
+/// Waits until the agent has handled every SIGHUP sent so far (the kernel and the runtime
+/// merge a signal that comes while one is pending, so 100 sent may be fewer handled): one
+/// more, after a pause, is handled last. Returns how many reloads the log shows.
+fn reloads_settled(agent: &Agent) -> usize {
+    std::thread::sleep(Duration::from_millis(500));
+    let count = || agent.log().matches("configuration reloaded").count();
+    let seen = count();
+    agent.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for("the last reload", Duration::from_secs(20), || {
+        (count() > seen).then_some(())
+    });
+    count()
+}
+
+/// The MIG applies the audit log recorded (one `apply.start` each).
+fn applies(dir: &std::path::Path) -> usize {
+    std::fs::read_to_string(dir.join("audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(r#""component":"mig""#) && l.contains(r#""event":"apply.start""#))
+        .count()
+}
+
+/// The storm: 100 SIGHUPs flipping `[mig] layout` (a drop-in rewritten between them), each
+/// apply slow enough (about 1.5 s) that many reloads land in each.
+#[test]
+fn a_reload_storm_merges_into_a_few_applies_of_the_last_layout_in_bounded_threads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let cost = slow_mig(dir.path(), 100, 100);
+    let agent = Agent::with_scenario(ONE_H100)
+        .config(&layout_config(dir.path(), None))
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .env("NVML_SIM_COST", &cost)
+        .start();
+    let before = threads(&agent);
+    let mut most = before;
+    let flips = ["seven", "balanced"];
+    for i in 0..100 {
+        set_layout(&agent, flips[i % 2]);
+        agent.signal(nix::sys::signal::Signal::SIGHUP);
+        std::thread::sleep(Duration::from_millis(20));
+        most = most.max(threads(&agent));
+    }
+    let reloads = reloads_settled(&agent);
+    // The last flip was "balanced": 1g.10gb ×2, 2g.20gb, 3g.40gb, one compute instance each.
+    wait_for("the last layout in place", Duration::from_secs(60), || {
+        most = most.max(threads(&agent));
+        let mut now = instances(&state);
+        now.sort_unstable();
+        (now == vec![1; 4]).then_some(())
+    });
+    // Nothing more queued: no apply starts after the last one is in place.
+    std::thread::sleep(Duration::from_secs(3));
+    most = most.max(threads(&agent));
+    let n = applies(dir.path());
+    eprintln!("storm: {reloads} reloads, {n} applies, {most} threads at most ({before} before)");
+    // A storm indeed (signals that come while one is pending merge in the kernel).
+    assert!(reloads >= 20, "{reloads} reloads\n{}", agent.log());
+    // One apply runs at a time and at most one waits: each apply takes ~1.5 s, the storm
+    // lasts a few seconds, so a handful of applies; before, one per reload (100).
+    assert!(n <= 12, "{n} applies for 100 reloads\n{}", agent.log());
+    // The MIG lane has at most 4 threads; the runtime's own come and go.
+    assert!(
+        most <= before + 8,
+        "{most} threads during the storm, {before} before it\n{}",
+        agent.log()
+    );
+    let mut now = instances(&state);
+    now.sort_unstable();
+    assert_eq!(now, vec![1; 4], "{}", agent.log());
+}
+
+/// An apply that hangs in the driver (a GPU instance creation that takes 40 s) and reloads
+/// that keep coming: the threads stay bounded and the API answers busy at once, not after it.
+#[test]
+fn reloads_behind_an_apply_hung_in_the_driver_stay_bounded_and_the_api_answers_busy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN).expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let cost = slow_mig(dir.path(), 40_000, 10);
+    let config = format!(
+        "{}[api]\nenabled = true\ntoken_file = \"{}\"\n",
+        layout_config(dir.path(), None),
+        token.display()
+    );
+    let agent = Agent::with_scenario(ONE_H100)
+        .config(&config)
+        .env("NVML_SIM_STATE", &state.display().to_string())
+        .env("NVML_SIM_COST", &cost)
+        .start();
+    let before = threads(&agent);
+    set_layout(&agent, "seven");
+    agent.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for("the apply started", Duration::from_secs(20), || {
+        (applies(dir.path()) == 1).then_some(())
+    });
+    let mut most = before;
+    for i in 0..100 {
+        set_layout(&agent, ["balanced", "seven"][i % 2]);
+        agent.signal(nix::sys::signal::Signal::SIGHUP);
+        std::thread::sleep(Duration::from_millis(20));
+        most = most.max(threads(&agent));
+    }
+    let reloads = reloads_settled(&agent);
+    assert!(reloads >= 20, "{reloads} reloads\n{}", agent.log());
+    let asked = std::time::Instant::now();
+    let r = post(&agent, Some(TOKEN), r#"{"layout": "balanced"}"#);
+    assert_eq!(r.status, 409, "{}\n{}", r.text(), agent.log());
+    assert!(r.text().contains("another MIG apply"), "{}", r.text());
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    most = most.max(threads(&agent));
+    assert_eq!(applies(dir.path()), 1, "{}", agent.log());
+    assert!(
+        most <= before + 8,
+        "{most} threads, {before} before\n{}",
+        agent.log()
+    );
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Acting, Change};
+use super::{Acting, Change, Lane};
 use crate::config::mig_layout::Layout;
 use crate::mig::apply::{self, ApplyError, Outcome, PendingReset, Request};
 use crate::mig::intent::{with_intent, LOCK_WAIT};
@@ -68,6 +68,7 @@ pub enum MigFailed {
 }
 
 impl Change for MigApply {
+    const LANE: Lane = Lane::Mig;
     type Outcome = Result<Outcome, MigFailed>;
 
     fn act(self, node: &Acting<'_>) -> Self::Outcome {
@@ -114,9 +115,20 @@ impl Change for MigApply {
         if self.dry_run {
             return Ok(run()?);
         }
-        // Applies in this process wait for each other here; the node lock then keeps other
-        // processes (`gpu-steward mig apply`) out, or names the one that holds it.
-        let _turn = node.mig_turn();
+        // Applies in this process wait for each other here (the API's does not wait: it answers
+        // busy); the node lock then keeps other processes (`gpu-steward mig apply`) out, or
+        // names the one that holds it.
+        let _turn = if self.wait.is_zero() {
+            node.try_mig_turn().ok_or_else(|| {
+                ApplyError::Busy(
+                    "another MIG apply of this agent is running (a start's, a reload's or the \
+                     API's); try again once it is done"
+                        .into(),
+                )
+            })?
+        } else {
+            node.mig_turn()
+        };
         Ok(with_intent(
             &setup.audit_file,
             &self.layout_name,
