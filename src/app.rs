@@ -363,8 +363,8 @@ pub async fn run(
     let mut signals = Signals::install()?;
     // The records read back at start (rails, reclaim's count) must be ours: a log another
     // user can replace is refused before anything reads it.
-    crate::audit::check_trust(&config.audit_file, &crate::audit::state_dir())
-        .map_err(AppError::Trust)?;
+    // `check-config` makes the same check, with the same text.
+    crate::audit::check_places(&config.audit_file).map_err(AppError::Trust)?;
     if nix::unistd::getpid().as_raw() == 1 {
         // A container without an init: hooks' orphans come to us (src/exec.rs).
         crate::exec::reap_orphans()?;
