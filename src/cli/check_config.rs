@@ -31,6 +31,11 @@ pub fn run(file: &Path) -> u8 {
                 return 2;
             }
             println!("{}: valid", file.display());
+            println!(
+                "size: {} bytes, the file and its drop-ins together (limit {} bytes)",
+                config::dropins::total_bytes(file),
+                config::dropins::MAX_TOTAL_BYTES
+            );
             match config::dropins::list(file) {
                 Ok(d) if !d.is_empty() => {
                     let names: Vec<String> = d.iter().map(|p| p.display().to_string()).collect();
