@@ -693,3 +693,25 @@ fn reloads_behind_an_apply_hung_in_the_driver_stay_bounded_and_the_api_answers_b
         agent.log()
     );
 }
+
+/// A flood of node-changed notices (anyone who can write the audit directory can make them):
+/// the log says so once per period with how many it left out, not once per notice.
+#[test]
+fn a_flood_of_node_changed_notices_is_logged_once_per_period_with_a_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = Agent::with_scenario(ONE_H100)
+        .config(&layout_config(dir.path(), None))
+        .start();
+    let notice = dir.path().join("node-changed");
+    for i in 0..2000 {
+        std::fs::write(&notice, format!("pid 1 at {i}\n")).expect("notice");
+    }
+    let said = || agent.log().matches("changed by another process").count();
+    wait_for("the first line", Duration::from_secs(10), || {
+        (said() >= 1).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    // The first notice is said; the rest of the flood comes within the 10 s period.
+    assert_eq!(said(), 1, "{}", agent.log());
+    assert!(agent.log().contains("suppressed=0"), "{}", agent.log());
+}
