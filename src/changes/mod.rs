@@ -182,7 +182,7 @@ impl Owner {
             mig_turn: Mutex::new(()),
             running: Mutex::new(0),
             waker: Mutex::new(None),
-            lanes: pool::Lanes::new(),
+            lanes: pool::Lanes::default(),
             reload: Mutex::new(reload::Slot::default()),
         })
     }

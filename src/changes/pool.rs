@@ -141,15 +141,17 @@ pub struct Lanes {
     slurm: Arc<Pool>,
 }
 
-impl Lanes {
-    pub fn new() -> Lanes {
+impl Default for Lanes {
+    fn default() -> Lanes {
         Lanes {
             mig: Pool::new(Lane::Mig),
             sharing: Pool::new(Lane::Sharing),
             slurm: Pool::new(Lane::Slurm),
         }
     }
+}
 
+impl Lanes {
     pub fn of(&self, lane: Lane) -> &Arc<Pool> {
         match lane {
             Lane::Mig => &self.mig,
@@ -166,7 +168,7 @@ mod tests {
 
     #[test]
     fn a_lane_never_runs_more_threads_than_its_bound_and_a_stuck_lane_holds_no_other_back() {
-        let lanes = Lanes::new();
+        let lanes = Lanes::default();
         let (release_tx, release_rx) = mpsc::channel::<()>();
         let release = Arc::new(Mutex::new(release_rx));
         let (done_tx, done_rx) = mpsc::channel::<usize>();
