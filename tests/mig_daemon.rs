@@ -641,10 +641,11 @@ fn a_reload_storm_merges_into_a_few_applies_of_the_last_layout_in_bounded_thread
     assert_eq!(now, vec![1; 4], "{}", agent.log());
 }
 
-/// An apply that hangs in the driver (a GPU instance creation that takes 40 s) and reloads
-/// that keep coming: the threads stay bounded and the API answers busy at once, not after it.
+/// An apply that hangs in the driver (a GPU instance creation that takes 40 s), reloads that
+/// keep coming and API applies that wait their turn behind it (two API applies take turns):
+/// the threads stay bounded (the MIG lane's few), and no second apply starts.
 #[test]
-fn reloads_behind_an_apply_hung_in_the_driver_stay_bounded_and_the_api_answers_busy() {
+fn reloads_and_api_applies_behind_an_apply_hung_in_the_driver_stay_bounded() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state.json");
     let token = dir.path().join("token");
@@ -667,7 +668,28 @@ fn reloads_behind_an_apply_hung_in_the_driver_stay_bounded_and_the_api_answers_b
     wait_for("the apply started", Duration::from_secs(20), || {
         (applies(dir.path()) == 1).then_some(())
     });
-    let mut most = before;
+    // 20 API applies, each waiting its turn (their answers come after the hung one: not read).
+    let port = agent.port;
+    let body = r#"{"layout": "balanced"}"#;
+    let request = format!(
+        "POST /api/v1/mig/apply HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut waiting = Vec::new();
+    for _ in 0..20 {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.write_all(request.as_bytes()).expect("send");
+        waiting.push(s);
+    }
+    // Each request's token check and receipt record ran on the runtime's blocking pool, whose
+    // threads linger idle a while (bounded by the connection limit, not by this fix); the
+    // waiting applies themselves hold at most the MIG lane's 4. The reloads are measured
+    // from here.
+    std::thread::sleep(Duration::from_millis(500));
+    let with_api = threads(&agent);
+    let mut most = with_api;
     for i in 0..100 {
         set_layout(&agent, ["balanced", "seven"][i % 2]);
         agent.signal(nix::sys::signal::Signal::SIGHUP);
@@ -676,22 +698,16 @@ fn reloads_behind_an_apply_hung_in_the_driver_stay_bounded_and_the_api_answers_b
     }
     let reloads = reloads_settled(&agent);
     assert!(reloads >= 20, "{reloads} reloads\n{}", agent.log());
-    let asked = std::time::Instant::now();
-    let r = post(&agent, Some(TOKEN), r#"{"layout": "balanced"}"#);
-    assert_eq!(r.status, 409, "{}\n{}", r.text(), agent.log());
-    assert!(r.text().contains("another MIG apply"), "{}", r.text());
-    assert!(
-        asked.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        asked.elapsed()
-    );
     most = most.max(threads(&agent));
+    eprintln!("hung: {reloads} reloads, {most} threads at most during them ({with_api} with 20 API applies waiting, {before} before)");
     assert_eq!(applies(dir.path()), 1, "{}", agent.log());
+    // The reloads add none of their own: one pending apply, not one blocked thread each.
     assert!(
-        most <= before + 8,
-        "{most} threads, {before} before\n{}",
+        most <= with_api + 4,
+        "{most} threads during the reloads, {with_api} before them\n{}",
         agent.log()
     );
+    drop(waiting);
 }
 
 /// A flood of node-changed notices (anyone who can write the audit directory can make them):

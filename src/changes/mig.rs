@@ -115,20 +115,11 @@ impl Change for MigApply {
         if self.dry_run {
             return Ok(run()?);
         }
-        // Applies in this process wait for each other here (the API's does not wait: it answers
-        // busy); the node lock then keeps other processes (`gpu-steward mig apply`) out, or
-        // names the one that holds it.
-        let _turn = if self.wait.is_zero() {
-            node.try_mig_turn().ok_or_else(|| {
-                ApplyError::Busy(
-                    "another MIG apply of this agent is running (a start's, a reload's or the \
-                     API's); try again once it is done"
-                        .into(),
-                )
-            })?
-        } else {
-            node.mig_turn()
-        };
+        // Applies in this process wait for each other here (the API's too: two API applies
+        // take turns); the node lock then keeps other processes (`gpu-steward mig apply`) out,
+        // or names the one that holds it. Waiting here holds one of the MIG lane's few
+        // threads, never more.
+        let _turn = node.mig_turn();
         Ok(with_intent(
             &setup.audit_file,
             &self.layout_name,

@@ -107,15 +107,6 @@ impl Acting<'_> {
         lock(&self.owner.mig_turn)
     }
 
-    /// The MIG turn if nobody holds it now (for an apply that does not wait: the API's).
-    pub fn try_mig_turn(&self) -> Option<MutexGuard<'_, ()>> {
-        match self.owner.mig_turn.try_lock() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
-    }
-
     /// The settings the owner was given (library, audit file, MIG layouts).
     pub fn setup(&self) -> Setup {
         lock(&self.owner.setup).clone()

@@ -23,8 +23,8 @@ pub const IDLE: Duration = Duration::from_secs(10);
 /// The kind of a change, and the lane it runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lane {
-    /// MIG applies (and dry runs). Applies wait for each other in the process (the MIG turn);
-    /// the API's do not wait, they answer busy.
+    /// MIG applies (and dry runs). Applies wait for each other in the process (the MIG turn),
+    /// each on one of the lane's threads; more wait in the lane's queue.
     Mig,
     /// Time-slicing / MPS sharing applies.
     Sharing,
@@ -37,7 +37,7 @@ impl Lane {
     pub const fn threads(self) -> usize {
         match self {
             // One apply at a time runs (the MIG turn); a few more for dry runs and the
-            // answers "busy" while one hangs in the driver.
+            // applies waiting their turn.
             Lane::Mig => 4,
             Lane::Sharing => 2,
             Lane::Slurm => 2,
