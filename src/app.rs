@@ -393,8 +393,8 @@ pub async fn run(
     let mut signals = Signals::install()?;
     // The records read back at start (rails, reclaim's count) must be ours: a log another
     // user can replace is refused before anything reads it.
-    crate::audit::check_trust(&config.audit_file, &crate::audit::state_dir())
-        .map_err(AppError::Trust)?;
+    // `check-config` makes the same check, with the same text.
+    crate::audit::check_places(&config.audit_file).map_err(AppError::Trust)?;
     if nix::unistd::getpid().as_raw() == 1 {
         // A container without an init: hooks' orphans come to us (src/exec.rs).
         crate::exec::reap_orphans()?;
@@ -715,9 +715,9 @@ async fn wait_for_signals(
                         h.sharing.reload(old, new);
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(interval = ?new.interval, "configuration reloaded");
-                        let m = h.owner.clone();
-                        // In the background: the signal loop must keep answering SIGTERM.
-                        tokio::spawn(async move { converge(&m, "reload").await });
+                        // In the background: the signal loop must keep answering SIGTERM. At
+                        // most one reload apply runs and one waits (a storm of reloads merges).
+                        h.owner.after_reload(|m| async move { converge(&m, "reload").await });
                         current = loaded;
                     }
                     Err(e) => {

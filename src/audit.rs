@@ -29,7 +29,7 @@ mod read;
 mod trust;
 pub use event::{Entry, Event};
 pub use read::{read_back, ReadBack, MAX_LINE, MAX_READ_BACK};
-pub use trust::check_trust;
+pub use trust::{check_places, check_trust};
 
 pub use crate::config::DEFAULT_AUDIT_FILE;
 

@@ -38,6 +38,17 @@ pub fn escape(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// At most `max` characters of `s` (text from outside: a query, a header), escaped as
+/// [`escape`] does, with how much was left out: what an error message may quote of it.
+pub fn excerpt(s: &str, max: usize) -> String {
+    let count = s.chars().count();
+    if count <= max {
+        return escape(s).into_owned();
+    }
+    let head: String = s.chars().take(max).collect();
+    format!("{}… ({} more characters)", escape(&head), count - max)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,5 +70,13 @@ mod tests {
             "\\u{1b}]0;owned\\u{7}\\u{1b}[31mred\\nline2\\u{9b}x\\u{202e}"
         );
         assert!(!safe.chars().any(unsafe_char));
+    }
+
+    #[test]
+    fn an_excerpt_is_bounded_escaped_and_says_what_it_left_out() {
+        assert_eq!(excerpt("abc", 8), "abc");
+        assert_eq!(excerpt("a\u{1b}[2J\0", 8), "a\\u{1b}[2J\\u{0}");
+        let long = "x".repeat(60_000);
+        assert_eq!(excerpt(&long, 4), "xxxx… (59996 more characters)");
     }
 }

@@ -250,6 +250,7 @@ fn the_packaged_config_is_valid_and_shows_the_built_in_defaults() {
         );
         String::from_utf8_lossy(&out.stdout)
             .lines()
+            .filter(|l| !l.starts_with("size:")) // the files' size
             .skip(2) // the file names
             .filter(|l| !l.starts_with("log:")) // "info" vs "info (or RUST_LOG)": same effect
             .map(str::to_string)
@@ -474,4 +475,125 @@ fn a_fifo_or_a_link_to_dev_zero_as_config_rules_web_config_or_token_is_refused_a
     let (code, err) = check_config_bounded(&config);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("over the limit of 16777216 bytes"), "{err}");
+}
+
+/// Issue [26/28], defect 5: `check-config` passed audit and state places that `run` refuses.
+/// Each layout gets the same refusal, with the same text, from both (exit 2).
+#[test]
+fn check_config_refuses_the_audit_and_state_places_run_refuses_with_the_same_text() {
+    use std::os::unix::fs::PermissionsExt;
+    let nobody = nix::unistd::Uid::from_raw(65534);
+    let nogroup = nix::unistd::Gid::from_raw(65534);
+    let root = nix::unistd::geteuid().is_root();
+    // (name, what is made, what the refusal says)
+    type Make = fn(&std::path::Path, &std::path::Path, nix::unistd::Uid, nix::unistd::Gid);
+    let layouts: Vec<(&str, Make, &str, bool)> = vec![
+        (
+            "a world-writable audit directory",
+            |audit, _, _, _| {
+                std::fs::set_permissions(audit, std::fs::Permissions::from_mode(0o777))
+                    .expect("chmod")
+            },
+            "mode 0777",
+            false,
+        ),
+        (
+            "an audit log others may write",
+            |audit, _, _, _| {
+                let log = audit.join("audit.jsonl");
+                std::fs::write(&log, "").expect("log");
+                std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666))
+                    .expect("chmod")
+            },
+            "mode 0666",
+            false,
+        ),
+        (
+            "an audit directory writable by another group",
+            |audit, _, _, g| {
+                nix::unistd::chown(audit, None, Some(g)).expect("chgrp");
+                std::fs::set_permissions(audit, std::fs::Permissions::from_mode(0o770))
+                    .expect("chmod")
+            },
+            "group may write",
+            true,
+        ),
+        (
+            "an audit log owned by another user",
+            |audit, _, u, _| {
+                let log = audit.join("audit.jsonl");
+                std::fs::write(&log, "").expect("log");
+                nix::unistd::chown(&log, Some(u), None).expect("chown")
+            },
+            "owned by uid 65534",
+            true,
+        ),
+        (
+            "an audit directory owned by another user",
+            |audit, _, u, _| nix::unistd::chown(audit, Some(u), None).expect("chown"),
+            "owned by uid 65534",
+            true,
+        ),
+        (
+            "a world-writable state directory",
+            |_, state, _, _| {
+                std::fs::set_permissions(state, std::fs::Permissions::from_mode(0o757))
+                    .expect("chmod")
+            },
+            "the agent's state directory",
+            false,
+        ),
+    ];
+    for (name, make, says, needs_root) in layouts {
+        if needs_root && !root {
+            // Only root can give a file away.
+            continue;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let audit = dir.path().join("audit");
+        let state = dir.path().join("state");
+        std::fs::create_dir(&audit).expect("mkdir");
+        std::fs::create_dir(&state).expect("mkdir");
+        for d in [dir.path(), &audit, &state] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        }
+        let config = write(
+            &dir,
+            "config.toml",
+            &format!(
+                "[audit]\nfile = \"{}\"\n",
+                audit.join("audit.jsonl").display()
+            ),
+        );
+        make(&audit, &state, nobody, nogroup);
+        let out = |args: &[&str]| {
+            let o = Command::new(bin())
+                .args(args)
+                .arg(&config)
+                .args(
+                    ["--listen", "127.0.0.1:0"]
+                        .iter()
+                        .filter(|_| args[0] == "run"),
+                )
+                .env("STATE_DIRECTORY", &state)
+                .env("NVML_SIM_SCENARIO", "/nonexistent")
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("run");
+            (
+                o.status.code(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        };
+        let (checked, check_err) = out(&["check-config"]);
+        let (ran, run_err) = out(&["run", "--config"]);
+        assert_eq!(checked, Some(2), "{name}: check-config: {check_err}");
+        assert_eq!(ran, Some(2), "{name}: run: {run_err}");
+        let message = check_err.trim();
+        assert!(message.contains(says), "{name}: {message}");
+        assert!(
+            run_err.contains(message),
+            "{name}: run says otherwise:\n{run_err}\ncheck-config:\n{message}"
+        );
+    }
 }

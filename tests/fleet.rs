@@ -604,3 +604,83 @@ fn a_gpu_process_of_an_sbatch_job_is_labelled_with_its_job() {
     assert_eq!(labels.get("slurm_job"), Some(&job), "{labels:?}");
     assert_eq!(labels.get("process").map(String::as_str), Some("sleep"));
 }
+
+/// Issue [26/28], defect 1: a MIG apply hung in the driver (a GPU instance creation that
+/// takes 120 s) and a storm of reloads flipping `[mig] layout` behind it, then an XID 79: the
+/// node is drained in Slurm promptly all the same (changes of each kind have their own bounded
+/// threads; the reloads leave one apply pending, not one blocked thread each).
+#[test]
+fn a_drain_is_prompt_during_a_reload_storm_behind_a_hung_mig_apply() {
+    if !slurm::available("a_drain_is_prompt_during_a_reload_storm_behind_a_hung_mig_apply") {
+        return;
+    }
+    let cluster = Cluster::start();
+    let dir = cluster.dir.path();
+    let cost = dir.join("cost.json");
+    let table = serde_json::json!({"functions": {
+        "nvmlDeviceCreateGpuInstanceWithPlacement": {"wall_us": 120_000_000u64, "cpu_us": 0},
+    }});
+    std::fs::write(&cost, table.to_string()).expect("cost table");
+    let layouts = "[[mig.layouts.seven]]\ndevices = \"all\"\nmig-enabled = true\n\
+                   mig-devices = { \"1g.10gb\" = 7 }\n\
+                   [[mig.layouts.balanced]]\ndevices = \"all\"\nmig-enabled = true\n\
+                   mig-devices = { \"3g.40gb\" = 2 }\n";
+    // Two idle H100s (no process in the way of a MIG apply), GPU 1 with the known UUID.
+    let healthy = format!(
+        "version = 1\n[[gpu]]\nmodel = \"H100-SXM5-80GB\"\n\
+         [[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"{UUID}\"\n"
+    );
+    let agent = Agent::with_scenario(&healthy)
+        .config(&format!("{}{layouts}", slurm_config(dir, NODE, "scontrol")))
+        .env("SLURM_CONF", &cluster.conf.display().to_string())
+        .env(
+            "NVML_SIM_STATE",
+            &dir.join("state.json").display().to_string(),
+        )
+        .env("NVML_SIM_COST", &cost.display().to_string())
+        .start();
+    let dropins = agent.dir.path().join("config.d");
+    std::fs::create_dir_all(&dropins).expect("config.d");
+    let set_layout = |layout: &str| {
+        let tmp = dropins.join(".layout.tmp");
+        std::fs::write(&tmp, format!("[mig]\nlayout = \"{layout}\"\n")).expect("drop-in");
+        std::fs::rename(&tmp, dropins.join("50-layout.toml")).expect("rename");
+    };
+    let audit = dir.join("audit.jsonl");
+    set_layout("seven");
+    agent.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for(
+        "the apply hung in the driver",
+        Duration::from_secs(20),
+        || {
+            if agent.log().contains("MIG layout not reached") {
+                panic!("{}", agent.log());
+            }
+            std::fs::read_to_string(&audit)
+                .unwrap_or_default()
+                .contains(r#""event":"apply.start""#)
+                .then_some(())
+        },
+    );
+    // More reloads than the runtime's blocking pool has threads (512).
+    for i in 0..700 {
+        set_layout(["balanced", "seven"][i % 2]);
+        agent.signal(nix::sys::signal::Signal::SIGHUP);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    agent.rewrite_scenario(&with_event(&healthy, 1, XID79));
+    let asked = std::time::Instant::now();
+    wait_for(
+        "the node drained during the storm",
+        Duration::from_secs(30),
+        || {
+            let (state, reason) = cluster.node_state()?;
+            (state.contains("DRAIN") && reason == our_reason()).then_some(())
+        },
+    );
+    eprintln!(
+        "drained {:?} after the XID, {} reloads",
+        asked.elapsed(),
+        agent.log().matches("configuration reloaded").count()
+    );
+}

@@ -347,3 +347,25 @@ fn a_client_that_never_reads_is_cut_off_at_the_write_timeout() {
         "{got} bytes arrived before the connection was {end}: the writes never timed out"
     );
 }
+
+/// A 400 from `/api/v1/events` quotes the bad `since` bounded and escaped: a 58 KB value with an
+/// ESC and a NUL in it is answered with a short, printable reason (its first 64 characters of
+/// 58005).
+#[test]
+fn a_bad_since_is_quoted_bounded_and_escaped_in_the_400() {
+    let agent = Agent::with_scenario(&scenario("dgx-h100.toml")).start();
+    let value = format!("%1b[2J%00{}", "x".repeat(58_000));
+    let r = agent.get(&format!("/api/v1/events?since={value}"));
+    assert_eq!(r.status, 400, "{}", r.text());
+    let body = r.text();
+    assert!(body.len() < 512, "{} bytes: {}", body.len(), &body[..200]);
+    assert!(
+        !body.contains('\u{1b}') && !body.contains('\0'),
+        "raw control characters: {body:?}"
+    );
+    assert!(
+        body.starts_with("invalid since '\\u{1b}[2J\\u{0}xxx")
+            && body.contains("… (57941 more characters)"),
+        "{body}"
+    );
+}

@@ -235,6 +235,33 @@ fn status_without_an_agent_exits_2_and_says_why() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("https is not supported"));
 }
 
+/// An agent that accepts and never answers: `status` gives up after `--timeout`, the flag its
+/// message names (it once named a flag `status` did not accept).
+#[test]
+fn status_against_a_silent_agent_gives_up_after_its_timeout_flag() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = silent.local_addr().expect("addr").port();
+    let started = std::time::Instant::now();
+    let out = Command::new(bin())
+        .args(["status", "--url", &format!("http://127.0.0.1:{port}")])
+        .args(["--timeout", "300ms"])
+        .output()
+        .expect("status");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no answer within 300ms") && err.contains("give it more with --timeout"),
+        "{err}"
+    );
+    // One question (the first fails the screen), not the 5 s default.
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(silent);
+}
+
 #[test]
 fn status_asks_the_agent_on_its_api_socket() {
     use std::os::unix::fs::PermissionsExt;

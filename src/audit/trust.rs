@@ -41,6 +41,12 @@ pub fn check_trust(audit_file: &Path, state: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The check `run` makes before it starts and `check-config` makes too, with the same text:
+/// the audit log `audit_file` and the agent's state directory ([`super::state_dir`]).
+pub fn check_places(audit_file: &Path) -> Result<(), String> {
+    check_trust(audit_file, &super::state_dir())
+}
+
 /// `dir` (owner and mode) and every directory above it (mode), after resolving links.
 fn check_dir(ids: &Ids, dir: &Path, what: &str) -> Result<(), String> {
     let Ok(real) = dir.canonicalize() else {

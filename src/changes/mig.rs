@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Acting, Change};
+use super::{Acting, Change, Lane};
 use crate::config::mig_layout::Layout;
 use crate::mig::apply::{self, ApplyError, Outcome, PendingReset, Request};
 use crate::mig::intent::{with_intent, LOCK_WAIT};
@@ -68,6 +68,7 @@ pub enum MigFailed {
 }
 
 impl Change for MigApply {
+    const LANE: Lane = Lane::Mig;
     type Outcome = Result<Outcome, MigFailed>;
 
     fn act(self, node: &Acting<'_>) -> Self::Outcome {
@@ -114,8 +115,10 @@ impl Change for MigApply {
         if self.dry_run {
             return Ok(run()?);
         }
-        // Applies in this process wait for each other here; the node lock then keeps other
-        // processes (`gpu-steward mig apply`) out, or names the one that holds it.
+        // Applies in this process wait for each other here (the API's too: two API applies
+        // take turns); the node lock then keeps other processes (`gpu-steward mig apply`) out,
+        // or names the one that holds it. Waiting here holds one of the MIG lane's few
+        // threads, never more.
         let _turn = node.mig_turn();
         Ok(with_intent(
             &setup.audit_file,

@@ -27,8 +27,10 @@
 //! mailbox would queue a Slurm drain (how fast a failed GPU leaves the scheduler) behind a
 //! 30 s hook timeout or a MIG creation stuck in the driver. The owner serialises what does
 //! conflict (MIG applies: its MIG turn in the process, the node lock across processes; sharing
-//! applies: the sharing service's) and runs each change on the caller's blocking thread
-//! ([`Owner::call`] from async code).
+//! applies: the sharing service's) and runs each change, from async code ([`Owner::call`]), on
+//! a small bounded pool of its kind's own ([`pool::Lane`]): a drain never waits behind MIG, and
+//! no storm of changes takes the runtime's blocking threads. A reload's MIG apply is merged
+//! with the reloads that follow it ([`reload`]): at most one runs and one waits.
 //!
 //! Must not: be bypassed (no other module opens the audit log for writing: `layers_tests`
 //! checks the source), or act before its record is on disk.
@@ -43,7 +45,11 @@ use crate::gpu::Session;
 
 pub mod mig;
 pub mod notice;
+pub mod pool;
+pub mod reload;
 pub mod step;
+
+pub use pool::Lane;
 
 pub use mig::{MigApply, MigFailed, MigOutcome, MigReport, OnWait};
 pub use step::{Begun, Done};
@@ -51,6 +57,8 @@ pub use step::{Begun, Done};
 /// A typed request to change the node: the change's own steps, run by [`Owner::handle`] with
 /// the owner's means ([`Acting`]). `act` writes its record before each step it takes.
 pub trait Change {
+    /// The lane (the bounded pool) the change runs in from [`Owner::call`].
+    const LANE: Lane;
     /// What the change reports, rendered only at the edge (HTTP, CLI, metrics, logs).
     type Outcome;
     /// Carries the change out; the record of each step precedes the step.
@@ -142,6 +150,10 @@ pub struct Owner {
     running: Mutex<u32>,
     /// The poller's wake, once it runs.
     waker: Mutex<Option<Waker>>,
+    /// The threads changes run on, one bounded pool per kind.
+    lanes: pool::Lanes,
+    /// The reload MIG applies: one running, one pending at most.
+    reload: Mutex<reload::Slot>,
 }
 
 impl std::fmt::Debug for Owner {
@@ -161,6 +173,8 @@ impl Owner {
             mig_turn: Mutex::new(()),
             running: Mutex::new(0),
             waker: Mutex::new(None),
+            lanes: pool::Lanes::default(),
+            reload: Mutex::new(reload::Slot::default()),
         })
     }
 
@@ -230,16 +244,24 @@ impl Owner {
         }
     }
 
-    /// [`Owner::handle`] on a blocking thread; `None` only when that thread panicked.
+    /// [`Owner::handle`] on a thread of the change's lane ([`Change::LANE`]); `None` only when
+    /// the change panicked.
     pub async fn call<C>(self: &Arc<Self>, change: C) -> Option<C::Outcome>
     where
         C: Change + Send + 'static,
         C::Outcome: Send + 'static,
     {
         let me = self.clone();
-        tokio::task::spawn_blocking(move || me.handle(change))
-            .await
-            .ok()
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.lanes.of(C::LANE).submit(Box::new(move || {
+            let _ = tx.send(me.handle(change));
+        }));
+        rx.await.ok()
+    }
+
+    /// How many threads the lane `lane` runs now.
+    pub fn lane_threads(&self, lane: Lane) -> usize {
+        self.lanes.of(lane).threads()
     }
 
     /// Whether a change is running now.

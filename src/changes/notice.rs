@@ -46,6 +46,30 @@ pub fn write(audit_file: &Path) {
     }
 }
 
+/// At most one INFO line per this long about notices: anyone who can write the directory can
+/// write notices as fast as the disk allows, and the log must not grow with them.
+pub const SAY_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// When the next INFO line about notices is due, and how many were not said since the last.
+#[derive(Debug, Default)]
+struct Said {
+    last: Option<std::time::Instant>,
+    suppressed: u64,
+}
+
+impl Said {
+    /// `Some(suppressed since the last line)` when a line is due at `now`; counts one more
+    /// suppressed otherwise.
+    fn due(&mut self, now: std::time::Instant) -> Option<u64> {
+        if self.last.is_some_and(|l| now.duration_since(l) < SAY_EVERY) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
 /// Watches the directory of `audit_file` for notices and wakes the poller (`wake`) at each, on a
 /// thread of its own, for the poller's life. A directory that cannot be watched is logged once: the
 /// other processes' changes then show at the slow tier.
@@ -67,21 +91,49 @@ pub fn watch(audit_file: &Path, wake: Waker) {
     };
     let spawned = std::thread::Builder::new()
         .name("change-notices".into())
-        .spawn(move || loop {
-            let Ok(events) = inotify.read_events() else {
-                return;
-            };
-            let noticed = events
-                .iter()
-                .any(|e| e.name.as_deref() == Some(std::ffi::OsStr::new(FILE_NAME)));
-            if noticed {
-                tracing::info!("the node was changed by another process: reading it again");
-                if !wake() {
+        .spawn(move || {
+            let mut said = Said::default();
+            loop {
+                let Ok(events) = inotify.read_events() else {
                     return;
+                };
+                let noticed = events
+                    .iter()
+                    .any(|e| e.name.as_deref() == Some(std::ffi::OsStr::new(FILE_NAME)));
+                if noticed {
+                    if let Some(suppressed) = said.due(std::time::Instant::now()) {
+                        tracing::info!(
+                            suppressed,
+                            "the node was changed by another process: reading it again (at most one such line per {} s; suppressed: the notices since the last)",
+                            SAY_EVERY.as_secs()
+                        );
+                    } else {
+                        tracing::debug!("the node was changed by another process: reading it again");
+                    }
+                    if !wake() {
+                        return;
+                    }
                 }
             }
         });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "cannot start the change-notice thread");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_per_period_says_how_many_it_left_out() {
+        let mut said = Said::default();
+        let t0 = std::time::Instant::now();
+        assert_eq!(said.due(t0), Some(0));
+        for i in 1..1000 {
+            assert_eq!(said.due(t0 + std::time::Duration::from_millis(i)), None);
+        }
+        assert_eq!(said.due(t0 + SAY_EVERY), Some(999));
+        assert_eq!(said.due(t0 + SAY_EVERY), None);
     }
 }

@@ -1,7 +1,8 @@
 //! `gpu-steward check-config FILE`: load and validate the file as the daemon would (the web
 //! config it names included) and print what it would do, the alert rules and remediation
 //! routes it loaded among it. Exit codes: 0 valid, 2 not. Reads files only: no NVML, no
-//! sockets.
+//! sockets. An audit log or state directory another user could replace is refused as `run`
+//! refuses it ([`crate::audit::check_places`]), with the same text.
 //!
 //! A valid file can still leave the agent unable to act: warnings (on stderr, exit still 0)
 //! say when the audit log's directory cannot be written (every change to the node would be
@@ -23,7 +24,18 @@ pub fn run(file: &Path) -> u8 {
                 eprintln!("{e}");
                 return 2;
             }
+            // What `run` refuses before it starts is not valid here either: the same check,
+            // the same text.
+            if let Err(e) = crate::audit::check_places(&c.audit_file) {
+                eprintln!("{e}");
+                return 2;
+            }
             println!("{}: valid", file.display());
+            println!(
+                "size: {} bytes, the file and its drop-ins together (limit {} bytes)",
+                config::dropins::total_bytes(file),
+                config::dropins::MAX_TOTAL_BYTES
+            );
             match config::dropins::list(file) {
                 Ok(d) if !d.is_empty() => {
                     let names: Vec<String> = d.iter().map(|p| p.display().to_string()).collect();

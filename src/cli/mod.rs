@@ -275,6 +275,9 @@ pub struct StatusArgs {
     /// The configuration whose [audit] file gives the last changes.
     #[arg(long, value_name = "FILE", env = "GPU_STEWARD_CONFIG")]
     pub config: Option<PathBuf>,
+    /// The longest one question to the agent may take (a screen asks a few).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
 }
 
 /// `demo` shares `run`'s flags but not its defaults: its help says what the demo uses.

@@ -8,6 +8,14 @@
 //! whole can tell (a route naming a hook defined in another file) is reported against the merged
 //! text, which the error says.
 //!
+//! Bounded: each file at most [`MAX_FILE_BYTES`], the file and its drop-ins together at most
+//! [`MAX_TOTAL_BYTES`] (checked from their sizes before any is read, and again as each is
+//! read), at most [`MAX_DROPINS`] of them, and at most [`MAX_ENTRIES`] entries in any one table
+//! or array, so that what the parser builds stays a small multiple of what a real
+//! configuration needs. Each file's text is parsed once (into the table merged); the merged
+//! text once, by the configuration; a drop-in is parsed on its own again only to place an
+//! error the merged text shows.
+//!
 //! This module reads and merges text; it must not interpret the configuration.
 
 use std::path::{Path, PathBuf};
@@ -20,12 +28,55 @@ use crate::bounded::{self, Limits};
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 /// The most drop-ins read; more is an error.
 pub const MAX_DROPINS: usize = 64;
+/// The most the file and its drop-ins may hold together: what one file may hold. A real
+/// configuration is a few KiB; the parser's tables take a few times the text.
+pub const MAX_TOTAL_BYTES: u64 = MAX_FILE_BYTES;
+/// The most entries one table or array may have (a real one has tens).
+pub const MAX_ENTRIES: usize = 4096;
 
 /// The configuration text to parse, and the name its errors carry.
 #[derive(Debug)]
 pub struct Source {
     pub name: String,
     pub text: String,
+    /// With drop-ins: each part as read (the file first, when there is one), for placing an
+    /// error of the merged text in the part that caused it ([`Source::own_error`]).
+    pub parts: Vec<(String, String)>,
+}
+
+impl Source {
+    /// The error of the part that fails on its own (unknown keys, bad values, at their own
+    /// file, line and column), if one does; only the merged text's error otherwise.
+    pub fn own_error(&self) -> Option<ConfigError> {
+        self.parts.iter().find_map(|(name, text)| {
+            toml::from_str::<FileConfig>(text)
+                .err()
+                .map(|e| invalid(name, text, &e))
+        })
+    }
+}
+
+/// What the file and its drop-ins hold together, in bytes (their sizes now): `check-config`
+/// says it, beside [`MAX_TOTAL_BYTES`].
+pub fn total_bytes(config_file: &Path) -> u64 {
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    size(config_file)
+        + list(config_file)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| size(p))
+            .sum::<u64>()
+}
+
+/// The refusal of a file and drop-ins that hold more than [`MAX_TOTAL_BYTES`] together.
+fn too_much(config_file: &Path, total: u64) -> ConfigError {
+    ConfigError::Read {
+        file: directory(config_file).display().to_string(),
+        source: std::io::Error::other(format!(
+            "the configuration file and its drop-ins hold {total} bytes or more together, over \
+             the limit of {MAX_TOTAL_BYTES} bytes for their merged total; merge or shorten them"
+        )),
+    }
 }
 
 /// The drop-in directory of a config file: `config.d` beside it.
@@ -74,7 +125,7 @@ pub fn list(config_file: &Path) -> Result<Vec<PathBuf>, ConfigError> {
 /// Reads `path` (if it exists, or fails if `required`) and its drop-ins; `None` when there is
 /// neither. With drop-ins, the text is their merge over the file.
 pub fn read(path: &Path, required: bool) -> Result<Option<Source>, ConfigError> {
-    let main = match read_one(path) {
+    let main = match read_one(path, MAX_FILE_BYTES) {
         Ok(text) => Some(text),
         Err(e) if e.is_not_found() && !required => None,
         Err(e) => {
@@ -87,22 +138,54 @@ pub fn read(path: &Path, required: bool) -> Result<Option<Source>, ConfigError> 
     let dropins = list(path)?;
     let name = path.display().to_string();
     if dropins.is_empty() {
-        return Ok(main.map(|text| Source { name, text }));
+        // One file: parsed once, by the configuration (its size bounds what the parse builds).
+        return Ok(main.map(|text| Source {
+            name,
+            text,
+            parts: Vec::new(),
+        }));
     }
-    let mut merged = match &main {
-        Some(text) => table(&name, text)?,
+    // The total from the sizes first: nothing more is read when it is over.
+    let total = total_bytes(path);
+    if total > MAX_TOTAL_BYTES {
+        return Err(too_much(path, total));
+    }
+    let mut used = main.as_ref().map_or(0, |t| t.len() as u64);
+    let mut parts = Vec::new();
+    let mut merged = match main {
+        Some(text) => {
+            let t = table(&name, &text)?;
+            check_entries(&name, &text, &t)?;
+            parts.push((name.clone(), text));
+            t
+        }
         None => toml::Table::new(),
     };
     for d in &dropins {
         let shown = d.display().to_string();
-        let text = read_one(d).map_err(|e| ConfigError::Read {
-            file: shown.clone(),
-            source: e.into_io(),
+        // What is left of the total (the files may have grown since their sizes were read).
+        let left = MAX_TOTAL_BYTES - used;
+        let text = read_one(d, left.min(MAX_FILE_BYTES)).map_err(|e| {
+            let grown = match e.problem {
+                bounded::Problem::TooLarge { size, .. } if left < MAX_FILE_BYTES => Some(size),
+                _ => None,
+            };
+            match grown {
+                Some(size) => too_much(path, used + size),
+                None => ConfigError::Read {
+                    file: shown.clone(),
+                    source: e.into_io(),
+                },
+            }
         })?;
-        // On its own first: unknown keys and bad values at their own position.
-        let _: FileConfig = toml::from_str(&text).map_err(|e| invalid(&shown, &text, &e))?;
-        merge(&mut merged, table(&shown, &text)?);
+        used += text.len() as u64;
+        // Parsed once; checked on its own only when the merged text shows an error.
+        let t = table(&shown, &text)?;
+        check_entries(&shown, &text, &t)?;
+        merge(&mut merged, t);
+        parts.push((shown, text));
     }
+    check_entries(&name, "", &merged)?;
     let text = toml::to_string(&merged).map_err(|e| ConfigError::Invalid {
         file: name.clone(),
         line: 1,
@@ -112,14 +195,74 @@ pub fn read(path: &Path, required: bool) -> Result<Option<Source>, ConfigError> 
             directory(path).display()
         ),
     })?;
+    drop(merged);
     Ok(Some(Source {
         name: format!("{name} merged with {}/*.toml", directory(path).display()),
         text,
+        parts,
     }))
 }
 
-fn read_one(path: &Path) -> Result<String, bounded::Error> {
-    bounded::read_to_string(path, Limits::provided(MAX_FILE_BYTES))
+/// Refuses a table or array of `t` (parsed from `text`, the file `name`) with more than
+/// [`MAX_ENTRIES`] entries, at the first line that names it.
+fn check_entries(name: &str, text: &str, t: &toml::Table) -> Result<(), ConfigError> {
+    fn walk(key: &str, v: &toml::Value) -> Option<(String, usize)> {
+        match v {
+            toml::Value::Table(t) => {
+                if t.len() > MAX_ENTRIES {
+                    return Some((key.to_string(), t.len()));
+                }
+                t.iter().find_map(|(k, v)| walk(&join(key, k), v))
+            }
+            toml::Value::Array(a) => {
+                if a.len() > MAX_ENTRIES {
+                    return Some((key.to_string(), a.len()));
+                }
+                a.iter().find_map(|v| walk(key, v))
+            }
+            _ => None,
+        }
+    }
+    fn join(a: &str, b: &str) -> String {
+        if a.is_empty() {
+            b.to_string()
+        } else {
+            format!("{a}.{b}")
+        }
+    }
+    let over = if t.len() > MAX_ENTRIES {
+        Some((String::new(), t.len()))
+    } else {
+        t.iter().find_map(|(k, v)| walk(k, v))
+    };
+    let Some((key, n)) = over else {
+        return Ok(());
+    };
+    let last = key.rsplit('.').next().unwrap_or("");
+    let at = if last.is_empty() {
+        0
+    } else {
+        text.find(last).unwrap_or(0)
+    };
+    let (line, column) = super::line_col(text, at);
+    let what = if key.is_empty() {
+        "the top level".to_string()
+    } else {
+        format!("'{key}'")
+    };
+    Err(ConfigError::Invalid {
+        file: name.to_string(),
+        line,
+        column,
+        message: format!(
+            "{what} has {n} entries, over the limit of {MAX_ENTRIES} entries in one table or \
+             array; a configuration needs far fewer"
+        ),
+    })
+}
+
+fn read_one(path: &Path, limit: u64) -> Result<String, bounded::Error> {
+    bounded::read_to_string(path, Limits::provided(limit))
 }
 
 fn table(name: &str, text: &str) -> Result<toml::Table, ConfigError> {
@@ -207,7 +350,9 @@ mod tests {
             "config.d/10-a.toml",
             "[kubernetes]\nenabled = true\nbogus = 1\n",
         );
-        let e = read(&f, true).expect_err("unknown key");
+        // Placed where the merged text's error comes from, by the configuration's load.
+        let e = crate::config::load(&f, true, &crate::config::Overrides::default())
+            .expect_err("unknown key");
         let text = e.to_string();
         assert!(
             text.starts_with(&format!("{}:3:1: unknown field `bogus`", d.display())),
@@ -230,5 +375,45 @@ mod tests {
         assert!(read(&dir.path().join("none/config.toml"), false)
             .expect("read")
             .is_none());
+    }
+
+    #[test]
+    fn the_merged_total_is_bounded_before_anything_is_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = write(dir.path(), "config.toml", "");
+        let part = format!("# {}\n", "x".repeat(400 * 1024));
+        for i in 0..3 {
+            write(dir.path(), &format!("config.d/{i}.toml"), &part);
+        }
+        let e = read(&f, true).expect_err("1.2 MiB together").to_string();
+        assert!(
+            e.contains(&format!(
+                "over the limit of {MAX_TOTAL_BYTES} bytes for their merged total"
+            )),
+            "{e}"
+        );
+        std::fs::remove_file(dir.path().join("config.d/2.toml")).expect("rm");
+        read(&f, true).expect("800 KiB together");
+    }
+
+    #[test]
+    fn a_table_or_array_with_too_many_entries_is_refused_at_its_file_and_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = write(dir.path(), "config.toml", "");
+        let users: Vec<String> = (0..=MAX_ENTRIES).map(|i| format!("\"u{i}\"")).collect();
+        let d = write(
+            dir.path(),
+            "config.d/10-a.toml",
+            &format!("[reclaim]\nexempt_users = [{}]\n", users.join(",")),
+        );
+        let e = read(&f, true).expect_err("too many").to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}:2:1: 'reclaim.exempt_users' has {} entries, over the limit of {MAX_ENTRIES}",
+                d.display(),
+                MAX_ENTRIES + 1
+            )),
+            "{e}"
+        );
     }
 }

@@ -176,7 +176,12 @@ pub enum ConfigError {
 pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config, ConfigError> {
     // The file and the drop-ins of `config.d` beside it, merged (dropins.rs).
     let (file, parsed) = match dropins::read(path, required)? {
-        Some(source) => (Some(path.to_path_buf()), parse(&source.name, &source.text)?),
+        Some(source) => {
+            // An error of the merged text is placed in the drop-in that causes it, if one does.
+            let parsed =
+                parse(&source.name, &source.text).map_err(|e| source.own_error().unwrap_or(e))?;
+            (Some(path.to_path_buf()), parsed)
+        }
         None => (None, Parsed::default()),
     };
     finish(file, parsed, overrides)

@@ -101,6 +101,8 @@ pub fn log(e: &HealthEvent) {
 /// Parses `?since=`: RFC 3339 (`2026-01-02T03:04:05Z`) or Unix seconds (`1767322245`, `.5`
 /// fractions allowed).
 pub fn parse_since(s: &str) -> Result<SystemTime, String> {
+    // The value comes from an unauthenticated query: quoted bounded and escaped.
+    let shown = |s: &str| crate::terminal::excerpt(s, 64);
     if let Ok(secs) = s.parse::<f64>() {
         // try_from_secs_f64 and checked_add, not their panicking forms: the value comes from an
         // unauthenticated query string (`?since=1e20` must be a 400, not a dead handler).
@@ -109,15 +111,17 @@ pub fn parse_since(s: &str) -> Result<SystemTime, String> {
             .and_then(|d| SystemTime::UNIX_EPOCH.checked_add(d))
             .ok_or_else(|| {
                 format!(
-                    "invalid since '{s}': Unix seconds must be a non-negative number within the \
-                     range of dates, e.g. '1767322245'"
+                    "invalid since '{}': Unix seconds must be a non-negative number within the \
+                     range of dates, e.g. '1767322245'",
+                    shown(s)
                 )
             });
     }
     humantime::parse_rfc3339_weak(s).map_err(|e| {
         format!(
-            "invalid since '{s}': {e}; use RFC 3339 (e.g. '2026-01-02T03:04:05Z') or Unix \
-             seconds (e.g. '1767322245')"
+            "invalid since '{}': {e}; use RFC 3339 (e.g. '2026-01-02T03:04:05Z') or Unix \
+             seconds (e.g. '1767322245')",
+            shown(s)
         )
     })
 }

@@ -48,6 +48,7 @@ impl SharingApply {
 }
 
 impl Change for SharingApply {
+    const LANE: crate::changes::Lane = crate::changes::Lane::Sharing;
     type Outcome = Report;
 
     fn act(self, node: &Acting<'_>) -> Report {

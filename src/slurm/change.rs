@@ -18,6 +18,7 @@ pub struct SlurmChange {
 }
 
 impl Change for SlurmChange {
+    const LANE: crate::changes::Lane = crate::changes::Lane::Slurm;
     type Outcome = Result<Done, Failed>;
 
     fn act(self, node: &Acting<'_>) -> Self::Outcome {

@@ -30,10 +30,15 @@ pub fn failing_reason(h: &NodeHealth) -> Option<String> {
         .iter()
         .filter(|c| c.severity == Status::Fail)
         .max_by_key(|c| c.action)?;
+    // A GPU lost before its UUID was read has none: no empty field (two spaces) in its place.
+    let uuid = if gpu.uuid.trim().is_empty() {
+        String::new()
+    } else {
+        format!(" {}", gpu.uuid.trim())
+    };
     let reason = format!(
-        "{REASON_PREFIX} GPU {} {} {} ({})",
+        "{REASON_PREFIX} GPU {}{uuid} {} ({})",
         gpu.index,
-        gpu.uuid,
         worst.name,
         worst.action.as_str()
     );

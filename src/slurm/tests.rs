@@ -59,6 +59,24 @@ fn the_reason_names_the_first_failing_gpu_and_its_most_drastic_failing_condition
 }
 
 #[test]
+fn a_lost_gpu_without_a_uuid_has_no_empty_field_in_its_reason() {
+    let mut h = NodeHealth::default();
+    let mut lost = gpu(
+        1,
+        vec![condition(
+            crate::health::conditions::GPU_LOST,
+            Status::Fail,
+            Action::RebootNode,
+        )],
+    );
+    lost.uuid = String::new();
+    h.gpus.push(lost);
+    let reason = failing_reason(&h).expect("drains");
+    assert_eq!(reason, "gpu-steward: GPU 1 gpu_lost (reboot_node)");
+    assert!(!reason.contains("  "), "{reason}");
+}
+
+#[test]
 fn a_long_reason_is_cut_to_slurms_limit_on_a_character_boundary() {
     let s = cut("é".repeat(200), MAX_REASON_BYTES);
     assert_eq!(s.len(), 254);

@@ -22,6 +22,7 @@ mod screen;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -30,8 +31,8 @@ use super::StatusArgs;
 use crate::config::{self, Overrides};
 use crate::terminal::escape;
 
-/// How long one question to the agent may take.
-const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// `--timeout`'s default: how long one question to the agent may take.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs the command; the exit status.
 pub fn run(args: &StatusArgs) -> u8 {
@@ -58,7 +59,7 @@ pub fn run(args: &StatusArgs) -> u8 {
     let colour = tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     loop {
         let size = tty.then(terminal_size);
-        let screen = match gather(&target, &audit_file) {
+        let screen = match gather(&target, &audit_file, args.timeout) {
             Ok(node) => screen::render(&node, &target, &again(args), size, colour),
             Err(e) if !args.watch => {
                 eprintln!("gpu-steward status: cannot ask the agent: {e}");
@@ -94,6 +95,12 @@ fn again(args: &StatusArgs) -> String {
     }
     if let Some(c) = &args.config {
         out.push_str(&format!(" --config {}", c.display()));
+    }
+    if args.timeout != DEFAULT_TIMEOUT {
+        out.push_str(&format!(
+            " --timeout {}",
+            humantime::format_duration(args.timeout)
+        ));
     }
     escape(&out).into_owned()
 }
@@ -187,8 +194,8 @@ struct Process {
     memory: Option<f64>,
 }
 
-fn json(target: &Target, path: &str) -> Result<(u16, Value), String> {
-    let a = agent_client::get(target, path, ASK_TIMEOUT)?;
+fn json(target: &Target, path: &str, timeout: Duration) -> Result<(u16, Value), String> {
+    let a = agent_client::get(target, path, timeout)?;
     let v = serde_json::from_slice(&a.body).map_err(|e| {
         format!(
             "{}{path} answered {} without JSON: {e}",
@@ -206,7 +213,8 @@ fn text(v: &Value) -> Option<String> {
         .map(|s| escape(s).into_owned())
 }
 
-fn gather(target: &Target, audit_file: &Path) -> Result<Node, String> {
+/// Asks the agent; each question may take `timeout` (`--timeout`).
+fn gather(target: &Target, audit_file: &Path, timeout: Duration) -> Result<Node, String> {
     let mut node = Node {
         gpus: BTreeMap::new(),
         processes: Vec::new(),
@@ -215,7 +223,7 @@ fn gather(target: &Target, audit_file: &Path) -> Result<Node, String> {
         events: None,
         ready: false,
     };
-    let (status, gpus) = json(target, "/api/v1/gpus")?;
+    let (status, gpus) = json(target, "/api/v1/gpus", timeout)?;
     if status != 200 {
         return Err(format!(
             "{}/api/v1/gpus answered HTTP {status}",
@@ -236,8 +244,8 @@ fn gather(target: &Target, audit_file: &Path) -> Result<Node, String> {
             .partial_cmp(&(b.gpu, a.memory))
             .unwrap_or(std::cmp::Ordering::Equal)
     });
-    node.ready = agent_client::get(target, "/readyz", ASK_TIMEOUT).is_ok_and(|a| a.status == 200);
-    if let Ok((_, r)) = json(target, "/api/v1/reclaim") {
+    node.ready = agent_client::get(target, "/readyz", timeout).is_ok_and(|a| a.status == 200);
+    if let Ok((_, r)) = json(target, "/api/v1/reclaim", timeout) {
         if r["enabled"].as_bool() == Some(true) {
             let dry = r["dry_run"].as_bool() == Some(true);
             node.reclaim = Some(
@@ -251,7 +259,7 @@ fn gather(target: &Target, audit_file: &Path) -> Result<Node, String> {
         }
     }
     let now = std::time::SystemTime::now();
-    if let Ok((200, e)) = json(target, "/api/v1/events") {
+    if let Ok((200, e)) = json(target, "/api/v1/events", timeout) {
         let stamp = humantime::format_rfc3339_seconds(now).to_string();
         node.events = Some(events::lines(&e, stamp.get(..10).unwrap_or("")));
     }
