@@ -107,15 +107,15 @@ pub fn spawn(
             let s = current.clone();
             let run = tokio::task::spawn_blocking(move || {
                 let (view, found) = stage.observe(&p.snapshot, &s);
-                let text = super::metrics::render(&view, &p.snapshot);
-                (stage, view, found, text)
+                let families = super::metrics::render(&view, &p.snapshot);
+                (stage, view, found, families)
             });
-            let Ok((s, view, found, text)) = run.await else {
+            let Ok((s, view, found, families)) = run.await else {
                 tracing::error!("the reclaim stage panicked; reclaim and accounting stopped");
                 return;
             };
             stage = s;
-            posted.post(text);
+            posted.post(families);
             view_tx.send_replace(Some(view));
             findings_tx.send_replace(Arc::new(found));
         }
