@@ -8,6 +8,7 @@
 //! `# HELP` (backslash and newline escaped), `# TYPE`, then one line per series with label
 //! values escaped (backslash, double quote, newline) and Go's spelling of special floats.
 
+use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -18,6 +19,45 @@ use crate::publication::{LabelSets, Page, SeriesAt};
 
 /// The suffixes of a histogram's series.
 const HISTOGRAM: [&str; 3] = ["_bucket", "_sum", "_count"];
+
+thread_local! {
+    /// While a page is rendered on this thread, the names whose label pairs it keeps: the
+    /// other families then record none (recording every series' pairs cost 60 % more render
+    /// time on the full demo page, measured with `examples/render_cost.rs`). Outside a render
+    /// a family records them all (the reclaim actor's, posted for later pages). A hint only:
+    /// [`Families::push`] keeps the pairs of the wanted names, and of no other, either way.
+    static RENDERING: RefCell<Option<Arc<HashSet<String>>>> = const { RefCell::new(None) };
+}
+
+/// Marks a render on this thread keeping the pairs of `labelled`, until dropped.
+pub(crate) struct Rendering(Option<Arc<HashSet<String>>>);
+
+impl Rendering {
+    pub(crate) fn start(labelled: Arc<HashSet<String>>) -> Rendering {
+        Rendering(RENDERING.with(|r| r.borrow_mut().replace(labelled)))
+    }
+}
+
+impl Drop for Rendering {
+    fn drop(&mut self) {
+        let before = self.0.take();
+        RENDERING.with(|r| *r.borrow_mut() = before);
+    }
+}
+
+/// Whether `labelled` names the family `name` (a histogram by any of its series' names).
+fn wanted(labelled: &HashSet<String>, name: &str, histogram: bool) -> bool {
+    if labelled.is_empty() {
+        return false;
+    }
+    if histogram {
+        // Few series; three short strings.
+        return HISTOGRAM
+            .iter()
+            .any(|s| labelled.contains(&format!("{name}{s}")));
+    }
+    labelled.contains(name)
+}
 
 /// One metric family under construction.
 #[derive(Clone)]
@@ -33,6 +73,8 @@ pub struct Family {
     /// Each series' label pairs as given, unescaped (set `i` is the `i`-th series): kept on
     /// the page when the rules select the family's name.
     labels: LabelSets,
+    /// Whether it records them (see [`RENDERING`]).
+    record: bool,
 }
 
 impl Family {
@@ -46,21 +88,28 @@ impl Family {
 
     /// A counter family when `counter`, else a gauge family (for table-driven collectors).
     pub fn new(name: &'static str, help: &'static str, counter: bool) -> Self {
-        Family {
-            name,
-            help,
-            kind: if counter { "counter" } else { "gauge" },
-            lines: String::new(),
-            index: Vec::new(),
-            labels: LabelSets::default(),
-        }
+        Self::of_kind(name, help, if counter { "counter" } else { "gauge" })
     }
 
     /// A histogram family: its series are added with [`Family::add_suffixed`].
     pub fn histogram(name: &'static str, help: &'static str) -> Self {
+        Self::of_kind(name, help, "histogram")
+    }
+
+    fn of_kind(name: &'static str, help: &'static str, kind: &'static str) -> Self {
+        let record = RENDERING.with(|r| {
+            r.borrow()
+                .as_ref()
+                .is_none_or(|set| wanted(set, name, kind == "histogram"))
+        });
         Family {
-            kind: "histogram",
-            ..Self::new(name, help, false)
+            name,
+            help,
+            kind,
+            lines: String::new(),
+            index: Vec::new(),
+            labels: LabelSets::default(),
+            record,
         }
     }
 
@@ -81,7 +130,11 @@ impl Family {
         labels: &[(&str, S)],
         value: f64,
     ) {
-        let set = self.labels.push(labels);
+        let set = if self.record {
+            self.labels.push(labels)
+        } else {
+            None
+        };
         let out = &mut self.lines;
         let start = out.len();
         out.push_str(self.name);
@@ -136,16 +189,7 @@ impl Families {
 
     /// Whether the series of `family` keep their labels.
     fn keeps_labels(&self, family: &Family) -> bool {
-        if self.labelled.is_empty() {
-            return false;
-        }
-        if family.kind == "histogram" {
-            // Few series; three short strings.
-            return HISTOGRAM
-                .iter()
-                .any(|s| self.labelled.contains(&format!("{}{s}", family.name)));
-        }
-        self.labelled.contains(family.name)
+        family.record && wanted(&self.labelled, family.name, family.kind == "histogram")
     }
 
     /// Writes `family` out unless it has no series (the text format has no empty families).
@@ -312,6 +356,44 @@ mod tests {
         assert!(
             read.samples().all(|s| s.labels.is_none()),
             "text is not read back"
+        );
+    }
+
+    /// During a render only the wanted families record their pairs; a family built outside a
+    /// render (the reclaim actor's, posted for later pages) records them, and the page keeps
+    /// them for the wanted names.
+    #[test]
+    fn a_render_records_only_the_wanted_families_and_posted_ones_keep_theirs() {
+        let mut posted = Family::gauge("p", "P.");
+        posted.add(&[("k", "v")], 1.0);
+        let kept: Arc<HashSet<String>> = Arc::new(["a", "p"].map(String::from).into());
+        let rendering = Rendering::start(kept.clone());
+        let mut a = Family::gauge("a", "A.");
+        a.add(&[("g", "0")], 1.0);
+        let mut b = Family::gauge("b", "B.");
+        b.add(&[("g", "1")], 1.0);
+        assert!(a.record && posted.record && !b.record);
+        assert!(
+            b.labels.is_empty(),
+            "nothing recorded for a name no rule selects"
+        );
+        let mut all = Families::labelled(kept);
+        all.push(a);
+        all.push(b);
+        all.push(posted);
+        drop(rendering);
+        let page = all.into_page();
+        let labels: Vec<_> = page
+            .samples()
+            .map(|s| s.labels.map(|l| l.collect::<Vec<_>>()))
+            .collect();
+        assert_eq!(
+            labels,
+            vec![Some(vec![("g", "0")]), None, Some(vec![("k", "v")])]
+        );
+        assert!(
+            Family::gauge("b", "B.").record,
+            "after the render, all record"
         );
     }
 }

@@ -121,6 +121,8 @@ pub fn render(
     counters: &AgentCounters,
     collectors: &[Arc<dyn Collector>],
 ) -> Page {
+    // Only the families the rules select record their label pairs during this render.
+    let _rendering = family::Rendering::start(config.labelled.clone());
     let mut families = Families::labelled(config.labelled.clone());
     if config.dcgm {
         dcgm::render(snapshot, health, config, &mut families);
