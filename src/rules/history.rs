@@ -11,7 +11,8 @@
 //! at most `capacity` samples, where `capacity` covers the longest range plus offset any rule
 //! reads, plus Prometheus's 5-minute lookback, at the poll interval (see [`History::capacity_for`]).
 //! E.g. a 10-minute range at a 5 s poll is 182 samples (2.9 KiB) per selected series; the shipped
-//! rules on an 8-GPU node select about 400 series (~1.2 MiB). Labels are stored once per series.
+//! rules on an 8-GPU node select about 400 series (~1.2 MiB). Labels are stored once per series,
+//! taken from the page's label pairs (kept for the names the rules select) when a series is new.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
