@@ -12,6 +12,7 @@
 //! SIGHUP during the start-time apply is handled after it. The whole stop fits
 //! `shutdown::STOP_BUDGET`, below the unit's `TimeoutStopSec`.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -105,6 +106,7 @@ fn render_config(c: &Config) -> RenderConfig {
         hostname_label: c.hostname_label.clone(),
         profile: c.metrics_profile,
         names: c.dcgm_names,
+        labelled: Default::default(),
     }
 }
 
@@ -124,14 +126,24 @@ fn owner_setup(c: &Config) -> Setup {
     }
 }
 
-fn poller_config(c: &Config, feeds: &Feeds, sharing: &Sharing) -> PollerConfig {
+/// `labelled`: the metric names the running rules select (fixed at start), whose series keep
+/// their label pairs on the page for the rules.
+fn poller_config(
+    c: &Config,
+    feeds: &Feeds,
+    sharing: &Sharing,
+    labelled: &Arc<HashSet<String>>,
+) -> PollerConfig {
     PollerConfig {
         nvml_lib: c.nvml_lib.clone(),
         interval: c.interval,
         slow_interval: c.slow_interval,
         expensive_interval: c.expensive_interval,
         profiling_interval: c.profiling_interval,
-        render: render_config(c),
+        render: RenderConfig {
+            labelled: labelled.clone(),
+            ..render_config(c)
+        },
         health: c.health.clone(),
         processes: c.processes.clone(),
         kubelet: feeds.kubelet.clone(),
@@ -406,7 +418,9 @@ pub async fn run(
     // The one owner of changes: every change to the node, from any component, goes through it.
     let owner = Owner::with(owner_setup(&config));
     let sharing = Sharing::new(config.sharing.clone(), owner.clone());
-    let pconfig = poller_config(&config, &feeds, &sharing);
+    // The rule set changes only on restart: so do the names whose labels the page keeps.
+    let labelled = Arc::new(rules.needs.names.clone());
+    let pconfig = poller_config(&config, &feeds, &sharing, &labelled);
     let initial = first_publication(&pconfig, &counters);
     let journal = initial.journal.clone();
     let (tx, published) = watch::channel(Arc::new(initial));
@@ -473,6 +487,7 @@ pub async fn run(
             sharing: &sharing,
             owner: &owner,
             reclaim: &actors.reclaim,
+            labelled: &labelled,
         };
         let running = crate::rules::served::Loaded { config, rules };
         wait_for_signals(&mut signals, running, &source, &log, &counters, handles).await?;
@@ -659,6 +674,7 @@ struct Handles<'a> {
     sharing: &'a Arc<Sharing>,
     owner: &'a Arc<Owner>,
     reclaim: &'a Reclaim,
+    labelled: &'a Arc<HashSet<String>>,
 }
 
 async fn wait_for_signals(
@@ -710,7 +726,7 @@ async fn wait_for_signals(
                         log.set_config_level(new.log_level.as_deref());
                         // First: whoever acts from now on records to the new audit log.
                         h.owner.set(owner_setup(new));
-                        let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(new, &h.feeds, h.sharing))));
+                        let _ = h.control.send(Control::Reconfigure(Box::new(poller_config(new, &h.feeds, h.sharing, h.labelled))));
                         h.reclaim.reconfigure(reclaim_settings(new, &h.feeds));
                         h.sharing.reload(old, new);
                         counters.reloads_ok.fetch_add(1, Ordering::Relaxed);

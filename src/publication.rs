@@ -39,9 +39,13 @@ pub struct Page {
     /// Series (sample lines) on the page, counted while it was rendered.
     pub series: usize,
     /// Where each series stands in `text`, and its value, as the renderer wrote it: what the
-    /// rules read instead of parsing the text back. 24 bytes per series (three `u32` offsets
-    /// and the `f64`), pushed as the series is written: no allocation per series.
+    /// rules read instead of parsing the text back. 24 bytes per series (three `u32` offsets,
+    /// a label set's number and the `f64`), pushed as the series is written: no allocation per
+    /// series.
     index: Vec<SeriesAt>,
+    /// The label pairs, as given to the renderer (unescaped), of the series whose metric name
+    /// the rules select (`RenderConfig::labelled`): the rules read them, never the text.
+    labels: LabelSets,
     /// `text` gzipped, made by the first scrape that asks for gzip and shared by the others.
     /// Polls outnumber scrapes (a 1-5 s poll against a 15-30 s scrape), so compressing every
     /// publication up front would mostly compress pages nobody fetches.
@@ -55,8 +59,13 @@ pub struct SeriesAt {
     start: u32,
     name_end: u32,
     end: u32,
+    /// Its label set in the page's [`LabelSets`], or [`NO_LABELS`] where none was kept.
+    labels: u32,
     value: f64,
 }
+
+/// A series whose labels were not kept (a metric name no rule selects, or text written by hand).
+const NO_LABELS: u32 = u32::MAX;
 
 impl SeriesAt {
     /// The series at `start..end` of the text whose name ends at `name_end`; `None` past 4 GiB
@@ -66,8 +75,28 @@ impl SeriesAt {
             start: u32::try_from(start).ok()?,
             name_end: u32::try_from(name_end).ok()?,
             end: u32::try_from(end).ok()?,
+            labels: NO_LABELS,
             value: as_read_back(value),
         })
+    }
+
+    /// The same series with the label set `set` (its number in the page's [`LabelSets`]), or
+    /// none.
+    pub(crate) fn labelled(self, set: Option<u32>) -> SeriesAt {
+        SeriesAt {
+            labels: set.unwrap_or(NO_LABELS),
+            ..self
+        }
+    }
+
+    /// The same series with its label set counted from `first` (a family's sets appended to
+    /// the page's), or without labels when its family's were not kept.
+    pub(crate) fn labels_from(self, first: Option<u32>) -> SeriesAt {
+        let set = match first {
+            Some(f) if self.labels != NO_LABELS => f.checked_add(self.labels),
+            _ => None,
+        };
+        self.labelled(set)
     }
 
     /// The same series `by` bytes further into the text (a family copied into the page).
@@ -77,8 +106,111 @@ impl SeriesAt {
             start: self.start.checked_add(by)?,
             name_end: self.name_end.checked_add(by)?,
             end: self.end.checked_add(by)?,
+            labels: self.labels,
             value: self.value,
         })
+    }
+}
+
+/// Label sets kept flat, so that keeping one costs no allocation of its own: the keys and
+/// values (unescaped) one after the other in `text`, where each ends in `ends` (key, value,
+/// key, ...), and where each set's pairs end in `ends` (`sets`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LabelSets {
+    text: String,
+    ends: Vec<u32>,
+    sets: Vec<u32>,
+}
+
+impl LabelSets {
+    /// Adds a set of `pairs`, in the order given; its number, or `None` past 4 GiB.
+    pub(crate) fn push<S: AsRef<str>>(&mut self, pairs: &[(&str, S)]) -> Option<u32> {
+        let set = u32::try_from(self.sets.len()).ok()?;
+        for (k, v) in pairs {
+            self.text.push_str(k);
+            self.ends.push(u32::try_from(self.text.len()).ok()?);
+            self.text.push_str(v.as_ref());
+            self.ends.push(u32::try_from(self.text.len()).ok()?);
+        }
+        self.sets.push(u32::try_from(self.ends.len()).ok()?);
+        Some(set)
+    }
+
+    /// Appends every set of `other`; the number its first set gets here, or `None` past 4 GiB.
+    pub(crate) fn append(&mut self, other: &LabelSets) -> Option<u32> {
+        let first = u32::try_from(self.sets.len()).ok()?;
+        let (text, ends) = (
+            u32::try_from(self.text.len()).ok()?,
+            u32::try_from(self.ends.len()).ok()?,
+        );
+        self.text.push_str(&other.text);
+        for e in &other.ends {
+            self.ends.push(e.checked_add(text)?);
+        }
+        for s in &other.sets {
+            self.sets.push(s.checked_add(ends)?);
+        }
+        Some(first)
+    }
+
+    /// Sets kept.
+    pub fn len(&self) -> usize {
+        self.sets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sets.is_empty()
+    }
+
+    /// Bytes held (allocated capacity), for the memory statement of a publication.
+    pub fn heap_bytes(&self) -> usize {
+        self.text.capacity() + 4 * (self.ends.capacity() + self.sets.capacity())
+    }
+
+    /// The pairs of set `set`, in the order the renderer was given them.
+    fn get(&self, set: u32) -> Option<Labels<'_>> {
+        let i = set as usize;
+        let end = *self.sets.get(i)? as usize;
+        let start = if i == 0 { 0 } else { self.sets[i - 1] as usize };
+        Some(Labels {
+            sets: self,
+            next: start,
+            end,
+        })
+    }
+
+    fn str_at(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        self.text
+            .get(start..self.ends[i] as usize)
+            .unwrap_or_default()
+    }
+}
+
+/// The label pairs of one series, as the renderer was given them: unescaped, in its order.
+#[derive(Debug, Clone, Copy)]
+pub struct Labels<'a> {
+    sets: &'a LabelSets,
+    next: usize,
+    end: usize,
+}
+
+impl<'a> Iterator for Labels<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<(&'a str, &'a str)> {
+        if self.next + 2 > self.end {
+            return None;
+        }
+        let pair = (self.sets.str_at(self.next), self.sets.str_at(self.next + 1));
+        self.next += 2;
+        Some(pair)
+    }
+}
+
+impl PartialEq for Labels<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        Iterator::eq(*self, *other)
     }
 }
 
@@ -101,6 +233,9 @@ pub struct Sample<'a> {
     pub name: &'a str,
     /// `name{labels}` exactly as written (labels in the renderer's order, values escaped).
     pub series: &'a str,
+    /// Its label pairs as the renderer was given them, where the page kept them (metric names
+    /// the rules select); `None` elsewhere: never recovered from `series`.
+    pub labels: Option<Labels<'a>>,
     pub value: f64,
 }
 
@@ -111,7 +246,7 @@ impl Page {
         if let Ok(t) = std::str::from_utf8(&text) {
             index_lines(t, 0, &mut index);
         }
-        Page::indexed(text, index)
+        Page::indexed(text, index, LabelSets::default())
     }
 
     /// A page from text, as [`Page::new`].
@@ -120,13 +255,19 @@ impl Page {
     }
 
     /// A page whose renderer indexed its series as it wrote them.
-    pub(crate) fn indexed(text: Bytes, index: Vec<SeriesAt>) -> Page {
+    pub(crate) fn indexed(text: Bytes, index: Vec<SeriesAt>, labels: LabelSets) -> Page {
         Page {
             text,
             series: index.len(),
             index,
+            labels,
             gzip: OnceLock::new(),
         }
+    }
+
+    /// The label sets the page keeps (for the memory statement).
+    pub fn label_sets(&self) -> &LabelSets {
+        &self.labels
     }
 
     /// Every series on the page, in page order.
@@ -137,6 +278,7 @@ impl Page {
             Some(Sample {
                 name: series.get(..name_end.checked_sub(start)?)?,
                 series,
+                labels: self.labels.get(at.labels),
                 value: at.value,
             })
         })
@@ -260,8 +402,8 @@ mod tests {
     fn a_series_costs_the_index_three_offsets_and_its_value() {
         assert_eq!(
             std::mem::size_of::<SeriesAt>(),
-            3 * 4 + 4 + 8,
-            "with the f64's alignment"
+            4 * 4 + 8,
+            "the label set's number fills what the f64's alignment left"
         );
     }
 

@@ -42,7 +42,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut engine = Engine::new(Arc::new(set), Duration::from_secs(1));
     let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    // Indexed by reading its lines, as the actors' hand-written series are.
+    // Indexed by reading its lines: such a page keeps no label pairs (only the renderer's
+    // families give them), so the engine keeps no series of it and evaluates an empty history.
     let page = Page::from_text(exposition);
     let _ = engine.step(&page, t0);
     let _ = engine.step(&page, t0 + Duration::from_secs(1));

@@ -58,6 +58,7 @@ pub fn fields(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppFie
         // Everything on the page, as the router and fuzz tests were written against.
         profile: metrics::Profile::Full,
         names: metrics::DcgmNames::V48,
+        labelled: Default::default(),
     };
     let page = metrics::render(&snapshot, &health, &render, &AgentCounters::new(), &[]);
     let published = Published {

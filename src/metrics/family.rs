@@ -8,11 +8,59 @@
 //! `# HELP` (backslash and newline escaped), `# TYPE`, then one line per series with label
 //! values escaped (backslash, double quote, newline) and Go's spelling of special floats.
 
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::fmt::Write;
+use std::sync::Arc;
 
-use crate::publication::{index_lines, SeriesAt};
+use bytes::Bytes;
+
+use crate::publication::{LabelSets, Page, SeriesAt};
+
+/// The suffixes of a histogram's series.
+const HISTOGRAM: [&str; 3] = ["_bucket", "_sum", "_count"];
+
+thread_local! {
+    /// While a page is rendered on this thread, the names whose label pairs it keeps: the
+    /// other families then record none (recording every series' pairs cost 60 % more render
+    /// time on the full demo page, measured with `examples/render_cost.rs`). Outside a render
+    /// a family records them all (the reclaim actor's, posted for later pages). A hint only:
+    /// [`Families::push`] keeps the pairs of the wanted names, and of no other, either way.
+    static RENDERING: RefCell<Option<Arc<HashSet<String>>>> = const { RefCell::new(None) };
+}
+
+/// Marks a render on this thread keeping the pairs of `labelled`, until dropped.
+pub(crate) struct Rendering(Option<Arc<HashSet<String>>>);
+
+impl Rendering {
+    pub(crate) fn start(labelled: Arc<HashSet<String>>) -> Rendering {
+        Rendering(RENDERING.with(|r| r.borrow_mut().replace(labelled)))
+    }
+}
+
+impl Drop for Rendering {
+    fn drop(&mut self) {
+        let before = self.0.take();
+        RENDERING.with(|r| *r.borrow_mut() = before);
+    }
+}
+
+/// Whether `labelled` names the family `name` (a histogram by any of its series' names).
+fn wanted(labelled: &HashSet<String>, name: &str, histogram: bool) -> bool {
+    if labelled.is_empty() {
+        return false;
+    }
+    if histogram {
+        // Few series; three short strings.
+        return HISTOGRAM
+            .iter()
+            .any(|s| labelled.contains(&format!("{name}{s}")));
+    }
+    labelled.contains(name)
+}
 
 /// One metric family under construction.
+#[derive(Clone)]
 pub struct Family {
     name: &'static str,
     help: &'static str,
@@ -22,6 +70,11 @@ pub struct Family {
     /// Where each series stands in `lines`, and its value: the page's index (what the rules
     /// read instead of parsing the text back).
     index: Vec<SeriesAt>,
+    /// Each series' label pairs as given, unescaped (set `i` is the `i`-th series): kept on
+    /// the page when the rules select the family's name.
+    labels: LabelSets,
+    /// Whether it records them (see [`RENDERING`]).
+    record: bool,
 }
 
 impl Family {
@@ -35,12 +88,28 @@ impl Family {
 
     /// A counter family when `counter`, else a gauge family (for table-driven collectors).
     pub fn new(name: &'static str, help: &'static str, counter: bool) -> Self {
+        Self::of_kind(name, help, if counter { "counter" } else { "gauge" })
+    }
+
+    /// A histogram family: its series are added with [`Family::add_suffixed`].
+    pub fn histogram(name: &'static str, help: &'static str) -> Self {
+        Self::of_kind(name, help, "histogram")
+    }
+
+    fn of_kind(name: &'static str, help: &'static str, kind: &'static str) -> Self {
+        let record = RENDERING.with(|r| {
+            r.borrow()
+                .as_ref()
+                .is_none_or(|set| wanted(set, name, kind == "histogram"))
+        });
         Family {
             name,
             help,
-            kind: if counter { "counter" } else { "gauge" },
+            kind,
             lines: String::new(),
             index: Vec::new(),
+            labels: LabelSets::default(),
+            record,
         }
     }
 
@@ -50,9 +119,26 @@ impl Family {
 
     /// Adds one series. Labels are written in the order given.
     pub fn add<S: AsRef<str>>(&mut self, labels: &[(&str, S)], value: f64) {
+        self.add_suffixed("", labels, value);
+    }
+
+    /// Adds one series named the family's name followed by `suffix` (a histogram's `_bucket`,
+    /// `_sum` and `_count`).
+    pub fn add_suffixed<S: AsRef<str>>(
+        &mut self,
+        suffix: &'static str,
+        labels: &[(&str, S)],
+        value: f64,
+    ) {
+        let set = if self.record {
+            self.labels.push(labels)
+        } else {
+            None
+        };
         let out = &mut self.lines;
         let start = out.len();
         out.push_str(self.name);
+        out.push_str(suffix);
         for (i, (k, v)) in labels.iter().enumerate() {
             out.push(if i == 0 { '{' } else { ',' });
             out.push_str(k);
@@ -63,8 +149,9 @@ impl Family {
         if !labels.is_empty() {
             out.push('}');
         }
-        if let Some(at) = SeriesAt::new(start, start + self.name.len(), out.len(), value) {
-            self.index.push(at);
+        let name_end = start + self.name.len() + suffix.len();
+        if let Some(at) = SeriesAt::new(start, name_end, out.len(), value) {
+            self.index.push(at.labelled(set));
         }
         out.push(' ');
         write_value(out, value);
@@ -85,9 +172,26 @@ pub struct Families {
     text: String,
     /// Every series written, where it stands in `text` (the page is never scanned for it).
     index: Vec<SeriesAt>,
+    /// Metric names whose series keep their label pairs (the names the rules select).
+    labelled: Arc<HashSet<String>>,
+    /// Those label pairs.
+    labels: LabelSets,
 }
 
 impl Families {
+    /// Families that keep the label pairs of the series named in `labelled`.
+    pub fn labelled(labelled: Arc<HashSet<String>>) -> Self {
+        Families {
+            labelled,
+            ..Families::default()
+        }
+    }
+
+    /// Whether the series of `family` keep their labels.
+    fn keeps_labels(&self, family: &Family) -> bool {
+        family.record && wanted(&self.labelled, family.name, family.kind == "histogram")
+    }
+
     /// Writes `family` out unless it has no series (the text format has no empty families).
     pub fn push(&mut self, family: Family) {
         if family.lines.is_empty() {
@@ -108,17 +212,17 @@ impl Families {
         out.push('\n');
         let base = out.len();
         out.push_str(&family.lines);
-        self.index
-            .extend(family.index.into_iter().filter_map(|at| at.shifted(base)));
-    }
-
-    /// Appends complete families that `write` puts in the text format by hand (the actors'
-    /// collectors), indexing their sample lines: they are a few, and the renderer's own
-    /// families are never read back.
-    pub fn push_text(&mut self, write: impl FnOnce(&mut String)) {
-        let at = self.text.len();
-        write(&mut self.text);
-        index_lines(&self.text[at..], at, &mut self.index);
+        let first = if self.keeps_labels(&family) {
+            self.labels.append(&family.labels)
+        } else {
+            None
+        };
+        self.index.extend(
+            family
+                .index
+                .into_iter()
+                .filter_map(|at| Some(at.shifted(base)?.labels_from(first))),
+        );
     }
 
     /// Series pushed so far.
@@ -131,9 +235,9 @@ impl Families {
         self.text
     }
 
-    /// The text and the index of its series: what a [`crate::publication::Page`] is made of.
-    pub fn into_parts(self) -> (String, Vec<SeriesAt>) {
-        (self.text, self.index)
+    /// The page: the text, the index of its series and the label pairs kept.
+    pub fn into_page(self) -> Page {
+        Page::indexed(Bytes::from(self.text.into_bytes()), self.index, self.labels)
     }
 }
 
@@ -195,7 +299,8 @@ mod tests {
     }
 
     /// The index the renderer writes is what a reader of the text finds: the same series, in
-    /// the same places, with the values a scraper parses (one NaN, no negative zero).
+    /// the same places, with the values a scraper parses (one NaN, no negative zero); and the
+    /// label pairs kept are the ones given, for the names asked for only.
     #[test]
     fn the_index_is_what_a_reader_of_the_text_finds() {
         let mut f = Family::gauge("x_ratio", "X.");
@@ -206,27 +311,89 @@ mod tests {
         let mut c = Family::counter("y_total", "Y.");
         c.add(&[("k", "v")], f64::NEG_INFINITY);
         c.add(&[("k", "w")], 1e21);
-        let mut all = Families::default();
+        let mut h = Family::histogram("z_seconds", "Z.");
+        h.add_suffixed("_bucket", &[("le", "+Inf")], 3.0);
+        h.add_suffixed::<&str>("_count", &[], 3.0);
+        let kept = ["x_ratio", "z_seconds_count"].map(String::from);
+        let mut all = Families::labelled(Arc::new(kept.into_iter().collect()));
         all.push(f);
         all.push(c);
-        all.push_text(|out| out.push_str("# TYPE z gauge\nz{a=\"1\"} 3.5\n"));
-        let (text, index) = all.into_parts();
-        let mut read = Vec::new();
-        index_lines(&text, 0, &mut read);
-        assert_eq!(index.len(), 7);
-        let bits = |v: &[SeriesAt]| {
-            let page =
-                crate::publication::Page::indexed(bytes::Bytes::from(text.clone()), v.to_vec());
-            page.samples()
+        all.push(h);
+        let page = all.into_page();
+        let text = std::str::from_utf8(&page.text).expect("utf-8").to_string();
+        let read = Page::from_text(&text);
+        assert_eq!(page.series, 8);
+        let bits = |p: &Page| {
+            p.samples()
                 .map(|s| (s.name.to_string(), s.series.to_string(), s.value.to_bits()))
                 .collect::<Vec<_>>()
         };
-        assert_eq!(bits(&index), bits(&read));
-        assert_eq!(bits(&index)[1].2, 0.0f64.to_bits(), "-0 is written 0");
-        assert_eq!(bits(&index)[2].2, f64::NAN.to_bits(), "one NaN");
+        assert_eq!(bits(&page), bits(&read));
+        assert_eq!(bits(&page)[1].2, 0.0f64.to_bits(), "-0 is written 0");
+        assert_eq!(bits(&page)[2].2, f64::NAN.to_bits(), "one NaN");
         assert_eq!(
-            bits(&index)[0].1,
+            bits(&page)[0].1,
             "x_ratio{gpu=\"0\",name=\"a \\\"b}\\\" c\\\\d\\ne\"}"
+        );
+        assert_eq!(bits(&page)[6].0, "z_seconds_bucket");
+        let labels: Vec<Option<Vec<(&str, &str)>>> = page
+            .samples()
+            .map(|s| s.labels.map(|l| l.collect()))
+            .collect();
+        assert_eq!(
+            labels,
+            vec![
+                Some(vec![("gpu", "0"), ("name", "a \"b}\" c\\d\ne")]),
+                Some(vec![("gpu", "1")]),
+                Some(vec![("gpu", "2")]),
+                Some(vec![]),
+                None,
+                None,
+                Some(vec![("le", "+Inf")]),
+                Some(vec![]),
+            ]
+        );
+        assert!(
+            read.samples().all(|s| s.labels.is_none()),
+            "text is not read back"
+        );
+    }
+
+    /// During a render only the wanted families record their pairs; a family built outside a
+    /// render (the reclaim actor's, posted for later pages) records them, and the page keeps
+    /// them for the wanted names.
+    #[test]
+    fn a_render_records_only_the_wanted_families_and_posted_ones_keep_theirs() {
+        let mut posted = Family::gauge("p", "P.");
+        posted.add(&[("k", "v")], 1.0);
+        let kept: Arc<HashSet<String>> = Arc::new(["a", "p"].map(String::from).into());
+        let rendering = Rendering::start(kept.clone());
+        let mut a = Family::gauge("a", "A.");
+        a.add(&[("g", "0")], 1.0);
+        let mut b = Family::gauge("b", "B.");
+        b.add(&[("g", "1")], 1.0);
+        assert!(a.record && posted.record && !b.record);
+        assert!(
+            b.labels.is_empty(),
+            "nothing recorded for a name no rule selects"
+        );
+        let mut all = Families::labelled(kept);
+        all.push(a);
+        all.push(b);
+        all.push(posted);
+        drop(rendering);
+        let page = all.into_page();
+        let labels: Vec<_> = page
+            .samples()
+            .map(|s| s.labels.map(|l| l.collect::<Vec<_>>()))
+            .collect();
+        assert_eq!(
+            labels,
+            vec![Some(vec![("g", "0")]), None, Some(vec![("k", "v")])]
+        );
+        assert!(
+            Family::gauge("b", "B.").record,
+            "after the render, all record"
         );
     }
 }

@@ -29,10 +29,9 @@ mod processes;
 mod served;
 mod sharing;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::SystemTime;
-
-use bytes::Bytes;
 
 use crate::health::NodeHealth;
 use crate::publication::Page;
@@ -81,31 +80,36 @@ pub struct RenderConfig {
     pub hostname_label: String,
     /// The fuller NVLink profile: per-link state and errors (`[metrics] nvlink_links`).
     pub nvlink_links: bool,
+    /// Metric names whose series keep their label pairs on the page, unescaped: the names the
+    /// rules select, which they read from there (the rule set is fixed at start).
+    pub labelled: Arc<HashSet<String>>,
 }
 
 /// A source of series outside the snapshot: an actor's own state (alert counts, hook runs, the
 /// reclaim view), collected into the page each time it is rendered. Implementors copy out what
 /// they hold under a short lock; they must not block or do I/O.
 pub trait Collector: Send + Sync {
-    /// Appends complete families in the text format.
-    fn collect(&self, out: &mut String);
+    /// Pushes its families.
+    fn collect(&self, out: &mut Families);
 }
 
 /// Series an actor rendered itself and posted for the next page (the reclaim actor's, which it
 /// renders from its own view after each of its runs).
-#[derive(Debug, Default)]
-pub struct Posted(std::sync::Mutex<String>);
+#[derive(Default)]
+pub struct Posted(std::sync::Mutex<Vec<Family>>);
 
 impl Posted {
     /// Replaces what was posted before.
-    pub fn post(&self, text: String) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = text;
+    pub fn post(&self, families: Vec<Family>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = families;
     }
 }
 
 impl Collector for Posted {
-    fn collect(&self, out: &mut String) {
-        out.push_str(&self.0.lock().unwrap_or_else(|p| p.into_inner()));
+    fn collect(&self, out: &mut Families) {
+        for f in self.0.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            out.push(f.clone());
+        }
     }
 }
 
@@ -117,7 +121,9 @@ pub fn render(
     counters: &AgentCounters,
     collectors: &[Arc<dyn Collector>],
 ) -> Page {
-    let mut families = Families::default();
+    // Only the families the rules select record their label pairs during this render.
+    let _rendering = family::Rendering::start(config.labelled.clone());
+    let mut families = Families::labelled(config.labelled.clone());
     if config.dcgm {
         dcgm::render(snapshot, health, config, &mut families);
     }
@@ -139,7 +145,7 @@ pub fn render(
     // The actors' series are native ones (`gpu_steward_*`): off with the native family.
     if config.native {
         for c in collectors {
-            families.push_text(|out| c.collect(out));
+            c.collect(&mut families);
         }
     }
     let mut f = Family::gauge(
@@ -149,8 +155,7 @@ pub fn render(
     // Last, so that it counts itself.
     f.add::<&str>(&[], (families.series() + 1) as f64);
     families.push(f);
-    let (text, index) = families.into_parts();
-    Page::indexed(Bytes::from(text.into_bytes()), index)
+    families.into_page()
 }
 
 /// 1 for true, 0 for false: the value of a boolean series.

@@ -22,6 +22,7 @@ pub fn left_out(dcgm: bool, native: bool, profile: Profile, names: DcgmNames) ->
         profile,
         names,
         nvlink_links: false,
+        labelled: Default::default(),
     };
     let view: View = config.view();
     let mut served: Vec<&'static str> = Vec::new();

@@ -10,7 +10,6 @@
 //! retry, never the poller.
 
 use std::collections::VecDeque;
-use std::fmt::Write;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -43,31 +42,45 @@ struct Counts {
 }
 
 impl crate::metrics::Collector for NvsentinelMetrics {
-    fn collect(&self, out: &mut String) {
+    fn collect(&self, out: &mut crate::metrics::Families) {
+        use crate::metrics::Family;
         let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = write!(
-            out,
-            "# HELP gpu_steward_nvsentinel_events_sent_total Health events the NVSentinel platform connector accepted.\n\
-             # TYPE gpu_steward_nvsentinel_events_sent_total counter\n\
-             gpu_steward_nvsentinel_events_sent_total {}\n\
-             # HELP gpu_steward_nvsentinel_events_dropped_total Health events dropped, oldest first, because the queue was full while the connector was down.\n\
-             # TYPE gpu_steward_nvsentinel_events_dropped_total counter\n\
-             gpu_steward_nvsentinel_events_dropped_total {}\n\
-             # HELP gpu_steward_nvsentinel_send_failures_total Calls to the platform connector that failed or timed out (retried).\n\
-             # TYPE gpu_steward_nvsentinel_send_failures_total counter\n\
-             gpu_steward_nvsentinel_send_failures_total {}\n\
-             # HELP gpu_steward_nvsentinel_queued_events Health events waiting to be sent.\n\
-             # TYPE gpu_steward_nvsentinel_queued_events gauge\n\
-             gpu_steward_nvsentinel_queued_events {}\n\
-             # HELP gpu_steward_nvsentinel_up 1 when the last call to the platform connector worked.\n\
-             # TYPE gpu_steward_nvsentinel_up gauge\n\
-             gpu_steward_nvsentinel_up {}\n",
-            m.sent,
-            m.dropped,
-            m.failures,
-            m.queued,
-            u8::from(m.up)
-        );
+        for (name, help, counter, value) in [
+            (
+                "gpu_steward_nvsentinel_events_sent_total",
+                "Health events the NVSentinel platform connector accepted.",
+                true,
+                m.sent as f64,
+            ),
+            (
+                "gpu_steward_nvsentinel_events_dropped_total",
+                "Health events dropped, oldest first, because the queue was full while the connector was down.",
+                true,
+                m.dropped as f64,
+            ),
+            (
+                "gpu_steward_nvsentinel_send_failures_total",
+                "Calls to the platform connector that failed or timed out (retried).",
+                true,
+                m.failures as f64,
+            ),
+            (
+                "gpu_steward_nvsentinel_queued_events",
+                "Health events waiting to be sent.",
+                false,
+                m.queued as f64,
+            ),
+            (
+                "gpu_steward_nvsentinel_up",
+                "1 when the last call to the platform connector worked.",
+                false,
+                crate::metrics::flag(m.up),
+            ),
+        ] {
+            let mut f = Family::new(name, help, counter);
+            f.add::<&str>(&[], value);
+            out.push(f);
+        }
     }
 }
 

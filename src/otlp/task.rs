@@ -10,7 +10,6 @@
 //! publishes into a `watch` channel, which this task reads when it wants.
 
 use std::collections::VecDeque;
-use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -42,27 +41,45 @@ struct Counts {
 }
 
 impl crate::metrics::Collector for OtlpMetrics {
-    fn collect(&self, out: &mut String) {
+    fn collect(&self, out: &mut crate::metrics::Families) {
+        use crate::metrics::Family;
         let m = *self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = write!(
-            out,
-            "# HELP gpu_steward_otlp_exports_total OTLP exports the collector accepted.\n\
-             # TYPE gpu_steward_otlp_exports_total counter\n\
-             gpu_steward_otlp_exports_total {}\n\
-             # HELP gpu_steward_otlp_failures_total OTLP exports that failed (retryable ones are retried).\n\
-             # TYPE gpu_steward_otlp_failures_total counter\n\
-             gpu_steward_otlp_failures_total {}\n\
-             # HELP gpu_steward_otlp_points_dropped_total Data points never delivered: dropped from the full queue (oldest first) or refused for good by the collector.\n\
-             # TYPE gpu_steward_otlp_points_dropped_total counter\n\
-             gpu_steward_otlp_points_dropped_total {}\n\
-             # HELP gpu_steward_otlp_last_success_timestamp_seconds When the collector last accepted an export (0: never).\n\
-             # TYPE gpu_steward_otlp_last_success_timestamp_seconds gauge\n\
-             gpu_steward_otlp_last_success_timestamp_seconds {}\n\
-             # HELP gpu_steward_otlp_queued_exports OTLP exports waiting to be sent.\n\
-             # TYPE gpu_steward_otlp_queued_exports gauge\n\
-             gpu_steward_otlp_queued_exports {}\n",
-            m.exports, m.failures, m.dropped, m.last_success, m.queued
-        );
+        for (name, help, counter, value) in [
+            (
+                "gpu_steward_otlp_exports_total",
+                "OTLP exports the collector accepted.",
+                true,
+                m.exports as f64,
+            ),
+            (
+                "gpu_steward_otlp_failures_total",
+                "OTLP exports that failed (retryable ones are retried).",
+                true,
+                m.failures as f64,
+            ),
+            (
+                "gpu_steward_otlp_points_dropped_total",
+                "Data points never delivered: dropped from the full queue (oldest first) or refused for good by the collector.",
+                true,
+                m.dropped as f64,
+            ),
+            (
+                "gpu_steward_otlp_last_success_timestamp_seconds",
+                "When the collector last accepted an export (0: never).",
+                false,
+                m.last_success,
+            ),
+            (
+                "gpu_steward_otlp_queued_exports",
+                "OTLP exports waiting to be sent.",
+                false,
+                m.queued as f64,
+            ),
+        ] {
+            let mut f = Family::new(name, help, counter);
+            f.add::<&str>(&[], value);
+            out.push(f);
+        }
     }
 }
 

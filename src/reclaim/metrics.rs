@@ -3,19 +3,20 @@
 
 use super::idle::UnitState;
 use super::stage::View;
-use crate::metrics::{Families, Family};
+use crate::metrics::Family;
 use crate::snapshot::{GpuStatus, Snapshot};
 
-/// Renders every reclaim and accounting family.
-pub fn render(view: &View, snapshot: &Snapshot) -> String {
-    let mut out = Families::default();
+/// Renders every reclaim and accounting family, in page order (empty ones are left out when
+/// the page is written).
+pub fn render(view: &View, snapshot: &Snapshot) -> Vec<Family> {
+    let mut out = Vec::new();
     idle(view, snapshot, &mut out);
     actions(view, &mut out);
     accounting(view, &mut out);
-    out.encode()
+    out
 }
 
-fn idle(view: &View, snapshot: &Snapshot, out: &mut Families) {
+fn idle(view: &View, snapshot: &Snapshot, out: &mut Vec<Family>) {
     let mut seconds = Family::gauge(
         "gpu_steward_gpu_idle_seconds",
         "Seconds the GPU has been held (a process with [reclaim] min_memory_mib or more) at or below [reclaim] utilization_threshold; 0 when not held or active. Any activity resets it.",
@@ -44,7 +45,7 @@ fn idle(view: &View, snapshot: &Snapshot, out: &mut Families) {
     out.push(memory);
 }
 
-fn actions(view: &View, out: &mut Families) {
+fn actions(view: &View, out: &mut Vec<Family>) {
     if !view.config.enabled {
         return;
     }
@@ -77,7 +78,7 @@ fn actions(view: &View, out: &mut Families) {
     }
 }
 
-fn accounting(view: &View, out: &mut Families) {
+fn accounting(view: &View, out: &mut Vec<Family>) {
     if !view.accounting {
         return;
     }

@@ -117,19 +117,19 @@ pub fn spawn(
             let s = current.clone();
             let run = tokio::task::spawn_blocking(move || {
                 let (view, found) = stage.observe(&p.snapshot, &s);
-                let text = super::metrics::render(&view, &p.snapshot);
+                let families = super::metrics::render(&view, &p.snapshot);
                 if s.accounting.enabled {
                     store.observe(&p, &view.acts, s.accounting.persist_every);
                 }
-                (stage, store, view, found, text)
+                (stage, store, view, found, families)
             });
-            let Ok((s, j, view, found, text)) = run.await else {
+            let Ok((s, j, view, found, families)) = run.await else {
                 tracing::error!("the reclaim stage panicked; reclaim and accounting stopped");
                 return;
             };
             stage = s;
             store = j;
-            posted.post(text);
+            posted.post(families);
             view_tx.send_replace(Some(view));
             findings_tx.send_replace(Arc::new(found));
         }

@@ -1,9 +1,8 @@
 //! `gpu_steward_hook_runs_total{hook,result}` and `gpu_steward_hook_duration_seconds{hook}`,
-//! written in the text format when the page is rendered (a few series; they change only when
+//! pushed as families when the page is rendered (a few series; they change only when
 //! hooks run).
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -30,7 +29,7 @@ struct Inner {
 }
 
 impl crate::metrics::Collector for HookMetrics {
-    fn collect(&self, out: &mut String) {
+    fn collect(&self, out: &mut crate::metrics::Families) {
         self.render(out);
     }
 }
@@ -69,51 +68,40 @@ impl HookMetrics {
         m.durations.entry(hook.to_string()).or_default();
     }
 
-    pub fn render(&self, out: &mut String) {
+    pub fn render(&self, out: &mut crate::metrics::Families) {
+        use crate::metrics::Family;
         let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if m.runs.is_empty() {
             return;
         }
-        out.push_str(
-            "# HELP gpu_steward_hook_runs_total Remediation hook runs by result (success, failure, timeout, error, dry_run, audit_failed: not run because its audit record could not be written).\n\
-             # TYPE gpu_steward_hook_runs_total counter\n",
+        let mut runs = Family::counter(
+            "gpu_steward_hook_runs_total",
+            "Remediation hook runs by result (success, failure, timeout, error, dry_run, audit_failed: not run because its audit record could not be written).",
         );
         for ((hook, result), n) in &m.runs {
-            let _ = writeln!(
-                out,
-                "gpu_steward_hook_runs_total{{hook=\"{}\",result=\"{result}\"}} {n}",
-                escape(hook)
-            );
+            runs.add(&[("hook", hook.as_str()), ("result", result)], *n as f64);
         }
-        out.push_str(
-            "# HELP gpu_steward_hook_duration_seconds Wall time of remediation hook runs.\n\
-             # TYPE gpu_steward_hook_duration_seconds histogram\n",
+        out.push(runs);
+        let mut durations = Family::histogram(
+            "gpu_steward_hook_duration_seconds",
+            "Wall time of remediation hook runs.",
         );
         for (hook, h) in &m.durations {
-            let hook = escape(hook);
+            let hook = hook.as_str();
             for (i, b) in BUCKETS.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "gpu_steward_hook_duration_seconds_bucket{{hook=\"{hook}\",le=\"{b}\"}} {}",
-                    h.counts[i]
+                let le = b.to_string();
+                durations.add_suffixed(
+                    "_bucket",
+                    &[("hook", hook), ("le", le.as_str())],
+                    h.counts[i] as f64,
                 );
             }
-            let _ = writeln!(
-                out,
-                "gpu_steward_hook_duration_seconds_bucket{{hook=\"{hook}\",le=\"+Inf\"}} {}\n\
-                 gpu_steward_hook_duration_seconds_sum{{hook=\"{hook}\"}} {}\n\
-                 gpu_steward_hook_duration_seconds_count{{hook=\"{hook}\"}} {}",
-                h.count, h.sum, h.count
-            );
+            durations.add_suffixed("_bucket", &[("hook", hook), ("le", "+Inf")], h.count as f64);
+            durations.add_suffixed("_sum", &[("hook", hook)], h.sum);
+            durations.add_suffixed("_count", &[("hook", hook)], h.count as f64);
         }
+        out.push(durations);
     }
-}
-
-/// Escapes a label value for the text format (backslash, double quote, newline).
-pub fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -126,8 +114,9 @@ mod tests {
         m.declare("cordon");
         m.observe("cordon", "success", Some(Duration::from_millis(70)));
         m.observe("cordon", "timeout", Some(Duration::from_secs(31)));
-        let mut out = String::new();
-        m.render(&mut out);
+        let mut families = crate::metrics::Families::default();
+        m.render(&mut families);
+        let out = families.encode();
         assert!(out.contains("gpu_steward_hook_runs_total{hook=\"cordon\",result=\"success\"} 1\n"));
         assert!(out.contains("gpu_steward_hook_runs_total{hook=\"cordon\",result=\"error\"} 0\n"));
         assert!(out

@@ -11,7 +11,8 @@
 //! at most `capacity` samples, where `capacity` covers the longest range plus offset any rule
 //! reads, plus Prometheus's 5-minute lookback, at the poll interval (see [`History::capacity_for`]).
 //! E.g. a 10-minute range at a 5 s poll is 182 samples (2.9 KiB) per selected series; the shipped
-//! rules on an 8-GPU node select about 400 series (~1.2 MiB). Labels are stored once per series.
+//! rules on an 8-GPU node select about 400 series (~1.2 MiB). Labels are stored once per series,
+//! taken from the page's label pairs (kept for the names the rules select) when a series is new.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -103,7 +104,9 @@ impl History {
     }
 
     /// Adds one publication's samples at `ts_ms`, read from the page's index: the value as
-    /// written, the series as rendered; a new series' labels are decoded once.
+    /// written, the series as rendered; a new series takes its label pairs as the renderer was
+    /// given them. A page without them for a wanted name (text written by hand) adds nothing
+    /// for it: the text is never parsed back.
     pub fn ingest(&mut self, page: &Page, ts_ms: i64) {
         self.epoch += 1;
         let epoch = self.epoch;
@@ -117,9 +120,13 @@ impl History {
                 push(&mut s.samples, capacity, ts_ms, value);
                 s.seen = epoch;
             } else {
-                let Some(labels) = parse_labels(sample.name, &key[sample.name.len()..]) else {
+                let Some(pairs) = sample.labels else {
                     continue;
                 };
+                let mut labels = Vec::with_capacity(8);
+                labels.push(("__name__".to_string(), sample.name.to_string()));
+                labels.extend(pairs.map(|(k, v)| (k.to_string(), v.to_string())));
+                labels.sort();
                 // Grown as samples arrive, not allocated for the whole window at once.
                 let mut samples = VecDeque::with_capacity(capacity.min(INITIAL_SAMPLES));
                 samples.push_back((ts_ms, value));
@@ -179,47 +186,6 @@ fn push(samples: &mut VecDeque<(i64, f64)>, capacity: usize, ts: i64, v: f64) {
     samples.push_back((ts, v));
 }
 
-/// Parses `{a="x",b="y"}` (or nothing) into sorted labels with `__name__` = `name`.
-fn parse_labels(name: &str, s: &str) -> Option<Vec<(String, String)>> {
-    let mut labels = vec![("__name__".to_string(), name.to_string())];
-    let Some(inner) = s.strip_prefix('{').and_then(|s| s.strip_suffix('}')) else {
-        return if s.is_empty() { Some(labels) } else { None };
-    };
-    let mut chars = inner.chars().peekable();
-    loop {
-        while chars.peek() == Some(&',') || chars.peek() == Some(&' ') {
-            chars.next();
-        }
-        if chars.peek().is_none() {
-            break;
-        }
-        let mut key = String::new();
-        for c in chars.by_ref() {
-            if c == '=' {
-                break;
-            }
-            key.push(c);
-        }
-        if chars.next() != Some('"') {
-            return None;
-        }
-        let mut value = String::new();
-        loop {
-            match chars.next()? {
-                '\\' => match chars.next()? {
-                    'n' => value.push('\n'),
-                    c => value.push(c),
-                },
-                '"' => break,
-                c => value.push(c),
-            }
-        }
-        labels.push((key.trim().to_string(), value));
-    }
-    labels.sort();
-    Some(labels)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,12 +194,42 @@ mod tests {
         names.iter().map(|s| s.to_string()).collect()
     }
 
+    /// One series: its metric name, label pairs and value.
+    type Written<'a> = (&'static str, &'a [(&'a str, &'a str)], f64);
+
+    /// The page the renderer writes of `series`, keeping the labels of the names in `kept`.
+    fn page(kept: &[&str], series: &[Written<'_>]) -> Page {
+        let mut all = crate::metrics::Families::labelled(Arc::new(wanted(kept)));
+        let mut i = 0;
+        while i < series.len() {
+            let mut f = crate::metrics::Family::gauge(series[i].0, "H.");
+            while i < series.len() && series[i].0 == f.name() {
+                f.add(series[i].1, series[i].2);
+                i += 1;
+            }
+            all.push(f);
+        }
+        all.into_page()
+    }
+
     #[test]
-    fn parses_only_wanted_families_with_escapes() {
+    fn takes_only_wanted_families_with_their_labels_as_given() {
         let mut h = History::new(wanted(&["a", "c"]), Duration::ZERO, Duration::from_secs(1));
-        let text = "# HELP a A.\n# TYPE a gauge\na{gpu=\"0\",n=\"x \\\"}\\\" y\\nz\"} 1.5\n\
-                    b{gpu=\"0\"} 2\nc 3\nc{k=\"v\"} +Inf\n";
-        h.ingest(&Page::from_text(text), 1000);
+        let odd = "x \"}\" y\nz\\w";
+        let p = page(
+            &["a", "c"],
+            &[
+                ("a", &[("gpu", "0"), ("n", odd)], 1.5),
+                ("b", &[("gpu", "0")], 2.0),
+                ("c", &[], 3.0),
+                ("c", &[("k", "v")], f64::INFINITY),
+            ],
+        );
+        // The page carries the value escaped; the history gets it as the renderer was given it.
+        assert!(std::str::from_utf8(&p.text)
+            .expect("utf-8")
+            .contains("a{gpu=\"0\",n=\"x \\\"}\\\" y\\nz\\\\w\"} 1.5\n"));
+        h.ingest(&p, 1000);
         assert_eq!(h.series_count(), 3);
         let a = h.iter().find(|s| s.labels[0].1 == "a").expect("a is kept");
         assert_eq!(
@@ -241,20 +237,51 @@ mod tests {
             vec![
                 ("__name__".into(), "a".into()),
                 ("gpu".into(), "0".into()),
-                ("n".into(), "x \"}\" y\nz".into())
+                ("n".into(), odd.into())
             ]
         );
         assert_eq!(a.samples, VecDeque::from(vec![(1000, 1.5)]));
+        let mut c: Vec<_> = h
+            .iter()
+            .filter(|s| s.labels[0].1 == "c")
+            .map(|s| (s.labels.len(), s.samples[0].1))
+            .collect();
+        c.sort_by_key(|x| x.0);
+        assert_eq!(c, vec![(1, 3.0), (2, f64::INFINITY)]);
+    }
+
+    /// A page that kept no labels for a wanted name (rendered before the name was wanted, or
+    /// written by hand) adds nothing for it: its text is not read back. The next page that
+    /// keeps them adds the series.
+    #[test]
+    fn a_wanted_series_without_labels_on_the_page_is_skipped_never_parsed() {
+        let mut h = History::new(wanted(&["a"]), Duration::ZERO, Duration::from_secs(1));
+        h.ingest(&Page::from_text("a{g=\"0\"} 1\n"), 1000);
+        h.ingest(&page(&[], &[("a", &[("g", "0")], 1.0)]), 2000);
+        assert_eq!(h.series_count(), 0);
+        h.ingest(&page(&["a"], &[("a", &[("g", "0")], 1.0)]), 3000);
+        assert_eq!(h.series_count(), 1);
+        // Known from then on by its text: a page without labels still feeds it.
+        h.ingest(&Page::from_text("a{g=\"0\"} 2\n"), 4000);
+        let a = h.iter().next().expect("a");
+        assert_eq!(a.samples, VecDeque::from(vec![(3000, 1.0), (4000, 2.0)]));
     }
 
     #[test]
     fn ring_buffer_is_bounded_and_disappearing_series_go_stale() {
         let mut h = History::new(wanted(&["a"]), Duration::ZERO, Duration::from_secs(1));
         h.capacity = 3;
+        let both = || {
+            page(
+                &["a"],
+                &[("a", &[("g", "0")], 1.0), ("a", &[("g", "1")], 2.0)],
+            )
+        };
+        let one = || page(&["a"], &[("a", &[("g", "0")], 1.0)]);
         for t in 1..=5 {
-            h.ingest(&Page::from_text("a{g=\"0\"} 1\na{g=\"1\"} 2\n"), t * 1000);
+            h.ingest(&both(), t * 1000);
         }
-        h.ingest(&Page::from_text("a{g=\"0\"} 1\n"), 6000);
+        h.ingest(&one(), 6000);
         for s in h.iter() {
             assert_eq!(s.samples.len(), 3);
             let (t, v) = *s.samples.back().expect("samples");
@@ -262,7 +289,7 @@ mod tests {
             assert_eq!(is_stale(v), s.labels[1].1 == "1");
         }
         // A stale marker is written once, not once per publication.
-        h.ingest(&Page::from_text("a{g=\"0\"} 1\n"), 7000);
+        h.ingest(&one(), 7000);
         let gone = h.iter().find(|s| s.labels[1].1 == "1").expect("kept");
         assert_eq!(gone.samples.back().map(|s| s.0), Some(6000));
     }

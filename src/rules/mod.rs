@@ -55,43 +55,40 @@ pub struct RuleMetrics {
 }
 
 impl crate::metrics::Collector for RuleMetrics {
-    fn collect(&self, out: &mut String) {
+    fn collect(&self, out: &mut crate::metrics::Families) {
         self.render(out);
     }
 }
 
 impl RuleMetrics {
-    pub fn render(&self, out: &mut String) {
-        use std::fmt::Write;
+    pub fn render(&self, out: &mut crate::metrics::Families) {
+        use crate::metrics::Family;
         let alerts = self
             .alerts
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if !alerts.is_empty() {
-            out.push_str(
-                "# HELP gpu_steward_alerts Alerts of the agent's own rules, by state (pending, firing).\n\
-                 # TYPE gpu_steward_alerts gauge\n",
-            );
-            for (name, pending, firing) in &alerts {
-                let name = crate::remediation::metrics::escape(name);
-                let _ = writeln!(
-                    out,
-                    "gpu_steward_alerts{{alertname=\"{name}\",state=\"pending\"}} {pending}"
-                );
-                let _ = writeln!(
-                    out,
-                    "gpu_steward_alerts{{alertname=\"{name}\",state=\"firing\"}} {firing}"
-                );
-            }
-        }
-        let _ = write!(
-            out,
-            "# HELP gpu_steward_rule_evaluation_failures_total Rule evaluations that failed (e.g. many-to-many matching).\n\
-             # TYPE gpu_steward_rule_evaluation_failures_total counter\n\
-             gpu_steward_rule_evaluation_failures_total {}\n",
-            self.evaluation_failures.load(Ordering::Relaxed)
+        let mut f = Family::gauge(
+            "gpu_steward_alerts",
+            "Alerts of the agent's own rules, by state (pending, firing).",
         );
+        for (name, pending, firing) in &alerts {
+            f.add(
+                &[("alertname", name.as_str()), ("state", "pending")],
+                *pending as f64,
+            );
+            f.add(
+                &[("alertname", name.as_str()), ("state", "firing")],
+                *firing as f64,
+            );
+        }
+        out.push(f);
+        let mut f = Family::counter(
+            "gpu_steward_rule_evaluation_failures_total",
+            "Rule evaluations that failed (e.g. many-to-many matching).",
+        );
+        f.add::<&str>(&[], self.evaluation_failures.load(Ordering::Relaxed) as f64);
+        out.push(f);
     }
 }
 

@@ -8,7 +8,6 @@
 //! drain made before a restart is kept until the GPUs are judged again.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,32 +54,32 @@ impl SlurmMetrics {
 }
 
 impl crate::metrics::Collector for SlurmMetrics {
-    fn collect(&self, out: &mut String) {
+    fn collect(&self, out: &mut crate::metrics::Families) {
+        use crate::metrics::{flag, Family};
         let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        out.push_str(
-            "# HELP gpu_steward_slurm_requests_total Slurm drain and resume requests handled, by result (changed, unchanged, not_ours: an admin's drain kept, failure, timeout, error: scontrol could not be started, audit_failed).\n\
-             # TYPE gpu_steward_slurm_requests_total counter\n",
+        let mut requests = Family::counter(
+            "gpu_steward_slurm_requests_total",
+            "Slurm drain and resume requests handled, by result (changed, unchanged, not_ours: an admin's drain kept, failure, timeout, error: scontrol could not be started, audit_failed).",
         );
         for request in ["drain", "resume"] {
             for result in RESULTS {
                 let n = m.requests.get(&(request, result)).copied().unwrap_or(0);
-                let _ = writeln!(
-                    out,
-                    "gpu_steward_slurm_requests_total{{request=\"{request}\",result=\"{result}\"}} {n}"
-                );
+                requests.add(&[("request", request), ("result", result)], n as f64);
             }
         }
-        let _ = write!(
-            out,
-            "# HELP gpu_steward_slurm_drain_held 1 while this node is drained by gpu-steward in Slurm.\n\
-             # TYPE gpu_steward_slurm_drain_held gauge\n\
-             gpu_steward_slurm_drain_held {}\n\
-             # HELP gpu_steward_slurm_up 1 when the last scontrol call worked.\n\
-             # TYPE gpu_steward_slurm_up gauge\n\
-             gpu_steward_slurm_up {}\n",
-            u8::from(m.holding),
-            u8::from(m.up),
+        out.push(requests);
+        let mut held = Family::gauge(
+            "gpu_steward_slurm_drain_held",
+            "1 while this node is drained by gpu-steward in Slurm.",
         );
+        held.add::<&str>(&[], flag(m.holding));
+        out.push(held);
+        let mut up = Family::gauge(
+            "gpu_steward_slurm_up",
+            "1 when the last scontrol call worked.",
+        );
+        up.add::<&str>(&[], flag(m.up));
+        out.push(up);
     }
 }
 
