@@ -159,6 +159,41 @@ pub fn open(path: &Path, limits: Limits) -> Result<File, Error> {
                 err(Problem::Io(e))
             }
         })?;
+    check(&file, path, limits)?;
+    Ok(file)
+}
+
+/// Open `path` for append, creating it with `mode` when missing, as [`open`] opens for reading:
+/// never through a symlink, never blocking (a FIFO fails or is refused, it is not waited on), a
+/// regular file only, no larger than `limits.max_bytes`. For the files the agent appends to in
+/// a directory others may have put things in (the health journal).
+pub fn open_append(path: &Path, mode: u32, limits: Limits) -> Result<File, Error> {
+    let flags = nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC | nix::libc::O_NOFOLLOW;
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(mode)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| Error {
+            path: path.to_path_buf(),
+            problem: match e.raw_os_error() {
+                Some(nix::libc::ELOOP) => Problem::Symlink,
+                // O_WRONLY|O_NONBLOCK on a FIFO no one reads, or on a socket.
+                Some(nix::libc::ENXIO) => Problem::NotRegular("FIFO or socket"),
+                _ => Problem::Io(e),
+            },
+        })?;
+    check(&file, path, limits)?;
+    Ok(file)
+}
+
+/// An opened `file` is a regular file (or `/dev/null`) within the size limit.
+fn check(file: &File, path: &Path, limits: Limits) -> Result<(), Error> {
+    let err = |problem| Error {
+        path: path.to_path_buf(),
+        problem,
+    };
     let meta = file.metadata().map_err(|e| err(Problem::Io(e)))?;
     let ft = meta.file_type();
     // `/dev/null` reads as empty at once and holds nothing: `--config /dev/null` ("no file,
@@ -186,7 +221,7 @@ pub fn open(path: &Path, limits: Limits) -> Result<File, Error> {
             limit: limits.max_bytes,
         }));
     }
-    Ok(file)
+    Ok(())
 }
 
 /// Read the whole of `path` under `limits`.

@@ -849,3 +849,76 @@ fn a_cli_apply_killed_half_way_leaves_its_intent_record_for_the_daemon() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(!intent.exists());
 }
+
+/// Issue 26, defect 7: an intent record left by an apply killed half-way was overwritten by the
+/// next apply and removed even when that apply was rolled back, leaving a half-made GPU with no
+/// record. Now the next apply says it (its terminal, the audit log), keeps it when it is rolled
+/// back, and settles it only once the node is in the layout.
+#[test]
+fn a_leftover_intent_record_is_said_and_kept_when_the_next_apply_is_rolled_back() {
+    let faulty = format!("{H100_3G_2G}mig_faults = {{ create_gpu_instance = 1 }}\n");
+    let node = Node::new(&faulty, LAYOUTS);
+    let intent = node.path("mig-apply.intent");
+    let leftover = r#"{"layout":"seven","pid":4242,"started":1767322245}"#;
+    std::fs::write(&intent, leftover).expect("a leftover record");
+    let before = shape(&node.show(), 0);
+    let out = node.mig(&["apply", "--layout", "balanced"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("an apply of 'seven' (pid 4242")
+            && err.contains("left its intent record")
+            && err.contains("the layout found before was restored"),
+        "{err}"
+    );
+    assert_eq!(shape(&node.show(), 0), before, "rolled back");
+    let kept: Value =
+        serde_json::from_str(&std::fs::read_to_string(&intent).expect("kept")).expect("JSON");
+    assert_eq!(
+        kept,
+        serde_json::from_str::<Value>(leftover).expect("JSON"),
+        "the found record is back as it was"
+    );
+    let audit = std::fs::read_to_string(node.path("audit.jsonl")).expect("audit");
+    let records: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let found = records
+        .iter()
+        .position(|r| r["event"] == "intent.found")
+        .unwrap_or_else(|| panic!("no intent.found record: {audit}"));
+    let start = records
+        .iter()
+        .position(|r| r["event"] == "apply.start")
+        .expect("apply.start");
+    assert!(found < start, "said before acting: {audit}");
+    let r = &records[found];
+    assert_eq!(
+        (
+            &r["component"],
+            &r["layout"],
+            &r["pid"],
+            &r["started"],
+            &r["trigger"]
+        ),
+        (
+            &Value::from("mig"),
+            &Value::from("seven"),
+            &Value::from(4242),
+            &Value::from(1_767_322_245u64),
+            &Value::from("cli")
+        ),
+        "{r}"
+    );
+    // The same apply without the fault reaches the layout: the record is settled.
+    std::fs::write(node.path("scenario.toml"), H100_3G_2G).expect("scenario");
+    let out = node.mig(&["apply", "--layout", "balanced"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("an apply of 'seven' (pid 4242"),
+        "{}",
+        text(&out)
+    );
+    assert!(!intent.exists(), "settled once the node is in the layout");
+}

@@ -284,6 +284,39 @@ fn a_fifo_or_garbage_at_the_intent_record_is_reported_and_the_agent_starts() {
     );
 }
 
+/// Issue 26, defect 2: a FIFO at the health journal that cannot be set aside (a directory at
+/// `journal.jsonl.damaged`) hung the start for good: nothing listened, no log line, SIGTERM
+/// ignored. Now the agent starts with the journal in memory, says so, and stops on SIGTERM.
+#[test]
+fn a_fifo_at_the_journal_that_cannot_be_set_aside_does_not_hang_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).expect("mkdir");
+    nix::unistd::mkfifo(
+        &state.join("journal.jsonl"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .expect("mkfifo");
+    std::fs::create_dir(state.join("journal.jsonl.damaged")).expect("mkdir");
+    let mut agent = Agent::with_scenario(ONE_H100)
+        .config(&config(dir.path(), None, false))
+        .env("STATE_DIRECTORY", &state.display().to_string())
+        .start();
+    let log = agent.log();
+    assert!(
+        log.contains("is a FIFO") && log.contains("kept in memory only"),
+        "{log}"
+    );
+    let health = agent.get("/health").json();
+    assert!(
+        health["agent"]["warnings"]["journal"]
+            .as_str()
+            .is_some_and(|w| w.contains("kept in memory only")),
+        "{health}"
+    );
+    stop_and_time(&mut agent);
+}
+
 /// The agent's peak resident memory, from /proc (kB).
 fn peak_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");

@@ -188,6 +188,19 @@ pub enum Mig {
         trigger: String,
         uuid: String,
     },
+    /// An apply found the intent record of an earlier one that was killed half-way (the GPUs
+    /// may be half-made): written under the node lock, before the apply's own records. The
+    /// fields are the found record's; `trigger` is the new apply's.
+    #[serde(rename = "intent.found")]
+    IntentFound {
+        /// The found record's own earlier records (oldest first), when it carried any.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        earlier: Vec<super::mig::IntentRecord>,
+        layout: String,
+        pid: u32,
+        started: u64,
+        trigger: String,
+    },
     #[serde(rename = "hook")]
     Hook {
         argv: Vec<String>,

@@ -5,6 +5,20 @@
 
 use serde::{Deserialize, Serialize};
 
+/// A MIG apply's intent record (`mig-apply.intent`, [`crate::mig::intent`]): written before its
+/// first change, so that one found later means that apply was killed half-way.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct IntentRecord {
+    pub layout: String,
+    pub pid: u32,
+    /// Seconds since the Unix epoch.
+    pub started: u64,
+    /// The records of interrupted applies that were still there when this apply started
+    /// (oldest first, at most 8): the node had not reached a known layout since.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<IntentRecord>,
+}
+
 /// One change, in the order it must be made.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]

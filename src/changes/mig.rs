@@ -11,13 +11,19 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{Acting, Change, Lane};
+use crate::audit::event::Mig as AuditMig;
+use crate::audit::Event;
 use crate::config::mig_layout::Layout;
 use crate::mig::apply::{self, ApplyError, Outcome, PendingReset, Request};
-use crate::mig::intent::{with_intent, LOCK_WAIT};
+use crate::mig::intent::{with_intent, Interrupted, LOCK_WAIT};
 use crate::mig::plan::Plan;
 
 /// Says for whom an apply waits (the node lock's holder's pid, when known).
 pub type OnWait = Box<dyn FnOnce(Option<u32>) + Send>;
+
+/// Says, at the edge (the CLI's terminal), that an apply found the intent record of one that
+/// was killed half-way; the log and the audit log say it in any case.
+pub type OnFound = Box<dyn FnOnce(&Interrupted) + Send>;
 
 /// Apply a MIG layout.
 pub struct MigApply {
@@ -32,6 +38,7 @@ pub struct MigApply {
     /// [`LOCK_WAIT`] for the others, as an operator would.
     pub wait: Duration,
     pub on_wait: OnWait,
+    pub on_found: OnFound,
 }
 
 impl MigApply {
@@ -53,6 +60,8 @@ impl MigApply {
             on_wait: Box::new(move |pid| {
                 tracing::warn!(pid = ?pid, layout = %name, trigger, "waiting for the MIG apply of another process (at most {} s)", LOCK_WAIT.as_secs());
             }),
+            // The daemon's log line is the one below, in `act`.
+            on_found: Box::new(|_| {}),
         }
     }
 }
@@ -120,11 +129,33 @@ impl Change for MigApply {
         // or names the one that holds it. Waiting here holds one of the MIG lane's few
         // threads, never more.
         let _turn = node.mig_turn();
+        let (name, trigger, on_found) = (&self.layout_name, self.trigger, self.on_found);
+        let found = |l: &Interrupted| {
+            tracing::warn!(layout = %l.layout, pid = l.pid, started = l.started, trigger, "a MIG apply was killed half-way and left its intent record: the GPUs may be half-made; applying '{name}' over it, the record is kept until the node is in a known layout");
+            on_found(l);
+            let record = Event::Mig(AuditMig::IntentFound {
+                earlier: l.earlier.clone(),
+                layout: l.layout.clone(),
+                pid: l.pid,
+                started: l.started,
+                trigger: trigger.to_string(),
+            });
+            match &audit {
+                Some(a) => a.record(&record).map_err(|e| {
+                    ApplyError::Audit(format!(
+                        "cannot write the audit record of the interrupted apply's intent \
+                         record: {e}; nothing was changed"
+                    ))
+                }),
+                None => Ok(()),
+            }
+        };
         Ok(with_intent(
             &setup.audit_file,
             &self.layout_name,
             self.wait,
             self.on_wait,
+            found,
             run,
         )?)
     }

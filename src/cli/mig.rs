@@ -145,6 +145,16 @@ fn run_inner(args: &MigArgs) -> Result<(), Failure> {
                 LOCK_WAIT.as_secs()
             );
         });
+        let layout_name = name.clone();
+        let on_found = Box::new(move |l: &crate::mig::intent::Interrupted| {
+            eprintln!(
+                "gpu-steward: an apply of '{}' (pid {}, started at {} s since the epoch) was \
+                 killed half-way and left its intent record: the GPUs may be half-made; applying \
+                 '{layout_name}' over it, the record is kept until the node is in a known layout \
+                 (audit record intent.found)",
+                l.layout, l.pid, l.started
+            );
+        });
         // The owner of changes, as in the daemon: its NVML session, the audit log and the
         // node lock.
         let owner = super::owner_of(&cfg);
@@ -156,6 +166,7 @@ fn run_inner(args: &MigArgs) -> Result<(), Failure> {
             trigger: "cli",
             wait: LOCK_WAIT,
             on_wait,
+            on_found,
         });
         return report(&name, r);
     }

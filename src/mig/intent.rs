@@ -10,7 +10,9 @@
 //! - `mig-apply.intent`: written (temp file, `O_EXCL|O_NOFOLLOW`, fsync, rename) before an
 //!   apply's first change and removed once the layout is settled, so that a record found at
 //!   start means an apply was killed half-way. Only the apply holding the lock writes or
-//!   removes it, so one apply never removes another's record.
+//!   removes it. A record found by the next apply is read under the lock first, said (log,
+//!   audit `intent.found`, the CLI), carried in that apply's own record, and put back when that
+//!   apply changes nothing or is undone: a record goes only once the node is in a known layout.
 //!
 //! This module must not follow a symlink planted at either path (the agent often runs as root),
 //! nor block on a FIFO put there: the record is read with [`crate::bounded`].
@@ -22,7 +24,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{Flock, FlockArg};
-use serde::{Deserialize, Serialize};
 
 use super::apply::{ApplyError, Outcome};
 use crate::bounded::{self, Limits};
@@ -34,13 +35,25 @@ const MAX_INTENT: u64 = 4096;
 /// applier before giving up (an apply with slow creations takes tens of seconds).
 pub const LOCK_WAIT: Duration = Duration::from_secs(120);
 
-/// An apply that left its intent record behind.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-pub struct Interrupted {
-    pub layout: String,
-    pub pid: u32,
-    /// Seconds since the Unix epoch.
-    pub started: u64,
+/// How many earlier records an intent record carries at most (the newest are kept).
+const MAX_EARLIER: usize = 8;
+
+/// An apply that left its intent record behind (the record's shape is the ledger's: the
+/// `intent.found` audit record carries it).
+pub use crate::audit::mig::IntentRecord as Interrupted;
+
+impl Interrupted {
+    /// This record and those it carries, oldest first, each without its own `earlier`.
+    fn chain(&self) -> Vec<Interrupted> {
+        let mut all = self.earlier.clone();
+        all.push(Interrupted {
+            earlier: Vec::new(),
+            ..self.clone()
+        });
+        let extra = all.len().saturating_sub(MAX_EARLIER);
+        all.drain(..extra);
+        all
+    }
 }
 
 /// The node lock, held until dropped.
@@ -147,30 +160,59 @@ fn holder(file: &mut File) -> Option<u32> {
 
 /// Runs `apply` (a real one, not a dry run) holding the node lock, with its intent record
 /// written before: the record outlives a kill -9 (or power loss) in the middle of the apply,
-/// so that the next start knows the layout may be half-made. It is removed once the apply has
-/// settled (done, or rolled back), and kept when the rollback failed too: the node is not in a
-/// known layout. `wait`: how long to wait for another applier (`on_wait` says so once).
+/// so that the next start knows the layout may be half-made. `wait`: how long to wait for
+/// another applier (`on_wait` says so once).
+///
+/// A record already there (an apply killed half-way, whoever ran it) is read under the lock
+/// first and given to `found`, which says it (log, audit, the CLI) or refuses the apply with
+/// its error (nothing is changed then). This apply's record carries it (`earlier`).
+///
+/// Once the apply has settled: the record is removed when the node reached the layout
+/// (applied, or nothing to do); the found one is put back when this apply changed nothing or
+/// undid what it did (the node is as it was: half-made); this apply's record, carrying the
+/// found one, is kept when the rollback failed too (the node is not in a known layout).
 pub fn with_intent(
     audit_file: &Path,
     layout: &str,
     wait: Duration,
     on_wait: impl FnOnce(Option<u32>),
+    found: impl FnOnce(&Interrupted) -> Result<(), ApplyError>,
     apply: impl FnOnce() -> Result<Outcome, ApplyError>,
 ) -> Result<Outcome, ApplyError> {
     let _lock = lock(&state_of(audit_file), wait, on_wait).map_err(ApplyError::Busy)?;
     let path = intent_path(audit_file);
-    if let Err(e) = write_intent(&path, layout) {
+    let leftover = read_intent(&path);
+    if let Some(l) = &leftover {
+        found(l)?;
+    }
+    let earlier = leftover
+        .as_ref()
+        .map(Interrupted::chain)
+        .unwrap_or_default();
+    if let Err(e) = write_intent(&path, layout, earlier) {
         tracing::warn!(file = %path.display(), error = %e, "cannot write the MIG apply intent record");
     }
     let r = apply();
-    if !matches!(r, Err(ApplyError::Failed { undone: false, .. })) {
-        // unlink(2) removes a link planted here, never its target.
-        let _ = std::fs::remove_file(&path);
+    let reached = matches!(r, Ok(Outcome::Applied { .. } | Outcome::NothingToDo(_)));
+    match &leftover {
+        _ if matches!(r, Err(ApplyError::Failed { undone: false, .. })) => {}
+        Some(l) if !reached => {
+            if let Err(e) = write_record(&path, l) {
+                tracing::error!(file = %path.display(), error = %e, layout = %l.layout, pid = l.pid, "cannot put the interrupted apply's intent record back; the GPUs may still be half-made: check `gpu-steward mig show`");
+            }
+        }
+        _ => {
+            // unlink(2) removes a link planted here, never its target.
+            let _ = std::fs::remove_file(&path);
+            if let Some(l) = &leftover {
+                tracing::info!(layout = %l.layout, pid = l.pid, "the interrupted MIG apply's intent record is settled: the node is in layout '{layout}'");
+            }
+        }
     }
     r
 }
 
-fn write_intent(path: &Path, layout: &str) -> std::io::Result<()> {
+fn write_intent(path: &Path, layout: &str, earlier: Vec<Interrupted>) -> std::io::Result<()> {
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -178,7 +220,13 @@ fn write_intent(path: &Path, layout: &str) -> std::io::Result<()> {
         layout: layout.to_string(),
         pid: std::process::id(),
         started,
+        earlier,
     };
+    write_record(path, &record)
+}
+
+/// Writes `record` at `path`: temp file, fsync, rename, fsync of the directory.
+fn write_record(path: &Path, record: &Interrupted) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".tmp.{}", std::process::id()));
     let tmp = PathBuf::from(tmp);
@@ -191,11 +239,7 @@ fn write_intent(path: &Path, layout: &str) -> std::io::Result<()> {
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
         .open(&tmp)?;
     let written = f
-        .write_all(
-            serde_json::to_string(&record)
-                .unwrap_or_default()
-                .as_bytes(),
-        )
+        .write_all(serde_json::to_string(record).unwrap_or_default().as_bytes())
         .and_then(|()| f.sync_all())
         // rename(2) replaces whatever is at the path (a symlink, a FIFO) without following it.
         .and_then(|()| std::fs::rename(&tmp, path));
@@ -220,6 +264,7 @@ pub fn read_intent(path: &Path) -> Option<Interrupted> {
             layout: format!("(unreadable intent record: {why})"),
             pid: 0,
             started: 0,
+            earlier: Vec::new(),
         }
     };
     let text = match bounded::read_to_string(path, Limits::own(MAX_INTENT)) {
@@ -239,6 +284,138 @@ pub fn read_intent(path: &Path) -> Option<Interrupted> {
 mod tests {
     use super::*;
 
+    fn failed(undone: bool) -> Result<Outcome, ApplyError> {
+        Err(ApplyError::Failed {
+            reason: "GPU 0: create failed".into(),
+            restored: String::new(),
+            undone,
+            left: None,
+        })
+    }
+
+    fn applied() -> Result<Outcome, ApplyError> {
+        Ok(Outcome::Applied {
+            plan: crate::mig::plan::Plan { gpus: Vec::new() },
+            steps: 1,
+            pending: Vec::new(),
+            warnings: Vec::new(),
+        })
+    }
+
+    /// Issue 26, defect 7: a record left by an apply killed half-way was overwritten by the
+    /// next apply and removed even when that apply was rolled back. Now it is read under the
+    /// lock and handed to `found`, carried in the new record, and put back unless the node
+    /// reached the layout.
+    #[test]
+    fn a_leftover_record_is_said_carried_and_kept_until_the_node_is_in_a_known_layout() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let audit = dir.path().join("audit.jsonl");
+        let path = intent_path(&audit);
+        let leftover = Interrupted {
+            layout: "seven".into(),
+            pid: 4242,
+            started: 1_767_322_245,
+            earlier: Vec::new(),
+        };
+        let text = serde_json::to_string(&leftover).expect("json");
+        for (outcome, kept) in [
+            (failed(true), Some(leftover.clone())),
+            (
+                Err(ApplyError::Refused("processes".into())),
+                Some(leftover.clone()),
+            ),
+            (
+                Err(ApplyError::Infeasible(crate::mig::plan::Infeasible {
+                    index: 0,
+                    uuid: "GPU-0".into(),
+                    reason: "too much".into(),
+                })),
+                Some(leftover.clone()),
+            ),
+            (applied(), None),
+        ] {
+            std::fs::write(&path, &text).expect("write");
+            let mut said = None;
+            let mut during = None;
+            let r = with_intent(
+                &audit,
+                "balanced",
+                Duration::ZERO,
+                |_| {},
+                |l| {
+                    said = Some(l.clone());
+                    Ok(())
+                },
+                || {
+                    during = read_intent(&path);
+                    outcome
+                },
+            );
+            assert_eq!(said.as_ref(), Some(&leftover), "said before the apply");
+            let during = during.expect("the apply's own record");
+            assert_eq!(
+                (during.layout.as_str(), during.pid, &during.earlier),
+                ("balanced", std::process::id(), &vec![leftover.clone()]),
+                "the apply's record carries the one it found"
+            );
+            assert_eq!(read_intent(&path), kept, "after {r:?}");
+        }
+        // The rollback failed too: this apply's record stays, carrying the found one.
+        std::fs::write(&path, &text).expect("write");
+        let _ = with_intent(
+            &audit,
+            "balanced",
+            Duration::ZERO,
+            |_| {},
+            |_| Ok(()),
+            || failed(false),
+        );
+        let left = read_intent(&path).expect("kept");
+        assert_eq!(
+            (left.layout.as_str(), &left.earlier),
+            ("balanced", &vec![leftover.clone()])
+        );
+        // Refused where it cannot be said (the audit log): nothing runs, the record stays.
+        std::fs::write(&path, &text).expect("write");
+        let mut ran = false;
+        let r = with_intent(
+            &audit,
+            "balanced",
+            Duration::ZERO,
+            |_| {},
+            |_| Err(ApplyError::Audit("disk full".into())),
+            || {
+                ran = true;
+                applied()
+            },
+        );
+        assert!(matches!(r, Err(ApplyError::Audit(_))) && !ran);
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), text);
+    }
+
+    #[test]
+    fn a_record_carries_at_most_eight_earlier_ones_the_newest() {
+        let mut r = Interrupted {
+            layout: "l0".into(),
+            pid: 1,
+            started: 0,
+            earlier: Vec::new(),
+        };
+        for n in 1..20 {
+            r = Interrupted {
+                layout: format!("l{n}"),
+                pid: 1,
+                started: n,
+                earlier: r.chain(),
+            };
+        }
+        let chain = r.chain();
+        assert_eq!(chain.len(), 8);
+        assert_eq!(chain[7].layout, "l19");
+        assert_eq!(chain[0].layout, "l12");
+        assert!(chain.iter().all(|e| e.earlier.is_empty()));
+    }
+
     #[test]
     fn a_symlink_at_the_intent_path_is_replaced_and_its_target_untouched() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -246,7 +423,7 @@ mod tests {
         std::fs::write(&target, "precious\n").expect("write");
         let path = intent_path(&dir.path().join("audit.jsonl"));
         std::os::unix::fs::symlink(&target, &path).expect("symlink");
-        write_intent(&path, "balanced").expect("written");
+        write_intent(&path, "balanced", Vec::new()).expect("written");
         assert_eq!(
             std::fs::read_to_string(&target).expect("read"),
             "precious\n"
