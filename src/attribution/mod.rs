@@ -24,6 +24,8 @@ pub use cgroup::Attribution;
 #[derive(Debug)]
 pub struct ProcTable {
     root: PathBuf,
+    /// Believe `SLURM_JOB_ID` of any process, not only under slurmstepd (see [`environ`]).
+    trust_slurm_job_env: bool,
     cache: HashMap<u32, (u64, Arc<ProcessInfo>)>,
     users: HashMap<u32, String>,
 }
@@ -32,13 +34,25 @@ impl ProcTable {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         ProcTable {
             root: root.into(),
+            trust_slurm_job_env: false,
             cache: HashMap::new(),
             users: HashMap::new(),
         }
     }
 
+    /// The same table believing `SLURM_JOB_ID` of any process (`[processes]
+    /// trust_slurm_job_env`), or only under slurmstepd.
+    pub fn trusting_slurm_job_env(mut self, trust: bool) -> Self {
+        self.trust_slurm_job_env = trust;
+        self
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    pub fn trusts_slurm_job_env(&self) -> bool {
+        self.trust_slurm_job_env
     }
 
     /// The facts of `pid`, reading procfs only when the (pid, start time) pair is new.
@@ -53,7 +67,7 @@ impl ProcTable {
                 return Some(info.clone());
             }
         }
-        let info = Arc::new(self.read(&dir)?);
+        let info = Arc::new(self.read(pid, &dir)?);
         self.cache.insert(pid, (start, info.clone()));
         Some(info)
     }
@@ -63,7 +77,7 @@ impl ProcTable {
         self.cache.retain(|pid, _| alive.contains(pid));
     }
 
-    fn read(&mut self, dir: &Path) -> Option<ProcessInfo> {
+    fn read(&mut self, pid: u32, dir: &Path) -> Option<ProcessInfo> {
         let name = std::fs::read_to_string(dir.join("comm"))
             .ok()?
             .trim_end_matches('\n')
@@ -75,8 +89,10 @@ impl ProcTable {
         let mut attribution = std::fs::read_to_string(dir.join("cgroup"))
             .map(|t| cgroup::parse(&t))
             .unwrap_or_default();
-        if attribution.slurm_job.is_none() {
-            // No Slurm cgroup (proctrack/linuxproc): the job's environment says it.
+        if attribution.slurm_job.is_none()
+            && (self.trust_slurm_job_env || environ::under_slurmstepd(&self.root, pid))
+        {
+            // No Slurm cgroup (proctrack/linuxproc): the environment of a job's task says it.
             attribution.slurm_job = environ::slurm_job(dir);
         }
         Some(ProcessInfo {
@@ -177,6 +193,130 @@ mod tests {
         assert_eq!(t.lookup(7).expect("found").name, "new");
         t.retain(&HashSet::new());
         assert!(t.cache.is_empty());
+    }
+
+    /// A fixture process with a parent and an environment (`SLURM_JOB_ID=<job>`).
+    fn child(root: &Path, pid: u32, ppid: u32, comm: &str, uid: u32, job: Option<&str>) {
+        fake(
+            root,
+            pid,
+            comm,
+            1000 + u64::from(pid),
+            uid,
+            "0::/user.slice\n",
+        );
+        let stat =
+            stat(pid, comm, 1000 + u64::from(pid)).replacen(" S 1 ", &format!(" S {ppid} "), 1);
+        std::fs::write(root.join(pid.to_string()).join("stat"), stat).expect("stat");
+        let env = job.map_or(String::new(), |j| format!("PATH=/bin\0SLURM_JOB_ID={j}\0"));
+        std::fs::write(root.join(pid.to_string()).join("environ"), env).expect("environ");
+    }
+
+    /// Issue 26, defect 6: a process's own `SLURM_JOB_ID` was believed. Now only under a
+    /// slurmstepd run by root, or where `[processes] trust_slurm_job_env` says so.
+    #[test]
+    fn slurm_job_id_is_believed_only_under_a_root_slurmstepd() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        child(root, 100, 1, "slurmstepd", 0, None);
+        child(root, 200, 100, "bash", 1000, Some("77"));
+        child(root, 300, 200, "python (x) y", 1000, Some("77"));
+        // Not under slurmstepd: a user's `env SLURM_JOB_ID=31337 ./app`.
+        child(root, 400, 1, "app", 1000, Some("31337"));
+        // Under a "slurmstepd" a user runs (any user can name a program so).
+        child(root, 500, 1, "slurmstepd", 1000, None);
+        child(root, 600, 500, "app", 1000, Some("31337"));
+        // A loop in the parent chain ends at the bound.
+        child(root, 700, 800, "a", 1000, Some("1"));
+        child(root, 800, 700, "b", 1000, Some("1"));
+        let job =
+            |t: &mut ProcTable, pid| t.lookup(pid).expect("found").attribution.slurm_job.clone();
+        let mut t = ProcTable::new(root);
+        assert_eq!(job(&mut t, 300).as_deref(), Some("77"), "a task's child");
+        assert_eq!(job(&mut t, 200).as_deref(), Some("77"), "a task");
+        assert_eq!(job(&mut t, 400), None, "its own claim");
+        assert_eq!(job(&mut t, 600), None, "a user's slurmstepd");
+        assert_eq!(job(&mut t, 700), None, "a loop");
+        let mut t = ProcTable::new(root).trusting_slurm_job_env(true);
+        assert_eq!(
+            job(&mut t, 400).as_deref(),
+            Some("31337"),
+            "trusted by config"
+        );
+        assert_eq!(job(&mut t, 300).as_deref(), Some("77"));
+    }
+
+    /// Waits until `pid` runs `comm` with `SLURM_JOB_ID=31337` in its environment (the exec
+    /// may come after the spawn returns): the claim is there to be believed or not.
+    fn claiming(pid: u32, comm: &str) {
+        let dir = Path::new("/proc").join(pid.to_string());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let now = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if now.trim() == comm && environ::slurm_job(&dir).as_deref() == Some("31337") {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pid} never ran {comm}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// The children of `pid` once it has one (the kernel's list of them).
+    fn children_of(pid: u32) -> Vec<u32> {
+        let list = format!("/proc/{pid}/task/{pid}/children");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let found: Vec<u32> = std::fs::read_to_string(&list)
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect();
+            if !found.is_empty() || std::time::Instant::now() > deadline {
+                return found;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// The same with real processes: `env SLURM_JOB_ID=31337 sleep` started by this test is
+    /// not labelled; the same started by a root program named `slurmstepd` is.
+    #[test]
+    fn a_real_process_is_labelled_only_under_a_real_slurmstepd() {
+        let mut own = std::process::Command::new("sleep")
+            .arg("30")
+            .env("SLURM_JOB_ID", "31337")
+            .spawn()
+            .expect("sleep");
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let stepd = tmp.path().join("slurmstepd");
+        std::fs::copy("/bin/sh", &stepd).expect("a copy of sh named slurmstepd");
+        let mut job = std::process::Command::new(&stepd)
+            .args(["-c", "env SLURM_JOB_ID=31337 sleep 30 & wait"])
+            .spawn()
+            .expect("slurmstepd");
+        claiming(own.id(), "sleep");
+        let task = children_of(job.id());
+        let mut t = ProcTable::new("/proc");
+        let own_job = t.lookup(own.id()).map(|i| i.attribution.slurm_job.clone());
+        let task_job = task.first().and_then(|&p| {
+            claiming(p, "sleep");
+            t.lookup(p).map(|i| i.attribution.slurm_job.clone())
+        });
+        for c in [&mut own, &mut job] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for p in &task {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*p as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        assert_eq!(own_job, Some(None), "its own claim is not believed");
+        assert_eq!(task_job, Some(Some("31337".into())), "{task:?}");
     }
 
     #[test]

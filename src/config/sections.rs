@@ -91,6 +91,10 @@ pub struct ProcessesConfig {
     pub procfs: PathBuf,
     /// Most processes exported per GPU (largest memory first); the rest are counted.
     pub max_per_gpu: u32,
+    /// Believe `SLURM_JOB_ID` in the environment of any process (each process's own claim), not
+    /// only of a descendant of a root `slurmstepd`: for `ProctrackType=proctrack/linuxproc` (or
+    /// `pgid`) nodes whose jobs' processes leave slurmstepd's tree. Off: anyone can set it.
+    pub trust_slurm_job_env: bool,
 }
 
 impl Default for ProcessesConfig {
@@ -99,6 +103,7 @@ impl Default for ProcessesConfig {
             enabled: true,
             procfs: PathBuf::from("/proc"),
             max_per_gpu: 64,
+            trust_slurm_job_env: false,
         }
     }
 }
@@ -108,9 +113,15 @@ impl ProcessesConfig {
     pub fn describe(&self) -> String {
         if self.enabled {
             format!(
-                "processes: per-process series on, at most {} per GPU, names and owners from {}\n",
+                "processes: per-process series on, at most {} per GPU, names and owners from {}; \
+                 SLURM_JOB_ID believed {}\n",
                 self.max_per_gpu,
-                self.procfs.display()
+                self.procfs.display(),
+                if self.trust_slurm_job_env {
+                    "from any process (trust_slurm_job_env)"
+                } else {
+                    "only under a root slurmstepd"
+                }
             )
         } else {
             "processes: per-process series off (process count per GPU only)\n".to_string()

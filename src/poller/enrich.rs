@@ -23,15 +23,21 @@ pub(super) struct Enricher {
 impl Enricher {
     pub fn new(config: &PollerConfig) -> Self {
         Enricher {
-            procs: ProcTable::new(config.processes.procfs.clone()),
+            procs: ProcTable::new(config.processes.procfs.clone())
+                .trusting_slurm_job_env(config.processes.trust_slurm_job_env),
             boards: Boards::default(),
         }
     }
 
-    /// Follows a reload: a new procfs root starts an empty cache.
+    /// Follows a reload: a new procfs root, or a change of what is believed of environments,
+    /// starts an empty cache.
     pub fn reconfigure(&mut self, config: &PollerConfig) {
-        if config.processes.procfs != self.procs.root() {
-            self.procs = ProcTable::new(config.processes.procfs.clone());
+        let p = &config.processes;
+        if p.procfs != self.procs.root()
+            || p.trust_slurm_job_env != self.procs.trusts_slurm_job_env()
+        {
+            self.procs =
+                ProcTable::new(p.procfs.clone()).trusting_slurm_job_env(p.trust_slurm_job_env);
         }
     }
 
