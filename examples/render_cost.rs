@@ -1,7 +1,7 @@
 //! What keeping the rules' label pairs on the page costs: render time and bytes per
 //! publication, keeping none, the shipped rules' names, or every name on the page. The page is
-//! the demo node's (8×H100 `tests/scenarios/dgx-h100.toml`, through the simulated NVML and the
-//! real poller), at the default lean profile, or the full one with `-- --full`.
+//! the demo's GPUs without NVLink (8×H100 `tests/scenarios/dgx-h100.toml`, through the simulated
+//! NVML and the real poller), at the default lean profile, or the full one with `-- --full`.
 //!
 //! `cargo build -p nvml-sim && cargo run --release --features fixture --example render_cost`
 //! (BENCHMARKS.md).
@@ -20,7 +20,9 @@ use gpu_steward::AgentCounters;
 fn main() {
     let state = tempfile::tempdir().expect("a temporary folder");
     let scenario = state.path().join("dgx-h100.toml");
-    std::fs::write(&scenario, gpu_steward::demo::DGX_H100).expect("the scenario");
+    // The demo's GPUs without NVLink, as the BENCHMARKS.md table was measured.
+    std::fs::write(&scenario, include_str!("../tests/scenarios/dgx-h100.toml"))
+        .expect("the scenario");
     let sim = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/libnvml_sim.so");
     let sim = gpu_steward::demo::simulate(&scenario, Some(&sim.display().to_string()))
         .expect("the simulator (cargo build -p nvml-sim)");

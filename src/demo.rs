@@ -3,8 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-/// The bundled scenario: a DGX H100-like node (same content as `tests/scenarios/dgx-h100.toml`).
-pub const DGX_H100: &str = include_str!("../tests/scenarios/dgx-h100.toml");
+/// The bundled scenario: a DGX H100-like node with NVLink (`tests/scenarios/demo.toml`: the GPUs
+/// and work of `dgx-h100.toml` on an HGX baseboard).
+pub const DEMO_NODE: &str = include_str!("../tests/scenarios/demo.toml");
 
 const SIM_LIB: &str = "libnvml_sim.so";
 
@@ -207,7 +208,7 @@ pub fn simulated_audit_file(
 /// Writes the bundled scenario to a private file and returns its path; the file is removed
 /// when the returned guard drops.
 pub fn bundled_scenario() -> Result<Guard, String> {
-    Guard::write(DGX_H100)
+    Guard::write(DEMO_NODE)
 }
 
 mod tempfile_guard {
@@ -263,9 +264,9 @@ mod tests {
 
     #[test]
     fn the_bundled_scenario_is_the_eight_gpu_node() {
-        assert_eq!(DGX_H100.matches("[[gpu]]").count(), 8);
+        assert_eq!(DEMO_NODE.matches("[[gpu]]").count(), 8);
         let g = bundled_scenario().expect("written");
-        assert_eq!(std::fs::read_to_string(&g.path).expect("read"), DGX_H100);
+        assert_eq!(std::fs::read_to_string(&g.path).expect("read"), DEMO_NODE);
         let path = g.path.clone();
         drop(g);
         assert!(!path.exists(), "removed when the demo ends");

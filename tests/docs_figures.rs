@@ -3,8 +3,8 @@
 //! page that moves a figure fails until the docs say the new one.
 //!
 //! Counted as docs/metrics.md says: series with a `gpu` label and no `pid` label per GPU; per
-//! MIG instance, series with `GPU_I_ID` or `gpu_instance`; per NVLink GPU, the NVLink and fabric
-//! series. Must not read a figure from anywhere but the docs' text.
+//! MIG instance, series with `GPU_I_ID` or `gpu_instance`; per NVLink GPU, the NVLink, fabric
+//! and topology series. The demo's node has NVLink; `dgx-h100.toml` is the same node without. Must not read a figure from anywhere but the docs' text.
 
 mod common;
 
@@ -45,13 +45,32 @@ fn per_gpu(m: &Metrics, gpus: f64) -> f64 {
     n as f64 / gpus
 }
 
-/// `gpu-steward demo` (8×H100, no MIG, no NVLink) with `config`, once GPM has two samples.
+/// `gpu-steward demo` (8×H100 with NVLink, no MIG) with `config`, once GPM has two samples and
+/// field 449 (a rate) its second poll.
 fn demo_page(config: &str, gpm_name: &str) -> Metrics {
     let agent = Agent::with_scenario("").demo().config(config).start();
+    demo_page_of(&agent, gpm_name, true)
+}
+
+fn demo_page_of(agent: &Agent, gpm_name: &str, nvlink: bool) -> Metrics {
     wait_for("GPM fields on every GPU", Duration::from_secs(15), || {
         let m = agent.metrics();
-        (m.find(gpm_name, &[]).len() >= 8).then_some(m)
+        // Field 449 in 4.8's name, 1648 in 4.9's.
+        let bandwidth = m.find("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", &[]).len()
+            + m.find("DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND", &[])
+                .len();
+        let ready = match nvlink {
+            true => bandwidth >= 8,
+            false => bandwidth == 0,
+        };
+        (m.find(gpm_name, &[]).len() >= 8 && ready).then_some(m)
     })
+}
+
+/// The NVLink, fabric and topology series: what an NVLink GPU adds.
+fn is_nvlink(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.contains("nvlink") || n.contains("fabric") || n.contains("topology")
 }
 
 #[test]
@@ -60,6 +79,31 @@ fn the_series_figures_in_the_docs_are_the_agents() {
     let readme = read("README.md");
     let lean_page = demo_page("", "DCGM_FI_PROF_GR_ENGINE_ACTIVE");
     let lean = per_gpu(&lean_page, 8.0);
+    // The same GPUs without NVLink (dgx-h100.toml: a VM with the GPUs passed through, or a
+    // PCIe board): the budget's figure.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dgx = dir.path().join("dgx-h100.toml");
+    std::fs::write(&dgx, scenario("dgx-h100.toml")).expect("write the scenario");
+    let plain = Agent::with_scenario("")
+        .demo()
+        .arg("--scenario")
+        .arg(&dgx.display().to_string())
+        .start();
+    let lean_plain = per_gpu(
+        &demo_page_of(&plain, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", false),
+        8.0,
+    );
+    drop(plain);
+    // What an NVLink GPU adds on the lean page, and nothing else differs.
+    let nvlink = lean_page
+        .samples
+        .iter()
+        .filter(|s| s.labels.contains_key("gpu") && !s.labels.contains_key("pid"))
+        .filter(|s| is_nvlink(&s.name))
+        .count() as f64
+        / 8.0;
+    eprintln!("lean per GPU: {lean} on the demo, {lean_plain} without NVLink, NVLink {nvlink}");
+    assert_eq!(lean, lean_plain + nvlink);
     // All in: every series without a `pid` label, per GPU, and the node-level ones among them.
     let all_in = lean_page
         .samples
@@ -101,6 +145,7 @@ fn the_series_figures_in_the_docs_are_the_agents() {
     );
     assert_eq!(lean, lean49, "the two name sets cost the same");
     assert_eq!(number_after(&docs, "| lean, 4.8 or 4.9 |"), lean);
+    assert_eq!(number_after(&docs, "(without NVLink "), lean_plain);
     assert_eq!(number_after(&docs, "| lean, both |"), both);
     assert_eq!(number_after(&docs, "| full, 4.8 |"), full);
     assert_eq!(number_after(&docs, "(both: "), full_both);
@@ -108,31 +153,12 @@ fn the_series_figures_in_the_docs_are_the_agents() {
     assert_eq!(number_after(&docs, "the lean demo page serves "), all_in);
     assert_eq!(number_after(&docs, "per GPU: the "), lean);
     assert_eq!(number_after(&docs, " above and "), node_level);
-    assert_eq!(number_after(&docs, "the lean demo page is at "), lean);
+    assert_eq!(number_after(&docs, "the lean page is at "), lean_plain);
     assert_eq!(
         number_after(&readme, "default **lean** profile serves each"),
-        lean
+        lean_plain
     );
-
-    // An NVLink GPU: its NVLink, fabric and topology series (HGX scenario, lean), once field
-    // 449 has its second poll.
-    let hgx = Agent::with_scenario(&scenario("hgx-h100.toml"))
-        .config("[metrics]\nprofile = \"lean\"\n")
-        .start();
-    let m = wait_for("field 449 on every GPU", Duration::from_secs(15), || {
-        let m = hgx.metrics();
-        (m.find("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", &[]).len() == 8).then_some(m)
-    });
-    let nvlink = m
-        .samples
-        .iter()
-        .filter(|s| s.labels.contains_key("gpu") && !s.labels.contains_key("pid"))
-        .filter(|s| {
-            let n = s.name.to_ascii_lowercase();
-            n.contains("nvlink") || n.contains("fabric") || n.contains("topology")
-        })
-        .count() as f64
-        / 8.0;
+    assert_eq!(number_after(&readme, "an HGX board, serves "), lean);
     assert_eq!(number_after(&docs, "Cost per GPU with NVLink: **"), nvlink);
     assert_eq!(number_after(&readme, "an NVLink GPU adds"), nvlink);
 

@@ -69,6 +69,7 @@ for path in ./usr/bin/gpu-steward ./usr/lib/gpu-steward/libnvml_sim.so \
   ./usr/share/gpu-steward/alerts/gpu-steward-operations.rules.yml \
   ./usr/share/gpu-steward/recording/gpu-steward-accounting.rules.yml \
   ./usr/share/gpu-steward/scenarios/dgx-h100.toml \
+  ./usr/share/gpu-steward/scenarios/demo.toml \
   ./usr/share/gpu-steward/scenarios/faults.toml \
   ./usr/share/gpu-steward/systemd/mig.conf \
   ./usr/share/gpu-steward/systemd/compute-mode.conf \

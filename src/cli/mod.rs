@@ -39,7 +39,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the daemon.
     Run(RunArgs),
-    /// Run the daemon against the simulated NVML with a bundled 8×H100 node.
+    /// Run the daemon against the simulated NVML with a bundled 8×H100 NVLink node.
     Demo(DemoArgs),
     /// Show, plan and apply MIG layouts (mig-parted compatible).
     Mig(MigArgs),
@@ -291,7 +291,7 @@ pub struct StatusArgs {
     )),
 )]
 pub struct DemoArgs {
-    /// Scenario file for the simulated NVML [default: the bundled 8×H100 node].
+    /// Scenario file for the simulated NVML [default: the bundled 8×H100 NVLink node].
     #[arg(long, env = "GPU_STEWARD_SCENARIO", value_name = "FILE")]
     pub scenario: Option<PathBuf>,
     #[command(flatten)]
