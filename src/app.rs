@@ -454,6 +454,9 @@ pub async fn run(
         remediation: Some(actors.remediation),
         reclaim: Some(actors.reclaim.view.clone()),
         jobs: Some(actors.reclaim.jobs.clone()),
+        audit_file: Some(
+            std::path::absolute(&config.audit_file).unwrap_or(config.audit_file.clone()),
+        ),
     });
     let servers = start_http(&config, state, web, &stop).await?;
     say_interrupted(&config);

@@ -455,11 +455,11 @@ const DOC_BEGIN: &str =
 const DOC_END: &str = "```\n<!-- end of status 80x24 -->";
 
 /// The screen in docs/status.md is what `status` shows in an 80×24 terminal on the demo node
-/// (tests/scenarios/dgx-h100.toml, the bundled scenario), with the port and the clock written
+/// (tests/scenarios/demo.toml, the bundled scenario), with the port and the clock written
 /// as the docs give them. `GPU_STEWARD_BLESS_DOCS=1` rewrites the block.
 #[test]
 fn the_screen_in_docs_status_md_is_what_status_shows() {
-    let agent = Agent::with_scenario(&scenario("dgx-h100.toml")).start();
+    let agent = Agent::with_scenario(&scenario("demo.toml")).start();
     let dir = tempfile::tempdir().expect("tempdir");
     let audit = dir.path().join("audit.jsonl");
     std::fs::write(
@@ -609,5 +609,54 @@ fn the_faults_excerpt_in_docs_status_md_is_what_status_shows() {
     assert!(
         pane.contains(excerpt),
         "docs/status.md's faults excerpt is not on the screen:\n{excerpt}\nscreen:\n{pane}"
+    );
+}
+
+/// Without `--config`, LAST CHANGES reads the audit log the agent it asks on this machine names
+/// (`/api/v1/events`' `audit_log`): the demo's own, in its throwaway directory, never the node's.
+#[test]
+fn status_without_a_config_reads_the_audit_log_of_the_demo_it_asks() {
+    let status = |agent: &Agent| {
+        let out = Command::new(bin())
+            .args([
+                "status",
+                "--url",
+                &format!("http://127.0.0.1:{}", agent.port),
+            ])
+            .output()
+            .expect("status");
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // A demo that has changed nothing yet: its log does not exist, and that is no change.
+    let quiet = Agent::with_scenario("").demo().start();
+    let text = status(&quiet);
+    assert!(
+        text.contains("LAST CHANGES (audit log, newest first)\n  none"),
+        "{text}"
+    );
+    drop(quiet);
+    // A demo that applies a time-slice at start (through its stand-in nvidia-smi) and records
+    // it in its own log.
+    let busy = Agent::with_scenario("")
+        .demo()
+        .config("[sharing]\ntimeslice = \"long\"\n")
+        .start();
+    let text = wait_for(
+        "the start apply in LAST CHANGES",
+        Duration::from_secs(20),
+        || {
+            let text = status(&busy);
+            text.contains("sharing apply.end").then_some(text)
+        },
+    );
+    assert!(!text.contains("cannot read the audit log"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("sharing apply.end"))
+        .expect("the apply's line");
+    assert!(
+        line.contains("applied=8") && line.contains("trigger=start"),
+        "{line}"
     );
 }

@@ -70,6 +70,24 @@ impl Target {
             Target::Socket(p) => format!("unix:{}", p.display()),
         }
     }
+
+    /// Whether the agent runs on this machine: its API socket, or a loopback address. Only such
+    /// an agent's file paths mean the same files here.
+    pub fn on_this_machine(&self) -> bool {
+        let host = match self {
+            Target::Socket(_) => return true,
+            Target::Tcp(h) => h,
+        };
+        // `host[:port]`, `[v6]:port`.
+        let name = match host.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or_default(),
+            None => host.rsplit_once(':').map_or(host.as_str(), |(h, _)| h),
+        };
+        name.eq_ignore_ascii_case("localhost")
+            || name
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
 }
 
 /// An answer: status code and body.

@@ -131,3 +131,20 @@ fn a_unix_socket_whose_accept_queue_is_full_costs_the_timeout() {
     let e = get(&target, "/readyz", Duration::from_millis(300)).expect_err("full");
     assert!(e.contains("/readyz: no answer within 300ms"), "{e}");
 }
+
+#[test]
+fn only_the_socket_and_loopback_addresses_are_this_machine() {
+    let at = |url: &str| Target::new(Some(url), None).expect(url).on_this_machine();
+    assert!(at("http://127.0.0.1:9400"));
+    assert!(at("http://127.0.0.2:9400"));
+    assert!(at("http://localhost:9400"));
+    assert!(at("http://LOCALHOST"));
+    assert!(at("http://[::1]:9400"));
+    assert!(!at("http://10.0.0.7:9400"));
+    assert!(!at("http://node-1:9400"));
+    assert!(!at("http://[fe80::1]:9400"));
+    assert!(!at("http://localhost.example.com:9400"));
+    assert!(Target::new(None, Some("/run/gpu-steward/api.sock".into()))
+        .expect("socket")
+        .on_this_machine());
+}

@@ -1,5 +1,6 @@
 //! `GET /api/v1/events`: the health event journal, newest first, optionally `?since=` an
-//! RFC 3339 time or Unix seconds. Read-only, so it needs no token (docs/http.md).
+//! RFC 3339 time or Unix seconds, and the path of the agent's audit log (`audit_log`).
+//! Read-only, so it needs no token (docs/http.md).
 
 use std::collections::HashMap;
 
@@ -29,5 +30,6 @@ pub(super) async fn events(
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
         .since(since);
-    Json(json!({ "events": events })).into_response()
+    // Where this agent's changes are recorded, for `gpu-steward status` on the same machine.
+    Json(json!({ "events": events, "audit_log": state.audit_file })).into_response()
 }

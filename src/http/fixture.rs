@@ -78,5 +78,6 @@ pub fn fields(nvml: NvmlStatus, gpus: Vec<GpuSnapshot>, age: Duration) -> AppFie
         remediation: None,
         reclaim: None,
         jobs: None,
+        audit_file: None,
     }
 }

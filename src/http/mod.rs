@@ -67,6 +67,10 @@ pub struct AppFields {
     pub reclaim: Option<watch::Receiver<Option<Arc<crate::reclaim::View>>>>,
     /// The job reports (`/api/v1/jobs/...`); `None` in router tests.
     pub jobs: Option<crate::reclaim::jobs::Shared>,
+    /// The audit log this agent writes (fixed at start): `/api/v1/events` names it, so that
+    /// `gpu-steward status` on the same machine reads this agent's changes (the demo's
+    /// throwaway one, not the node's). `None` in router tests.
+    pub audit_file: Option<std::path::PathBuf>,
 }
 
 impl AppState {

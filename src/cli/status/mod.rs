@@ -1,8 +1,9 @@
 //! `gpu-steward status [--url URL | --socket PATH] [--watch]`: one screen of the node from the
 //! running agent. It asks the agent (`/api/v1/gpus`, `/readyz`, `/api/v1/reclaim`,
 //! `/api/v1/events`: plain JSON,
-//! no Prometheus text is parsed here) and reads the tail of the audit log named by the
-//! configuration, then prints per GPU its model, short UUID, health and reasons, utilization,
+//! no Prometheus text is parsed here) and reads the tail of the audit log named by `--config`,
+//! else by an agent on this machine (the demo's is its own), else by the default configuration;
+//! then it prints per GPU its model, short UUID, health and reasons, utilization,
 //! memory, temperature, power, MIG layout and idle time; the processes with their user and pod;
 //! the reclaim candidates; the newest health events (those from before a restart marked); and
 //! the last changes to the node.
@@ -48,7 +49,7 @@ pub fn run(args: &StatusArgs) -> u8 {
             return 2;
         }
     };
-    let audit_file = match audit_file(args.config.as_deref()) {
+    let audit_log = match audit_file(args.config.as_deref()) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("gpu-steward status: {e}");
@@ -59,7 +60,7 @@ pub fn run(args: &StatusArgs) -> u8 {
     let colour = tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     loop {
         let size = tty.then(terminal_size);
-        let screen = match gather(&target, &audit_file, args.timeout) {
+        let screen = match gather(&target, &audit_log, args.timeout) {
             Ok(node) => screen::render(&node, &target, &again(args), size, colour),
             Err(e) if !args.watch => {
                 eprintln!("gpu-steward status: cannot ask the agent: {e}");
@@ -105,24 +106,49 @@ fn again(args: &StatusArgs) -> String {
     escape(&out).into_owned()
 }
 
+/// Which audit log LAST CHANGES reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ChangesLog {
+    /// The one `--config` names: always that one.
+    Named(PathBuf),
+    /// No `--config`: the one the agent says it writes (`/api/v1/events`' `audit_log`) when it
+    /// runs on this machine, else this one (the default configuration's).
+    Default(PathBuf),
+}
+
+impl ChangesLog {
+    /// The file to read, given the path the agent named (if it did).
+    fn file(&self, target: &Target, agents: Option<&str>) -> (PathBuf, bool) {
+        match (self, agents) {
+            (ChangesLog::Named(p), _) => (p.clone(), false),
+            (ChangesLog::Default(_), Some(a)) if target.on_this_machine() && !a.is_empty() => {
+                (PathBuf::from(a), true)
+            }
+            (ChangesLog::Default(p), _) => (p.clone(), false),
+        }
+    }
+}
+
 /// The audit log of `--config` (or of the default configuration when it exists). A `--config`
 /// that is missing or broken is an error naming it: falling back to the default audit log would
 /// show another agent's changes as this one's. The default configuration, not named, may be
 /// unreadable to the operator (root's 0600 file): then the default audit log, as before.
-fn audit_file(config: Option<&Path>) -> Result<PathBuf, String> {
+fn audit_file(config: Option<&Path>) -> Result<ChangesLog, String> {
     let Some(path) = config else {
-        return Ok(config::load(
-            Path::new(config::DEFAULT_CONFIG),
-            false,
-            &Overrides::default(),
-        )
-        .map_or_else(
-            |_| PathBuf::from(crate::audit::DEFAULT_AUDIT_FILE),
-            |c| c.audit_file,
+        return Ok(ChangesLog::Default(
+            config::load(
+                Path::new(config::DEFAULT_CONFIG),
+                false,
+                &Overrides::default(),
+            )
+            .map_or_else(
+                |_| PathBuf::from(crate::audit::DEFAULT_AUDIT_FILE),
+                |c| c.audit_file,
+            ),
         ));
     };
     config::load(path, true, &Overrides::default())
-        .map(|c| c.audit_file)
+        .map(|c| ChangesLog::Named(c.audit_file))
         .map_err(|e| {
             format!(
                 "{e} (LAST CHANGES reads the audit log that '{}' names: fix it, or give another \
@@ -214,7 +240,7 @@ fn text(v: &Value) -> Option<String> {
 }
 
 /// Asks the agent; each question may take `timeout` (`--timeout`).
-fn gather(target: &Target, audit_file: &Path, timeout: Duration) -> Result<Node, String> {
+fn gather(target: &Target, audit_log: &ChangesLog, timeout: Duration) -> Result<Node, String> {
     let mut node = Node {
         gpus: BTreeMap::new(),
         processes: Vec::new(),
@@ -259,11 +285,21 @@ fn gather(target: &Target, audit_file: &Path, timeout: Duration) -> Result<Node,
         }
     }
     let now = std::time::SystemTime::now();
+    let mut agents_log = None;
     if let Ok((200, e)) = json(target, "/api/v1/events", timeout) {
         let stamp = humantime::format_rfc3339_seconds(now).to_string();
         node.events = Some(events::lines(&e, stamp.get(..10).unwrap_or("")));
+        agents_log = e["audit_log"].as_str().map(str::to_string);
     }
-    node.changes = changes::last(audit_file, 50, now);
+    let (file, named_by_agent) = audit_log.file(target, agents_log.as_deref());
+    // The agent creates its log with its first change: none yet is no change, not an error.
+    let not_yet = named_by_agent
+        && std::fs::symlink_metadata(&file)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+    node.changes = match not_yet {
+        true => Ok(Vec::new()),
+        false => changes::last(&file, 50, now),
+    };
     Ok(node)
 }
 
