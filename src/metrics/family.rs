@@ -8,7 +8,6 @@
 //! `# HELP` (backslash and newline escaped), `# TYPE`, then one line per series with label
 //! values escaped (backslash, double quote, newline) and Go's spelling of special floats.
 
-use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -19,31 +18,6 @@ use crate::publication::{LabelSets, Page, SeriesAt};
 
 /// The suffixes of a histogram's series.
 const HISTOGRAM: [&str; 3] = ["_bucket", "_sum", "_count"];
-
-thread_local! {
-    /// While a page is rendered on this thread, the names whose label pairs it keeps: the
-    /// other families then record none (recording every series' pairs cost 60 % more render
-    /// time on the full demo page, measured with `examples/render_cost.rs`). Outside a render
-    /// a family records them all (the reclaim actor's, posted for later pages). A hint only:
-    /// [`Families::push`] keeps the pairs of the wanted names, and of no other, either way.
-    static RENDERING: RefCell<Option<Arc<HashSet<String>>>> = const { RefCell::new(None) };
-}
-
-/// Marks a render on this thread keeping the pairs of `labelled`, until dropped.
-pub(crate) struct Rendering(Option<Arc<HashSet<String>>>);
-
-impl Rendering {
-    pub(crate) fn start(labelled: Arc<HashSet<String>>) -> Rendering {
-        Rendering(RENDERING.with(|r| r.borrow_mut().replace(labelled)))
-    }
-}
-
-impl Drop for Rendering {
-    fn drop(&mut self) {
-        let before = self.0.take();
-        RENDERING.with(|r| *r.borrow_mut() = before);
-    }
-}
 
 /// Whether `labelled` names the family `name` (a histogram by any of its series' names).
 fn wanted(labelled: &HashSet<String>, name: &str, histogram: bool) -> bool {
@@ -71,10 +45,8 @@ pub struct Family {
     /// read instead of parsing the text back).
     index: Vec<SeriesAt>,
     /// Each series' label pairs as given, unescaped (set `i` is the `i`-th series): kept on
-    /// the page when the rules select the family's name.
+    /// the page when the rules select the family's name ([`Families::push`]).
     labels: LabelSets,
-    /// Whether it records them (see [`RENDERING`]).
-    record: bool,
 }
 
 impl Family {
@@ -97,11 +69,6 @@ impl Family {
     }
 
     fn of_kind(name: &'static str, help: &'static str, kind: &'static str) -> Self {
-        let record = RENDERING.with(|r| {
-            r.borrow()
-                .as_ref()
-                .is_none_or(|set| wanted(set, name, kind == "histogram"))
-        });
         Family {
             name,
             help,
@@ -109,7 +76,6 @@ impl Family {
             lines: String::new(),
             index: Vec::new(),
             labels: LabelSets::default(),
-            record,
         }
     }
 
@@ -130,11 +96,7 @@ impl Family {
         labels: &[(&str, S)],
         value: f64,
     ) {
-        let set = if self.record {
-            self.labels.push(labels)
-        } else {
-            None
-        };
+        let set = self.labels.push(labels);
         let out = &mut self.lines;
         let start = out.len();
         out.push_str(self.name);
@@ -189,7 +151,7 @@ impl Families {
 
     /// Whether the series of `family` keep their labels.
     fn keeps_labels(&self, family: &Family) -> bool {
-        family.record && wanted(&self.labelled, family.name, family.kind == "histogram")
+        wanted(&self.labelled, family.name, family.kind == "histogram")
     }
 
     /// Writes `family` out unless it has no series (the text format has no empty families).
@@ -359,41 +321,50 @@ mod tests {
         );
     }
 
-    /// During a render only the wanted families record their pairs; a family built outside a
-    /// render (the reclaim actor's, posted for later pages) records them, and the page keeps
-    /// them for the wanted names.
+    /// The page keeps the pairs of the wanted names only, whether a family was built during
+    /// the render or before it (the reclaim actor's, posted for later pages), and a page that
+    /// wants none keeps none.
     #[test]
-    fn a_render_records_only_the_wanted_families_and_posted_ones_keep_theirs() {
+    fn a_page_keeps_the_pairs_of_the_wanted_names_only() {
         let mut posted = Family::gauge("p", "P.");
         posted.add(&[("k", "v")], 1.0);
         let kept: Arc<HashSet<String>> = Arc::new(["a", "p"].map(String::from).into());
-        let rendering = Rendering::start(kept.clone());
-        let mut a = Family::gauge("a", "A.");
-        a.add(&[("g", "0")], 1.0);
-        let mut b = Family::gauge("b", "B.");
-        b.add(&[("g", "1")], 1.0);
-        assert!(a.record && posted.record && !b.record);
-        assert!(
-            b.labels.is_empty(),
-            "nothing recorded for a name no rule selects"
-        );
+        let build = || {
+            let mut a = Family::gauge("a", "A.");
+            a.add(&[("g", "0")], 1.0);
+            let mut b = Family::gauge("b", "B.");
+            b.add(&[("g", "1")], 1.0);
+            (a, b)
+        };
+        let pairs = |page: &Page| -> Vec<Option<Vec<(String, String)>>> {
+            page.samples()
+                .map(|s| {
+                    s.labels
+                        .map(|l| l.map(|(k, v)| (k.to_string(), v.to_string())).collect())
+                })
+                .collect()
+        };
+        let (a, b) = build();
         let mut all = Families::labelled(kept);
         all.push(a);
         all.push(b);
-        all.push(posted);
-        drop(rendering);
+        all.push(posted.clone());
         let page = all.into_page();
-        let labels: Vec<_> = page
-            .samples()
-            .map(|s| s.labels.map(|l| l.collect::<Vec<_>>()))
-            .collect();
+        let pair = |k: &str, v: &str| Some(vec![(k.to_string(), v.to_string())]);
+        assert_eq!(pairs(&page), vec![pair("g", "0"), None, pair("k", "v")]);
         assert_eq!(
-            labels,
-            vec![Some(vec![("g", "0")]), None, Some(vec![("k", "v")])]
+            page.label_sets().len(),
+            2,
+            "the sets of `a` and `p`, none of `b`"
         );
-        assert!(
-            Family::gauge("b", "B.").record,
-            "after the render, all record"
-        );
+
+        let (a, b) = build();
+        let mut none = Families::labelled(Arc::default());
+        none.push(a);
+        none.push(b);
+        none.push(posted);
+        let page = none.into_page();
+        assert_eq!(pairs(&page), vec![None, None, None]);
+        assert!(page.label_sets().is_empty());
     }
 }

@@ -121,8 +121,7 @@ pub fn render(
     counters: &AgentCounters,
     collectors: &[Arc<dyn Collector>],
 ) -> Page {
-    // Only the families the rules select record their label pairs during this render.
-    let _rendering = family::Rendering::start(config.labelled.clone());
+    // The page keeps the label pairs of the names the rules select, and no others.
     let mut families = Families::labelled(config.labelled.clone());
     if config.dcgm {
         dcgm::render(snapshot, health, config, &mut families);
