@@ -292,10 +292,8 @@ fn start_otlp(
     published: &watch::Receiver<Arc<Published>>,
     stop: &watch::Receiver<bool>,
     collectors: &mut Vec<Arc<dyn Collector>>,
-) {
-    let Some(o) = &config.otlp else {
-        return;
-    };
+) -> Option<tokio::task::JoinHandle<()>> {
+    let o = config.otlp.as_ref()?;
     let origin = crate::otlp::Origin {
         host: nix::unistd::gethostname()
             .ok()
@@ -306,10 +304,14 @@ fn start_otlp(
         started: std::time::SystemTime::now(),
     };
     match crate::otlp::task::spawn(o, origin, published.clone(), stop.clone()) {
-        Ok(m) => collectors.push(m),
+        Ok((m, task)) => {
+            collectors.push(m);
+            Some(task)
+        }
         Err(e) => {
             tracing::error!("otlp: {e}; not exporting");
             crate::warnings::set("otlp", Some(format!("otlp: not exporting: {e}")));
+            None
         }
     }
 }
@@ -435,7 +437,7 @@ pub async fn run(
         &stop,
         &mut actors.for_poller.collectors,
     );
-    start_otlp(
+    let otlp = start_otlp(
         &config,
         &published,
         &stop,
@@ -497,7 +499,7 @@ pub async fn run(
         crate::shutdown::request();
     }
 
-    shut_down(stop_tx, &owner, servers, poller, actors.reclaim).await;
+    shut_down(stop_tx, &owner, servers, poller, actors.reclaim, otlp).await;
     Ok(())
 }
 
@@ -571,6 +573,7 @@ async fn shut_down(
     servers: Vec<tokio::task::JoinHandle<()>>,
     poller: Option<poller::PollerHandle>,
     reclaim: Reclaim,
+    otlp: Option<tokio::task::JoinHandle<()>>,
 ) {
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
@@ -595,6 +598,13 @@ async fn shut_down(
         .is_err()
     {
         tracing::warn!("reclaim did not stop in time; its last accounting state may be lost");
+    }
+    // The OTLP exporter's flush started with the stop and ends within its budget.
+    if let Some(otlp) = otlp {
+        let left = crate::otlp::task::FLUSH_BUDGET + Duration::from_millis(100);
+        if tokio::time::timeout(left, otlp).await.is_err() {
+            tracing::warn!("otlp: the flush did not end in time");
+        }
     }
     if !change.await {
         tracing::error!(budget = ?crate::shutdown::CHANGE_BUDGET, "the change in flight did not finish within the stop budget (a MIG apply rolls back, and a half-done one leaves its intent record for the next start)");

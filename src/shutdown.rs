@@ -16,7 +16,8 @@
 //!   [`CHANGE_BUDGET`] for that;
 //! - a hook still running gets [`HOOK_GRACE`] from the stop, then its whole process group is
 //!   killed; no hook starts after the stop;
-//! - the HTTP servers drain for half a second and the poller stops within its current call.
+//! - the HTTP servers drain for half a second and the poller stops within its current call;
+//! - the OTLP exporter flushes within its 3 s (`otlp::task::FLUSH_BUDGET`), beside the rest.
 //!
 //! [`STOP_BUDGET`] is the sum with margin, and `TimeoutStopSec` is set above it with more margin
 //! (`tests::the_unit_gives_the_stop_budget_a_margin` keeps the two together).

@@ -986,3 +986,84 @@ fn mig_instances_are_components_of_their_gpu() {
         "the scenario's mig_devices"
     );
 }
+
+/// The stop sends the last interval: an export interval of a minute, the scenario's power
+/// changed after the first export, SIGTERM: the collector gets the new power before the agent
+/// exits (the OpenTelemetry SDKs flush at shutdown too).
+#[test]
+fn the_stop_flushes_what_the_last_interval_saw() {
+    let rx = http_receiver(0);
+    let text = first(&scenario("dgx-h100.toml"), 1).to_string();
+    let endpoint = format!("http://127.0.0.1:{}", rx.port);
+    let mut agent = Agent::with_scenario(&text)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "60000")
+        .start();
+    wait_for("the first export", Duration::from_secs(20), || {
+        rx.requests().into_iter().next()
+    });
+    let before = scenario_gpus(&text)[0]["power_w"]
+        .as_float()
+        .expect("the scenario's power");
+    let after = 123.0;
+    assert!((before - after).abs() > 1.0);
+    agent.rewrite_scenario(&text.replace(&format!("power_w = {before}"), "power_w = 123.0"));
+    wait_for("the new power on the page", Duration::from_secs(10), || {
+        (agent
+            .metrics()
+            .get("DCGM_FI_DEV_POWER_USAGE", &[("gpu", "0")])
+            == after)
+            .then_some(())
+    });
+    assert_eq!(rx.requests().len(), 1, "the next interval is a minute away");
+    let id = uuids(&agent, 1)[0].clone();
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+    let got = rx.requests();
+    assert_eq!(got.len(), 2, "the flush at the stop");
+    let ps = flatten(&got[1]);
+    let power = point(&ps, "hw.power", &id, &[]);
+    assert!(close(power.value, after), "{} W sent", power.value);
+    assert!(
+        agent.log().contains("otlp: flushed at the stop"),
+        "{}",
+        agent.log()
+    );
+}
+
+/// A collector that takes the connection and never answers holds the stop for the flush's
+/// budget at most, and the log says what was not sent.
+#[test]
+fn a_silent_collector_holds_the_stop_for_the_flush_budget_at_most() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    // Accepts every connection and keeps it open, silent.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().map_while(Result::ok) {
+            held.push(s);
+        }
+    });
+    let config = format!(
+        "[otlp]\nendpoint = \"http://127.0.0.1:{port}\"\ninterval = \"1s\"\ntimeout = \"30s\"\n"
+    );
+    let mut agent = Agent::with_scenario(first(&scenario("dgx-h100.toml"), 1))
+        .config(&config)
+        .start();
+    std::thread::sleep(Duration::from_millis(1500));
+    let at = std::time::Instant::now();
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = agent.wait_exit(Duration::from_secs(15));
+    let took = at.elapsed();
+    assert!(status.success(), "{status:?}");
+    // The flush's 3 s, and the rest of the stop beside it.
+    assert!(took < Duration::from_secs(6), "the stop took {took:?}");
+    assert!(
+        agent
+            .log()
+            .contains("otlp: not everything was sent by the stop"),
+        "{}",
+        agent.log()
+    );
+}

@@ -4,7 +4,10 @@
 //! task of its own within `[otlp] timeout`. A retryable failure keeps the export and waits
 //! (exponential backoff from 1 s to 60 s with jitter, or the collector's `Retry-After`); a final one
 //! drops it (counted). After [`WARN_AFTER_FAILURES`] intervals that end with the collector
-//! failing, `/health` carries an agent warning until an export works again.
+//! failing, `/health` carries an agent warning until an export works again. At the stop, the
+//! newest publication not yet taken is queued and the queue sent in order once more, each
+//! export tried once, all within [`FLUSH_BUDGET`] (the OpenTelemetry SDKs' shutdown flush): the
+//! last interval is not lost with the agent.
 //!
 //! Must not: hold a publication across an await, or make the poller wait: the poller only
 //! publishes into a `watch` channel, which this task reads when it wants.
@@ -24,6 +27,10 @@ use crate::publication::Published;
 
 const COMPONENT: &str = "otlp";
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// How long the flush at the stop may take, from the stop (at most `[otlp] timeout` per
+/// export): inside the agent's stop budget, beside the MIG change budget.
+pub const FLUSH_BUDGET: Duration = Duration::from_secs(3);
 
 /// The actor's series, on the page while the exporter is on.
 #[derive(Debug, Default)]
@@ -89,13 +96,14 @@ impl OtlpMetrics {
     }
 }
 
-/// Starts the exporter; an unusable TLS setting is reported and nothing is started.
+/// Starts the exporter; an unusable TLS setting is reported and nothing is started. The task
+/// ends after its flush at the stop: the stop waits for it (at most [`FLUSH_BUDGET`]).
 pub fn spawn(
     config: &super::OtlpConfig,
     origin: Origin,
     published: watch::Receiver<Arc<Published>>,
     stop: watch::Receiver<bool>,
-) -> Result<Arc<OtlpMetrics>, String> {
+) -> Result<(Arc<OtlpMetrics>, tokio::task::JoinHandle<()>), String> {
     let target = Target::new(config)?;
     tracing::info!(
         endpoint = %config.endpoint,
@@ -104,7 +112,7 @@ pub fn spawn(
         "otlp: metrics to the collector"
     );
     let metrics = Arc::new(OtlpMetrics::default());
-    tokio::spawn(run(
+    let task = tokio::spawn(run(
         target,
         origin,
         config.interval,
@@ -112,7 +120,7 @@ pub fn spawn(
         stop,
         metrics.clone(),
     ));
-    Ok(metrics)
+    Ok((metrics, task))
 }
 
 struct Queued {
@@ -259,13 +267,61 @@ async fn run(
             }
             _ = retry => {}
             _ = stop.changed() => {
-                if let Some(h) = inflight.take() {
-                    h.abort();
+                let deadline = Instant::now() + FLUSH_BUDGET;
+                let dropped = enqueue(&published, &origin, &mut queue, &mut last_taken);
+                metrics.update(|m| m.dropped += dropped);
+                let (sent, left) = flush(&target, &mut queue, inflight.take(), &mut done, deadline).await;
+                metrics.update(|m| {
+                    m.exports += sent;
+                    m.dropped += left;
+                });
+                match left {
+                    0 => tracing::info!(endpoint = %target.uri, exports = sent, "otlp: flushed at the stop"),
+                    _ => tracing::warn!(endpoint = %target.uri, exports = sent, points_lost = left, "otlp: not everything was sent by the stop"),
                 }
                 return;
             }
         }
     }
+}
+
+/// At the stop: the export in flight finishes (or, failed, is tried once more), then the rest
+/// of the queue in order, one try each, until `deadline`. The exports that went, and the
+/// points of those that did not.
+async fn flush(
+    target: &Target,
+    queue: &mut VecDeque<Queued>,
+    inflight: Option<tokio::task::JoinHandle<()>>,
+    done: &mut mpsc::Receiver<Result<Accepted, Failure>>,
+    deadline: Instant,
+) -> (u64, u64) {
+    let mut sent = 0;
+    if let Some(h) = inflight {
+        match tokio::time::timeout_at(deadline, done.recv()).await {
+            Ok(Some(Ok(_))) => {
+                queue.pop_front();
+                sent += 1;
+            }
+            Ok(Some(Err(Failure::Final(_)))) => {
+                queue.pop_front();
+            }
+            Ok(_) => {}
+            Err(_) => h.abort(),
+        }
+    }
+    while let Some(front) = queue.front() {
+        match tokio::time::timeout_at(deadline, send::export(target, &front.request)).await {
+            Ok(Ok(_)) => {
+                queue.pop_front();
+                sent += 1;
+            }
+            Ok(Err(Failure::Final(_))) => {
+                queue.pop_front();
+            }
+            Ok(Err(Failure::Retryable { .. })) | Err(_) => break,
+        }
+    }
+    (sent, queue.iter().map(|q| q.points).sum())
 }
 
 /// Maps the latest publication, unless it is the one exported last (a poller that has not
