@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{scenario, wait_for, Agent, Metrics};
+use common::{is_nvlink_series, scenario, wait_for, Agent, Metrics};
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/").to_string() + path)
@@ -67,12 +67,6 @@ fn demo_page_of(agent: &Agent, gpm_name: &str, nvlink: bool) -> Metrics {
     })
 }
 
-/// The NVLink, fabric and topology series: what an NVLink GPU adds.
-fn is_nvlink(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    n.contains("nvlink") || n.contains("fabric") || n.contains("topology")
-}
-
 #[test]
 fn the_series_figures_in_the_docs_are_the_agents() {
     let docs = read("docs/metrics.md");
@@ -99,7 +93,7 @@ fn the_series_figures_in_the_docs_are_the_agents() {
         .samples
         .iter()
         .filter(|s| s.labels.contains_key("gpu") && !s.labels.contains_key("pid"))
-        .filter(|s| is_nvlink(&s.name))
+        .filter(|s| is_nvlink_series(&s.name))
         .count() as f64
         / 8.0;
     eprintln!("lean per GPU: {lean} on the demo, {lean_plain} without NVLink, NVLink {nvlink}");

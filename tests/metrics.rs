@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{scenario, scenario_gpus, wait_for, Agent, Metrics};
+use common::{is_nvlink_series, scenario, scenario_gpus, wait_for, Agent, Metrics};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -571,17 +571,13 @@ fn the_default_page_keeps_the_series_budget_and_answers_what_fleets_ask() {
     let (m, health) = demo_default_page();
     // CONTRACT §4: at most 32.25 per GPU, and an NVLink GPU adds 13 (every GPU of the demo's
     // HGX board has NVLink). The NVLink, fabric and topology series are counted apart.
-    let nvlink = |name: &str| {
-        let n = name.to_ascii_lowercase();
-        n.contains("nvlink") || n.contains("fabric") || n.contains("topology")
-    };
     let budgeted = || {
         m.samples
             .iter()
             .filter(|s| s.labels.contains_key("gpu") && !s.labels.contains_key("pid"))
     };
-    let per_gpu = budgeted().filter(|s| !nvlink(&s.name)).count() as f64 / 8.0;
-    let per_nvlink_gpu = budgeted().filter(|s| nvlink(&s.name)).count() as f64 / 8.0;
+    let per_gpu = budgeted().filter(|s| !is_nvlink_series(&s.name)).count() as f64 / 8.0;
+    let per_nvlink_gpu = budgeted().filter(|s| is_nvlink_series(&s.name)).count() as f64 / 8.0;
     eprintln!(
         "default page: {} series, {per_gpu} per GPU and {per_nvlink_gpu} for its NVLink",
         m.samples.len()

@@ -302,9 +302,7 @@ async fn flush(
                 queue.pop_front();
                 sent += 1;
             }
-            Ok(Some(Err(Failure::Final(_)))) => {
-                queue.pop_front();
-            }
+            // Failed: tried once more below.
             Ok(_) => {}
             Err(_) => h.abort(),
         }

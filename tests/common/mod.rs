@@ -494,6 +494,12 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
     }
 }
 
+/// The series an NVLink GPU adds (docs/metrics.md's count): NVLink, fabric and topology.
+pub fn is_nvlink_series(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.contains("nvlink") || n.contains("fabric") || n.contains("topology")
+}
+
 /// The scenario as TOML, to compare values against.
 pub fn scenario_gpus(text: &str) -> Vec<toml::Value> {
     let v: toml::Value = toml::from_str(text).expect("scenario parses");
