@@ -156,5 +156,32 @@ impl Drop for Cluster {
             let _ = d.kill();
             let _ = d.wait();
         }
+        // A job's slurmstepd outlives a killed slurmd (it listens on a socket in the spool, which
+        // goes with the directory): every process that inherited this cluster's SLURM_CONF goes.
+        for pid in self.leftovers() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+impl Cluster {
+    /// The processes, other than this one, whose environment names this cluster's slurm.conf.
+    fn leftovers(&self) -> Vec<i32> {
+        let want = format!("SLURM_CONF={}", self.conf.display()).into_bytes();
+        let me = std::process::id() as i32;
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| *pid != me)
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == want.as_slice()))
+            })
+            .collect()
     }
 }
