@@ -221,16 +221,37 @@ mod tempfile_guard {
     }
 
     impl Guard {
+        /// Writes `content` to a new file, `gpu-steward-demo-PID-N.toml` in the temporary
+        /// directory: never one that exists (a killed demo's, or a link another user planted
+        /// there: `O_EXCL` does not follow it), readable by this user only.
         pub fn write(content: &str) -> Result<Guard, String> {
-            let path =
-                std::env::temp_dir().join(format!("gpu-steward-demo-{}.toml", std::process::id()));
-            let mut f = std::fs::File::create(&path).map_err(|e| {
-                format!("cannot write the demo scenario to {}: {e}", path.display())
-            })?;
-            f.write_all(content.as_bytes()).map_err(|e| {
-                format!("cannot write the demo scenario to {}: {e}", path.display())
-            })?;
-            Ok(Guard { path })
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let tmp = std::env::temp_dir();
+            for n in 0..100u32 {
+                let path = tmp.join(format!("gpu-steward-demo-{}-{n}.toml", std::process::id()));
+                let cannot = |e: std::io::Error| {
+                    format!("cannot write the demo scenario to {}: {e}", path.display())
+                };
+                let mut f = match std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&path)
+                {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(cannot(e)),
+                };
+                if let Err(e) = f.write_all(content.as_bytes()) {
+                    let _ = std::fs::remove_file(&path);
+                    return Err(cannot(e));
+                }
+                return Ok(Guard { path });
+            }
+            Err(format!(
+                "cannot write the demo scenario in '{}': 100 names taken",
+                tmp.display()
+            ))
         }
     }
 
@@ -265,7 +286,17 @@ mod tests {
     #[test]
     fn the_bundled_scenario_is_the_eight_gpu_node() {
         assert_eq!(DEMO_NODE.matches("[[gpu]]").count(), 8);
+        // A file left at the first name (a killed demo's, another user's) is passed over.
+        let taken =
+            std::env::temp_dir().join(format!("gpu-steward-demo-{}-0.toml", std::process::id()));
+        let _ = std::fs::write(&taken, "not ours");
         let g = bundled_scenario().expect("written");
+        assert_ne!(g.path, taken);
+        assert_eq!(
+            std::fs::read_to_string(&taken).expect("left alone"),
+            "not ours"
+        );
+        let _ = std::fs::remove_file(&taken);
         assert_eq!(std::fs::read_to_string(&g.path).expect("read"), DEMO_NODE);
         let path = g.path.clone();
         drop(g);

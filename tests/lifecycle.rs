@@ -517,8 +517,18 @@ fn demo_applies_a_time_slice_through_the_stand_in_nvidia_smi() {
         }
     });
     let line = rx.recv_timeout(Duration::from_secs(20));
-    let stand_in =
-        std::env::temp_dir().join(format!("gpu-steward-demo-{}.toml.nvidia-smi", child.id()));
+    // The demo's scenario is `gpu-steward-demo-PID-N.toml`, the stand-in's state beside it.
+    let prefix = format!("gpu-steward-demo-{}-", child.id());
+    let stand_in = std::fs::read_dir(std::env::temp_dir())
+        .expect("the temporary directory")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".toml.nvidia-smi"))
+        })
+        .expect("the stand-in nvidia-smi's state");
     let set_by_stand_in =
         std::fs::read_to_string(stand_in.join("nvidia-smi.args")).unwrap_or_default();
     let _ = nix::sys::signal::kill(
