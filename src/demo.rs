@@ -139,31 +139,41 @@ impl StateDir {
     /// Makes a new directory (`gpu-steward-demo-PID-N`; never one that exists).
     pub fn new() -> Result<StateDir, String> {
         use std::os::unix::fs::DirBuilderExt as _;
-        let tmp = std::env::temp_dir();
-        let mut last = None;
-        for n in 0..100u32 {
-            let path = tmp.join(format!("gpu-steward-demo-{}-{n}", std::process::id()));
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return Ok(StateDir { path }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-                Err(e) => {
-                    return Err(format!(
-                        "cannot make the demo's state directory '{}': {e}",
-                        path.display()
-                    ))
-                }
-            }
-        }
-        Err(format!(
-            "cannot make the demo's state directory in '{}': {}",
-            tmp.display(),
-            last.map_or_else(String::new, |e| e.to_string())
-        ))
+        let (path, ()) = first_free("", "make the demo's state directory", |p| {
+            std::fs::DirBuilder::new().mode(0o700).create(p)
+        })?;
+        Ok(StateDir { path })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Makes the first of `gpu-steward-demo-PID-N<suffix>` (N from 0) in the temporary directory
+/// that does not exist yet with `make`, which must refuse an existing name (`AlreadyExists`);
+/// `what` says in an error what could not be done.
+fn first_free<T>(
+    suffix: &str,
+    what: &str,
+    mut make: impl FnMut(&Path) -> std::io::Result<T>,
+) -> Result<(PathBuf, T), String> {
+    let tmp = std::env::temp_dir();
+    for n in 0..100u32 {
+        let path = tmp.join(format!(
+            "gpu-steward-demo-{}-{n}{suffix}",
+            std::process::id()
+        ));
+        match make(&path) {
+            Ok(made) => return Ok((path, made)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("cannot {what} '{}': {e}", path.display())),
+        }
+    }
+    Err(format!(
+        "cannot {what} in '{}': 100 names taken",
+        tmp.display()
+    ))
 }
 
 impl Drop for StateDir {
@@ -226,32 +236,19 @@ mod tempfile_guard {
         /// there: `O_EXCL` does not follow it), readable by this user only.
         pub fn write(content: &str) -> Result<Guard, String> {
             use std::os::unix::fs::OpenOptionsExt as _;
-            let tmp = std::env::temp_dir();
-            for n in 0..100u32 {
-                let path = tmp.join(format!("gpu-steward-demo-{}-{n}.toml", std::process::id()));
-                let cannot = |e: std::io::Error| {
-                    format!("cannot write the demo scenario to {}: {e}", path.display())
-                };
-                let mut f = match std::fs::OpenOptions::new()
+            let what = "write the demo scenario";
+            let (path, mut f) = super::first_free(".toml", what, |p| {
+                std::fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
                     .mode(0o600)
-                    .open(&path)
-                {
-                    Ok(f) => f,
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(cannot(e)),
-                };
-                if let Err(e) = f.write_all(content.as_bytes()) {
-                    let _ = std::fs::remove_file(&path);
-                    return Err(cannot(e));
-                }
-                return Ok(Guard { path });
+                    .open(p)
+            })?;
+            if let Err(e) = f.write_all(content.as_bytes()) {
+                let _ = std::fs::remove_file(&path);
+                return Err(format!("cannot {what} '{}': {e}", path.display()));
             }
-            Err(format!(
-                "cannot write the demo scenario in '{}': 100 names taken",
-                tmp.display()
-            ))
+            Ok(Guard { path })
         }
     }
 
